@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Installs strata's build and test dependencies (Debian packages; idempotent)
+# and builds. Usage: scripts/setup.sh [--test-deps] [--no-build]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+want_test=0
+build=1
+for a in "$@"; do
+  case "$a" in
+    --test-deps) want_test=1 ;;
+    --no-build) build=0 ;;
+    *) echo "setup.sh: unknown option $a" >&2; exit 2 ;;
+  esac
+done
+
+# Build: compiler, CMake, Ninja, and the libraries (see README "Dependencies").
+pkgs=(g++ cmake ninja-build nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev)
+# Tests: the PyTorch reference oracle (Debian's torch; there is no pip here),
+# OpenBLAS so it runs at a useful speed, Node.js for the llama.cpp cross-check.
+if [ "$want_test" = 1 ]; then
+  pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread nodejs npm)
+fi
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "$build" = 1 ]; then
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+  ninja -C build
+fi

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Runs the whole test suite: installs dependencies, builds Release and
+# ASan/UBSan, runs the unit + model tests in both, then the cross-checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --test-deps --no-build
+
+echo "== Release build"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+ninja -C build
+echo "== Release tests"
+(cd build && ctest --output-on-failure -j2)
+
+echo "== ASan/UBSan build"
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON >/dev/null
+ninja -C build-asan
+echo "== ASan/UBSan tests"
+(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j2)

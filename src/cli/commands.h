@@ -1,0 +1,17 @@
+// Each subcommand lives in its own file and registers itself on the app.
+#pragma once
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace strata::cli {
+
+// A registered subcommand runs its callback after parsing; the callback
+// returns the process exit code.
+using Runner = std::function<int()>;
+
+void add_score_command(CLI::App& app, Runner& run);
+void add_generate_command(CLI::App& app, Runner& run);
+void add_export_gguf_command(CLI::App& app, Runner& run);
+
+}  // namespace strata::cli

@@ -1,0 +1,28 @@
+// strata: one binary, one subcommand per front end.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "util/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata: run GLM-5-class Mixture-of-Experts models on ordinary machines"};
+  app.require_subcommand(1);
+  strata::cli::Runner run;
+  strata::cli::add_score_command(app, run);
+  strata::cli::add_generate_command(app, run);
+  strata::cli::add_export_gguf_command(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    return run ? run() : 1;
+  } catch (const strata::Error& e) {
+    std::fprintf(stderr, "strata: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "strata: error: out of memory\n");
+    return 1;
+  }
+}

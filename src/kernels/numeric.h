@@ -1,0 +1,52 @@
+// Scalar conversions between the storage formats of checkpoint weights and
+// f32. These are the references every vectorised conversion is tested against.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace strata {
+
+inline float bf16_to_f32(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Round to nearest even, NaN kept NaN.
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+
+inline float f16_to_f32(uint16_t h) {
+  const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  float v;
+  if (exp == 0)
+    v = std::ldexp(static_cast<float>(man), -24);
+  else if (exp == 31)
+    v = man ? NAN : INFINITY;
+  else
+    v = std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+
+// float8_e4m3fn: 1 sign, 4 exponent (bias 7), 3 mantissa; no infinities,
+// S.1111.111 is NaN; max finite 448.
+inline float fp8e4m3_to_f32(uint8_t b) {
+  const uint32_t sign = b >> 7, exp = (b >> 3) & 0xfu, man = b & 0x7u;
+  float v;
+  if (exp == 0xf && man == 0x7)
+    v = NAN;
+  else if (exp == 0)
+    v = std::ldexp(static_cast<float>(man), -9);
+  else
+    v = std::ldexp(static_cast<float>(man | 0x8u), static_cast<int>(exp) - 10);
+  return sign ? -v : v;
+}
+
+}  // namespace strata

@@ -1,0 +1,55 @@
+#include "kernels/ops.h"
+
+#include <algorithm>
+
+namespace strata {
+
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
+  double ss = 0.0;
+  for (int64_t i = 0; i < n; ++i) ss += static_cast<double>(x[i]) * x[i];
+  const float r = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * r);
+}
+
+void layernorm(const float* x, const float* w, const float* b, int64_t n, float eps, float* out) {
+  double mean = 0.0;
+  for (int64_t i = 0; i < n; ++i) mean += x[i];
+  mean /= static_cast<double>(n);
+  double var = 0.0;
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  var /= static_cast<double>(n);
+  const double r = 1.0 / std::sqrt(var + eps);
+  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<float>((x[i] - mean) * r) * w[i] + b[i];
+}
+
+void rope_interleaved(float* x, const float* cos, const float* sin, int64_t dim) {
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    const float a = x[2 * i], b = x[2 * i + 1];
+    x[2 * i] = a * cos[i] - b * sin[i];
+    x[2 * i + 1] = a * sin[i] + b * cos[i];
+  }
+}
+
+void rope_angles(int64_t pos, double theta, int64_t dim, float* cos, float* sin) {
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    // inv_freq and the angle are f32 products in the reference.
+    const float inv_freq = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / dim));
+    const float angle = static_cast<float>(pos) * inv_freq;
+    cos[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    sin[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+  }
+}
+
+void softmax(float* x, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);
+  double s = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - m);
+    s += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / s);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+}  // namespace strata

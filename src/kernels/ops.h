@@ -1,0 +1,23 @@
+// Small per-row operations of the forward pass, each in one fixed order so a
+// row's result never depends on its batch.
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace strata {
+
+// out = w * x / sqrt(mean(x^2) + eps); out may alias x.
+void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
+// out = (x - mean) / sqrt(var + eps) * w + b (biased variance); out may alias x.
+void layernorm(const float* x, const float* w, const float* b, int64_t n, float eps, float* out);
+// Interleaved (GPT-J) rotation of adjacent pairs: x[2i], x[2i+1] by angle i.
+void rope_interleaved(float* x, const float* cos, const float* sin, int64_t dim);
+// cos/sin of pos * theta^(-2i/dim) for i < dim/2, as the reference computes them.
+void rope_angles(int64_t pos, double theta, int64_t dim, float* cos, float* sin);
+// In-place softmax over n values.
+void softmax(float* x, int64_t n);
+
+inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
+inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+
+}  // namespace strata

@@ -1,0 +1,230 @@
+#include "model/config.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "util/error.h"
+
+namespace strata {
+
+namespace {
+
+// Limits that any GLM-5-class model fits in with room to spare; anything
+// larger is a corrupt or hostile file.
+constexpr int64_t kMaxVocab = 1 << 22;
+constexpr int64_t kMaxHidden = 1 << 16;
+constexpr int64_t kMaxLayers = 1024;
+constexpr int64_t kMaxWidth = 1 << 18;
+constexpr int64_t kMaxExperts = 4096;
+constexpr int64_t kMaxHeads = 1024;
+constexpr int64_t kMaxHeadDim = 4096;
+constexpr int64_t kMaxPositions = int64_t{1} << 24;
+
+struct Reader {
+  const Json& j;
+  const std::string& origin;
+
+  const Json* get(const char* key) const {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+  int64_t integer(const char* key, int64_t lo, int64_t hi, std::optional<int64_t> def = std::nullopt) const {
+    const Json* v = get(key);
+    if (!v) {
+      if (def) return *def;
+      fail("{}: missing required field \"{}\"", origin, key);
+    }
+    if (!v->is_number_integer()) fail("{}: field \"{}\" must be an integer, got {}", origin, key, v->dump());
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(hi))
+      fail("{}: field \"{}\" = {} is out of range [{}, {}]", origin, key, v->dump(), lo, hi);
+    int64_t x = v->get<int64_t>();
+    if (x < lo || x > hi) fail("{}: field \"{}\" = {} is out of range [{}, {}]", origin, key, x, lo, hi);
+    return x;
+  }
+  double number(const char* key, double lo, double hi, std::optional<double> def = std::nullopt) const {
+    const Json* v = get(key);
+    if (!v) {
+      if (def) return *def;
+      fail("{}: missing required field \"{}\"", origin, key);
+    }
+    if (!v->is_number()) fail("{}: field \"{}\" must be a number, got {}", origin, key, v->dump());
+    double x = v->get<double>();
+    if (!std::isfinite(x) || x < lo || x > hi)
+      fail("{}: field \"{}\" = {} is out of range [{}, {}]", origin, key, x, lo, hi);
+    return x;
+  }
+  bool boolean(const char* key, bool def) const {
+    const Json* v = get(key);
+    if (!v) return def;
+    if (!v->is_boolean()) fail("{}: field \"{}\" must be true or false, got {}", origin, key, v->dump());
+    return v->get<bool>();
+  }
+};
+
+}  // namespace
+
+ModelConfig parse_model_config(const Json& j, const std::string& origin) {
+  if (!j.is_object()) fail("{}: config is not a JSON object", origin);
+  Reader r{j, origin};
+  ModelConfig c;
+  const Json* mt = r.get("model_type");
+  if (!mt || !mt->is_string()) fail("{}: missing string field \"model_type\"", origin);
+  c.model_type = mt->get<std::string>();
+  if (c.model_type != "glm_moe_dsa")
+    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\")", origin, c.model_type);
+
+  c.vocab_size = r.integer("vocab_size", 1, kMaxVocab);
+  c.hidden_size = r.integer("hidden_size", 1, kMaxHidden);
+  c.num_hidden_layers = r.integer("num_hidden_layers", 1, kMaxLayers);
+  c.intermediate_size = r.integer("intermediate_size", 1, kMaxWidth);
+  c.moe_intermediate_size = r.integer("moe_intermediate_size", 1, kMaxWidth);
+  c.n_routed_experts = r.integer("n_routed_experts", 1, kMaxExperts);
+  c.num_experts_per_tok = r.integer("num_experts_per_tok", 1, c.n_routed_experts);
+  c.n_shared_experts = r.integer("n_shared_experts", 0, 64, 0);
+  c.n_group = r.integer("n_group", 1, c.n_routed_experts, 1);
+  c.topk_group = r.integer("topk_group", 1, c.n_group, 1);
+  if (c.n_routed_experts % c.n_group != 0)
+    fail("{}: n_routed_experts {} is not divisible by n_group {}", origin, c.n_routed_experts, c.n_group);
+  if (c.n_group > 1 && c.n_routed_experts / c.n_group < 2)
+    fail("{}: group-limited routing needs at least 2 experts per group", origin);
+  if (c.num_experts_per_tok > c.topk_group * (c.n_routed_experts / c.n_group))
+    fail("{}: num_experts_per_tok {} exceeds the experts in topk_group {} groups", origin,
+         c.num_experts_per_tok, c.topk_group);
+  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
+  c.routed_scaling_factor = static_cast<float>(r.number("routed_scaling_factor", 0.0, 1e4, 1.0));
+  if (const Json* sf = r.get("scoring_func"); sf && (!sf->is_string() || sf->get<std::string>() != "sigmoid"))
+    fail("{}: scoring_func {} is not supported (only \"sigmoid\")", origin, sf->dump());
+
+  c.num_attention_heads = r.integer("num_attention_heads", 1, kMaxHeads);
+  c.q_lora_rank = r.integer("q_lora_rank", 1, kMaxWidth);
+  c.kv_lora_rank = r.integer("kv_lora_rank", 1, kMaxHeadDim);
+  c.qk_nope_head_dim = r.integer("qk_nope_head_dim", 0, kMaxHeadDim);
+  c.qk_rope_head_dim = r.integer("qk_rope_head_dim", 2, kMaxHeadDim);
+  if (c.qk_rope_head_dim % 2 != 0) fail("{}: qk_rope_head_dim {} must be even", origin, c.qk_rope_head_dim);
+  c.v_head_dim = r.integer("v_head_dim", 1, kMaxHeadDim);
+  c.max_position_embeddings = r.integer("max_position_embeddings", 1, kMaxPositions, 4096);
+  c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-6));
+  if (!r.boolean("rope_interleave", true))
+    fail("{}: rope_interleave=false is not supported (GLM-5 uses interleaved RoPE)", origin);
+  if (!r.boolean("indexer_rope_interleave", true))
+    fail("{}: indexer_rope_interleave=false is not supported", origin);
+
+  // RoPE: rope_parameters (transformers v5) or top-level rope_theta; only the
+  // default rope type exists in the GLM-5 family.
+  double theta = r.number("rope_theta", 1.0, 1e12, 10000.0);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const Json* rp = r.get(key);
+    if (!rp) continue;
+    if (!rp->is_object()) fail("{}: field \"{}\" must be an object", origin, key);
+    Reader rr{*rp, origin};
+    if (rp->contains("rope_theta")) theta = rr.number("rope_theta", 1.0, 1e12);
+    const Json* type = rr.get("rope_type");
+    if (!type) type = rr.get("type");
+    if (type && (!type->is_string() || type->get<std::string>() != "default"))
+      fail("{}: {}.rope_type {} is not supported (only \"default\")", origin, key, type->dump());
+  }
+  c.rope_theta = theta;
+
+  c.index_n_heads = r.integer("index_n_heads", 1, kMaxHeads);
+  c.index_head_dim = r.integer("index_head_dim", 1, kMaxHeadDim);
+  if (c.index_head_dim < c.qk_rope_head_dim)
+    fail("{}: index_head_dim {} is smaller than qk_rope_head_dim {}", origin, c.index_head_dim,
+         c.qk_rope_head_dim);
+  c.index_topk = r.integer("index_topk", 1, kMaxPositions);
+  c.index_share_for_mtp_iteration = r.boolean("index_share_for_mtp_iteration", false);
+  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0, 1, 0);
+  if (r.boolean("tie_word_embeddings", false))
+    fail("{}: tie_word_embeddings=true is not supported (GLM-5 has a separate lm_head)", origin);
+
+  if (const Json* e = r.get("eos_token_id")) {
+    auto add = [&](const Json& v) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.vocab_size)
+        fail("{}: eos_token_id {} is not a token id below vocab_size {}", origin, v.dump(), c.vocab_size);
+      c.eos_token_ids.push_back(v.get<int64_t>());
+    };
+    if (e->is_array()) {
+      if (e->size() > 64) fail("{}: eos_token_id has {} entries (limit 64)", origin, e->size());
+      for (const Json& v : *e) add(v);
+    } else {
+      add(*e);
+    }
+  }
+  c.pad_token_id = r.integer("pad_token_id", 0, c.vocab_size - 1, -1);
+
+  // Dense/MoE schedule: mlp_layer_types if given, else first_k_dense_replace
+  // and moe_layer_freq.
+  const int64_t L = c.num_hidden_layers;
+  c.layer_is_moe.assign(static_cast<size_t>(L), true);
+  if (const Json* types = r.get("mlp_layer_types")) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != L)
+      fail("{}: mlp_layer_types must be an array of num_hidden_layers ({}) strings", origin, L);
+    for (int64_t i = 0; i < L; ++i) {
+      const Json& t = (*types)[static_cast<size_t>(i)];
+      if (!t.is_string() || (t != "dense" && t != "sparse"))
+        fail("{}: mlp_layer_types[{}] = {} must be \"dense\" or \"sparse\"", origin, i, t.dump());
+      c.layer_is_moe[static_cast<size_t>(i)] = t == "sparse";
+    }
+  } else {
+    int64_t k = r.integer("first_k_dense_replace", 0, L, 0);
+    int64_t freq = r.integer("moe_layer_freq", 1, L, 1);
+    for (int64_t i = 0; i < L; ++i) c.layer_is_moe[static_cast<size_t>(i)] = i >= k && i % freq == 0;
+  }
+
+  // Indexer schedule (GLM-5.2 IndexShare): pattern string, else freq/offset.
+  c.layer_indexer_full.assign(static_cast<size_t>(L), true);
+  if (const Json* types = r.get("indexer_types")) {
+    if (!types->is_array() || static_cast<int64_t>(types->size()) != L)
+      fail("{}: indexer_types must be an array of num_hidden_layers ({}) strings", origin, L);
+    for (int64_t i = 0; i < L; ++i) {
+      const Json& t = (*types)[static_cast<size_t>(i)];
+      if (!t.is_string() || (t != "full" && t != "shared"))
+        fail("{}: indexer_types[{}] = {} must be \"full\" or \"shared\"", origin, i, t.dump());
+      c.layer_indexer_full[static_cast<size_t>(i)] = t == "full";
+    }
+  } else if (const Json* pat = r.get("index_topk_pattern")) {
+    if (!pat->is_string() || static_cast<int64_t>(pat->get<std::string>().size()) != L)
+      fail("{}: index_topk_pattern must be a string of num_hidden_layers ({}) letters F/S", origin, L);
+    const std::string p = pat->get<std::string>();
+    for (int64_t i = 0; i < L; ++i) {
+      char ch = p[static_cast<size_t>(i)];
+      if (ch != 'F' && ch != 'S') fail("{}: index_topk_pattern[{}] = '{}' must be F or S", origin, i, ch);
+      c.layer_indexer_full[static_cast<size_t>(i)] = ch == 'F';
+    }
+  } else {
+    int64_t freq = r.integer("index_topk_freq", 1, kMaxLayers, 1);
+    int64_t offset = r.integer("index_skip_topk_offset", 0, kMaxLayers, 2);
+    for (int64_t i = 0; i < L; ++i)
+      c.layer_indexer_full[static_cast<size_t>(i)] = std::max<int64_t>(i - offset + 1, 0) % freq == 0;
+  }
+  if (!c.layer_indexer_full[0])
+    fail("{}: layer 0 shares the indexer top-k, but no earlier layer computes one", origin);
+
+  if (const Json* q = r.get("quantization_config")) {
+    if (!q->is_object()) fail("{}: quantization_config must be an object", origin);
+    const Json* m = Reader{*q, origin}.get("quant_method");
+    if (!m || !m->is_string() || m->get<std::string>() != "fp8")
+      fail("{}: quantization_config.quant_method {} is not supported (only \"fp8\")", origin,
+           m ? m->dump() : "missing");
+    c.fp8 = true;
+    if (const Json* fmt_ = Reader{*q, origin}.get("fmt"); fmt_ && *fmt_ != "e4m3")
+      fail("{}: quantization_config.fmt {} is not supported (only \"e4m3\")", origin, fmt_->dump());
+    if (const Json* b = Reader{*q, origin}.get("weight_block_size")) {
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer() ||
+          (*b)[0].get<int64_t>() < 1 || (*b)[1].get<int64_t>() < 1 || (*b)[0].get<int64_t>() > 4096 ||
+          (*b)[1].get<int64_t>() > 4096)
+        fail("{}: quantization_config.weight_block_size must be two integers in [1, 4096]", origin);
+      c.fp8_block_rows = (*b)[0].get<int64_t>();
+      c.fp8_block_cols = (*b)[1].get<int64_t>();
+    }
+  }
+  return c;
+}
+
+ModelConfig load_model_config(const std::string& model_dir) {
+  const std::string path = model_dir + "/config.json";
+  return parse_model_config(parse_json(read_small_file(path, 4u << 20), path), path);
+}
+
+}  // namespace strata

@@ -1,0 +1,228 @@
+// The decoder stack: embeddings, layers (attention + dense MLP or MoE), the
+// final norm and the head. Attention lives in attention.cpp.
+#include "model/forward.h"
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "util/error.h"
+
+namespace strata {
+
+namespace {
+
+template <typename T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
+
+void ModelRunner::check_rows(std::span<const Row> rows, bool mtp) const {
+  const ModelConfig& c = m_.config;
+  std::vector<std::pair<Session*, int32_t>> seen;
+  for (const Row& r : rows) {
+    if (!r.seq) fail("forward: row without a session");
+    if (r.pos < 0 || r.pos >= r.seq->capacity())
+      fail("forward: position {} is outside the session's context of {}", r.pos, r.seq->capacity());
+    if (r.token < 0 || r.token >= c.vocab_size)
+      fail("forward: token id {} is outside the vocabulary of {}", r.token, c.vocab_size);
+    if (mtp && !r.seq->has_mtp()) fail("forward: the session has no MTP state");
+    seen.emplace_back(r.seq, r.pos);
+  }
+  // Every key a row attends to must be cached already or computed in this batch.
+  std::sort(seen.begin(), seen.end());
+  for (size_t i = 0; i < seen.size(); ++i) {
+    const Session* s = seen[i].first;
+    if (i > 0 && seen[i - 1] == seen[i]) fail("forward: position {} appears twice in one batch", seen[i].second);
+    const int64_t have = mtp ? s->mtp_n_past : s->n_past;
+    int64_t expect = have;  // positions >= have must form a run have, have+1, ...
+    for (size_t j = i; j < seen.size() && seen[j].first == s; ++j) {
+      if (seen[j].second < have) continue;
+      if (seen[j].second != expect)
+        fail("forward: position {} leaves a gap (the session holds {} positions)", seen[j].second, have);
+      ++expect;
+    }
+  }
+}
+
+void ModelRunner::forward(std::span<const Row> rows, const ForwardOptions& opts, float* logits, float* hidden_out) {
+  check_rows(rows, false);
+  const ModelConfig& c = m_.config;
+  const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
+  float* h = grow(ws_.h, static_cast<size_t>(n * D));
+  for (int64_t r = 0; r < n; ++r) m_.weights.embed.row_f32(rows[r].token, h + r * D);
+  for (int64_t L = 0; L < c.num_hidden_layers; ++L) layer(L, rows, opts);
+  head(rows, m_.weights.final_norm, logits, hidden_out);
+  for (const Row& r : rows) r.seq->n_past = std::max<int64_t>(r.seq->n_past, r.pos + 1);
+}
+
+void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts,
+                              float* logits) {
+  const ModelConfig& c = m_.config;
+  if (c.num_nextn_predict_layers < 1 || static_cast<int64_t>(m_.weights.layers.size()) <= c.num_hidden_layers)
+    fail("forward_mtp: the model has no MTP layer loaded");
+  check_rows(rows, true);
+  const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size, N = c.num_hidden_layers;
+  const LayerWeights& lw = m_.weights.layers[static_cast<size_t>(N)];
+  float* cat = grow(ws_.tmp, static_cast<size_t>(n * 2 * D));
+  for (int64_t r = 0; r < n; ++r) {
+    float* e = cat + r * 2 * D;
+    m_.weights.embed.row_f32(rows[r].token, e);
+    rmsnorm(e, lw.enorm.data(), D, c.rms_norm_eps, e);
+    rmsnorm(hidden + r * D, lw.hnorm.data(), D, c.rms_norm_eps, e + D);
+  }
+  float* h = grow(ws_.h, static_cast<size_t>(n * D));
+  matmul(lw.eh_proj, cat, n, h, &pool_);
+  layer(N, rows, opts);
+  head(rows, lw.shared_head_norm, logits, nullptr);
+  for (const Row& r : rows) r.seq->mtp_n_past = std::max<int64_t>(r.seq->mtp_n_past, r.pos + 1);
+}
+
+void ModelRunner::layer(int64_t L, std::span<const Row> rows, const ForwardOptions& opts) {
+  const ModelConfig& c = m_.config;
+  const LayerWeights& lw = m_.weights.layers[static_cast<size_t>(L)];
+  const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
+  float* h = ws_.h.data();
+  float* xn = grow(ws_.xn, static_cast<size_t>(n * D));
+  for (int64_t r = 0; r < n; ++r) rmsnorm(h + r * D, lw.input_norm.data(), D, c.rms_norm_eps, xn + r * D);
+  attention(L, rows, opts);
+  const float* a = ws_.attn_out.data();
+  for (int64_t i = 0; i < n * D; ++i) h[i] += a[i];
+
+  for (int64_t r = 0; r < n; ++r) rmsnorm(h + r * D, lw.post_attention_norm.data(), D, c.rms_norm_eps, xn + r * D);
+  float* y = grow(ws_.tmp, static_cast<size_t>(n * D));
+  if (lw.is_moe)
+    moe(L, n, xn, y);
+  else
+    mlp(lw.dense, xn, n, y);
+  for (int64_t i = 0; i < n * D; ++i) h[i] += y[i];
+}
+
+void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) {
+  const int64_t I = w.gate.rows;
+  float* g = grow(ws_.mlp_g, static_cast<size_t>(n * I));
+  float* u = grow(ws_.mlp_u, static_cast<size_t>(n * I));
+  matmul(w.gate, x, n, g, &pool_);
+  matmul(w.up, x, n, u, &pool_);
+  for (int64_t i = 0; i < n * I; ++i) g[i] = silu(g[i]) * u[i];
+  matmul(w.down, g, n, y, &pool_);
+}
+
+void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
+  const ModelConfig& c = m_.config;
+  const LayerWeights& lw = m_.weights.layers[static_cast<size_t>(L)];
+  const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, D = c.hidden_size;
+  const int64_t G = c.n_group, gsize = E / G;
+
+  // Router in f32: sigmoid scores; the bias only steers the choice.
+  float* logit = grow(ws_.router, static_cast<size_t>(n * E));
+  matmul(lw.router.gate, x, n, logit, &pool_);
+  int32_t* idx = grow(ws_.topk_idx, static_cast<size_t>(n * K));
+  float* wts = grow(ws_.topk_w, static_cast<size_t>(n * K));
+  std::vector<float> choice(static_cast<size_t>(E));
+  std::vector<int32_t> order(static_cast<size_t>(std::max(E, G)));
+  std::vector<float> gscore(static_cast<size_t>(G));
+  for (int64_t r = 0; r < n; ++r) {
+    float* s = logit + r * E;
+    for (int64_t e = 0; e < E; ++e) {
+      s[e] = sigmoid(s[e]);
+      choice[e] = s[e] + lw.router.bias[e];
+    }
+    if (G > 1) {
+      // Group-limited routing: keep the topk_group groups whose two best
+      // experts score highest; experts outside them cannot be chosen.
+      for (int64_t g = 0; g < G; ++g) {
+        float b1 = -INFINITY, b2 = -INFINITY;
+        for (int64_t e = g * gsize; e < (g + 1) * gsize; ++e) {
+          if (choice[e] > b1) {
+            b2 = b1;
+            b1 = choice[e];
+          } else if (choice[e] > b2) {
+            b2 = choice[e];
+          }
+        }
+        gscore[g] = b1 + b2;
+        order[g] = static_cast<int32_t>(g);
+      }
+      std::sort(order.begin(), order.begin() + G, [&](int32_t a, int32_t b) {
+        return gscore[a] != gscore[b] ? gscore[a] > gscore[b] : a < b;
+      });
+      for (int64_t gi = c.topk_group; gi < G; ++gi)
+        for (int64_t e = order[gi] * gsize; e < (order[gi] + 1) * gsize; ++e) choice[e] = -INFINITY;
+    }
+    for (int64_t e = 0; e < E; ++e) order[e] = static_cast<int32_t>(e);
+    std::partial_sort(order.begin(), order.begin() + K, order.begin() + E, [&](int32_t a, int32_t b) {
+      return choice[a] != choice[b] ? choice[a] > choice[b] : a < b;
+    });
+    float sum = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      idx[r * K + k] = order[k];
+      wts[r * K + k] = s[order[k]];
+      sum += s[order[k]];
+    }
+    for (int64_t k = 0; k < K; ++k) {
+      if (c.norm_topk_prob) wts[r * K + k] /= (sum + 1e-20f);
+      wts[r * K + k] *= c.routed_scaling_factor;
+    }
+  }
+
+  // The union of the batch's experts, each computed once over its rows.
+  std::vector<int32_t> uni(idx, idx + n * K);
+  std::sort(uni.begin(), uni.end());
+  uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
+  store_.acquire(L, uni, ws_.experts);
+  float* slot = grow(ws_.slot_out, static_cast<size_t>(n * K * D));
+  for (size_t ui = 0; ui < uni.size(); ++ui) {
+    ws_.expert_slot.clear();
+    for (int64_t j = 0; j < n * K; ++j)
+      if (idx[j] == uni[ui]) ws_.expert_slot.push_back(static_cast<int32_t>(j));
+    const int64_t m = static_cast<int64_t>(ws_.expert_slot.size());
+    float* xs = grow(ws_.xs, static_cast<size_t>(m * D));
+    float* ys = grow(ws_.ys, static_cast<size_t>(m * D));
+    for (int64_t j = 0; j < m; ++j) std::memcpy(xs + j * D, x + (ws_.expert_slot[j] / K) * D, D * sizeof(float));
+    mlp(*ws_.experts[ui], xs, m, ys);
+    for (int64_t j = 0; j < m; ++j) std::memcpy(slot + ws_.expert_slot[j] * D, ys + j * D, D * sizeof(float));
+  }
+  store_.release(L);
+
+  // Per row, in the row's own top-k order: the same sum whatever the batch.
+  for (int64_t r = 0; r < n; ++r) {
+    float* yr = y + r * D;
+    std::fill(yr, yr + D, 0.0f);
+    for (int64_t k = 0; k < K; ++k) {
+      const float w = wts[r * K + k];
+      const float* o = slot + (r * K + k) * D;
+      for (int64_t d = 0; d < D; ++d) yr[d] += w * o[d];
+    }
+  }
+  if (lw.has_shared) {
+    float* sh = grow(ws_.ys, static_cast<size_t>(n * D));
+    mlp(lw.shared, x, n, sh);
+    for (int64_t i = 0; i < n * D; ++i) y[i] += sh[i];
+  }
+}
+
+void ModelRunner::head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out) {
+  const ModelConfig& c = m_.config;
+  const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
+  const float* h = ws_.h.data();
+  float* in = grow(ws_.logits_in, static_cast<size_t>(n * D));
+  int64_t cnt = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    float* dst = in + cnt * D;
+    rmsnorm(h + r * D, norm.data(), D, c.rms_norm_eps, dst);
+    if (hidden_out) std::memcpy(hidden_out + r * D, dst, D * sizeof(float));
+    if (rows[r].want_logits) ++cnt;
+  }
+  if (cnt > 0) {
+    if (!logits) fail("forward: rows want logits but no logits buffer was given");
+    matmul(m_.weights.lm_head, in, cnt, logits, &pool_);
+  }
+}
+
+}  // namespace strata

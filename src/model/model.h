@@ -1,0 +1,80 @@
+// A loaded glm_moe_dsa model: config plus immutable weights. Mutable state
+// (KV caches, scratch) lives in Session, experts are reached through an
+// ExpertStore, threads come from a ThreadPool passed in.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "model/config.h"
+#include "model/weight.h"
+
+namespace strata {
+
+struct MlpWeights {  // SwiGLU: down(silu(gate x) * up x)
+  Weight gate, up, down;
+  size_t bytes() const { return gate.bytes() + up.bytes() + down.bytes(); }
+};
+
+struct IndexerWeights {  // DSA lightning indexer (absent on GLM-5.2 shared layers)
+  Weight wq_b;           // [n_heads*head_dim, q_lora]
+  Weight wk;             // [head_dim, hidden]
+  Weight weights_proj;   // [n_heads, hidden]
+  std::vector<float> k_norm_weight, k_norm_bias;  // LayerNorm(head_dim)
+};
+
+struct AttentionWeights {  // MLA
+  Weight q_a;   // [q_lora, hidden]
+  Weight q_b;   // [heads*qk_head, q_lora]
+  Weight kv_a;  // [kv_lora+rope, hidden]
+  Weight kv_b;  // [heads*(nope+v), kv_lora]
+  Weight o;     // [hidden, heads*v]
+  std::vector<float> q_a_norm, kv_a_norm;
+  bool has_indexer = false;
+  IndexerWeights indexer;
+};
+
+struct RouterWeights {
+  Weight gate;                // [n_experts, hidden], evaluated in f32
+  std::vector<float> bias;    // e_score_correction_bias (choice only)
+};
+
+struct LayerWeights {
+  std::vector<float> input_norm, post_attention_norm;
+  AttentionWeights attn;
+  bool is_moe = false;
+  MlpWeights dense;     // !is_moe
+  RouterWeights router; // is_moe
+  bool has_shared = false;
+  MlpWeights shared;    // is_moe && n_shared_experts > 0
+  // MTP layer only (index num_hidden_layers).
+  std::vector<float> enorm, hnorm, shared_head_norm;
+  Weight eh_proj;  // [hidden, 2*hidden]
+};
+
+struct ModelWeights {
+  Weight embed;    // [vocab, hidden]
+  Weight lm_head;  // [vocab, hidden]
+  std::vector<float> final_norm;
+  std::vector<LayerWeights> layers;  // decoder layers, then MTP layers
+  // Routed experts per layer (empty for dense layers), read only through an
+  // ExpertStore.
+  std::vector<std::vector<MlpWeights>> experts;
+};
+
+struct Model {
+  std::string dir;
+  ModelConfig config;
+  ModelWeights weights;
+};
+
+struct LoadOptions {
+  bool load_mtp = true;
+  bool progress = false;  // print loading progress on stderr
+};
+
+// Loads and validates every tensor once; the hot path trusts the result.
+std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts = {});
+
+}  // namespace strata

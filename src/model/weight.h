@@ -1,0 +1,43 @@
+// Immutable weight matrices with a format tag. A matrix keeps the format it
+// was stored in (f32, bf16, block-FP8); kernels are chosen by format, and a
+// row can always be expanded to f32 by the scalar reference `row_f32`.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "format/safetensors.h"
+
+namespace strata {
+
+enum class WeightFormat : uint8_t { F32, BF16, FP8_BLOCK };
+const char* weight_format_name(WeightFormat f);
+
+struct Weight {
+  std::string name;
+  WeightFormat format = WeightFormat::F32;
+  int64_t rows = 0;  // output features (nn.Linear weight is [out, in])
+  int64_t cols = 0;  // input features
+  std::vector<uint8_t> data;  // rows*cols elements of the format, row-major
+  // FP8_BLOCK: scale per (block_rows x block_cols) block, [ceil(rows/br), ceil(cols/bc)]
+  std::vector<float> scales;
+  int64_t block_rows = 0;
+  int64_t block_cols = 0;
+
+  bool empty() const { return rows == 0; }
+  // Expands row r to f32 (exact for every format).
+  void row_f32(int64_t r, float* out) const;
+  size_t bytes() const { return data.size() + scales.size() * sizeof(float); }
+};
+
+// Loads a 2-D weight `name` (bf16, f16, f32, or F8_E4M3 with a
+// `<module>.weight_scale_inv` beside it), checking its shape against
+// [rows, cols]. block_* are the FP8 block size from the config.
+Weight load_weight(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols,
+                   int64_t block_rows = 128, int64_t block_cols = 128);
+
+// Loads a vector or matrix of any float dtype as f32 (norms, biases,
+// embeddings when small), checking the shape.
+std::vector<float> load_f32(const Checkpoint& ck, const std::string& name, const std::vector<int64_t>& shape);
+
+}  // namespace strata

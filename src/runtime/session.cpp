@@ -1,0 +1,27 @@
+#include "runtime/session.h"
+
+#include "util/error.h"
+
+namespace strata {
+
+Session::Session(const ModelConfig& c, int64_t capacity, bool with_mtp)
+    : capacity_(capacity), num_decoder_layers_(c.num_hidden_layers) {
+  if (capacity < 1 || capacity > c.max_position_embeddings)
+    fail("context size {} is outside [1, max_position_embeddings={}]", capacity, c.max_position_embeddings);
+  const int64_t n = c.num_hidden_layers + (with_mtp ? c.num_nextn_predict_layers : 0);
+  layers_.resize(static_cast<size_t>(n));
+  for (int64_t l = 0; l < n; ++l) {
+    LayerCache& lc = layers_[static_cast<size_t>(l)];
+    lc.latent.assign(static_cast<size_t>(capacity * c.kv_lora_rank), 0.0f);
+    lc.rope_key.assign(static_cast<size_t>(capacity * c.qk_rope_head_dim), 0.0f);
+    if (c.indexer_full(l)) lc.index_key.assign(static_cast<size_t>(capacity * c.index_head_dim), 0.0f);
+  }
+}
+
+size_t Session::bytes() const {
+  size_t b = 0;
+  for (const auto& l : layers_) b += (l.latent.size() + l.rope_key.size() + l.index_key.size()) * sizeof(float);
+  return b;
+}
+
+}  // namespace strata

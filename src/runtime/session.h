@@ -1,0 +1,43 @@
+// Sequence state as a value (ARCHITECTURE.md §5): per weight layer (decoder
+// layers, then MTP layers) the normalised KV latent, the roped key and the
+// indexer key of every position. Sized to the context once, at creation.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace strata {
+
+struct LayerCache {
+  std::vector<float> latent;     // [capacity, kv_lora_rank]
+  std::vector<float> rope_key;   // [capacity, qk_rope_head_dim]
+  std::vector<float> index_key;  // [capacity, index_head_dim], full-indexer layers only
+};
+
+class Session {
+ public:
+  Session(const ModelConfig& c, int64_t capacity, bool with_mtp = true);
+
+  int64_t capacity() const { return capacity_; }
+  LayerCache& layer(int64_t l) { return layers_[static_cast<size_t>(l)]; }
+  const LayerCache& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
+  bool has_mtp() const { return static_cast<int64_t>(layers_.size()) > num_decoder_layers_; }
+
+  // Positions [0, n_past) of the main model hold valid keys; likewise for the
+  // MTP layer. Truncating forgets later positions (rejected drafts, :reset).
+  int64_t n_past = 0;
+  int64_t mtp_n_past = 0;
+  void truncate(int64_t n) {
+    if (n < n_past) n_past = n;
+    if (n < mtp_n_past) mtp_n_past = n;
+  }
+  size_t bytes() const;
+
+ private:
+  int64_t capacity_;
+  int64_t num_decoder_layers_;
+  std::vector<LayerCache> layers_;
+};
+
+}  // namespace strata
