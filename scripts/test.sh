@@ -12,7 +12,7 @@ echo "== Release tests"
 (cd build && ctest --output-on-failure -j2)
 
 echo "== ASan/UBSan build"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON >/dev/null
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON -DSTRATA_PY_TESTS=OFF >/dev/null
 ninja -C build-asan
 echo "== ASan/UBSan tests"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 ctest --output-on-failure -j2)

@@ -36,17 +36,20 @@ void ModelRunner::check_rows(std::span<const Row> rows, bool mtp) const {
   }
   // Every key a row attends to must be cached already or computed in this batch.
   std::sort(seen.begin(), seen.end());
-  for (size_t i = 0; i < seen.size(); ++i) {
+  for (size_t i = 0; i < seen.size();) {
     const Session* s = seen[i].first;
-    if (i > 0 && seen[i - 1] == seen[i]) fail("forward: position {} appears twice in one batch", seen[i].second);
     const int64_t have = mtp ? s->mtp_n_past : s->n_past;
-    int64_t expect = have;  // positions >= have must form a run have, have+1, ...
-    for (size_t j = i; j < seen.size() && seen[j].first == s; ++j) {
+    int64_t expect = have;  // positions >= have must form the run have, have+1, ...
+    size_t j = i;
+    for (; j < seen.size() && seen[j].first == s; ++j) {
+      if (j > i && seen[j - 1].second == seen[j].second)
+        fail("forward: position {} appears twice in one batch", seen[j].second);
       if (seen[j].second < have) continue;
       if (seen[j].second != expect)
         fail("forward: position {} leaves a gap (the session holds {} positions)", seen[j].second, have);
       ++expect;
     }
+    i = j;
   }
 }
 
@@ -124,9 +127,9 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   matmul(lw.router.gate, x, n, logit, &pool_);
   int32_t* idx = grow(ws_.topk_idx, static_cast<size_t>(n * K));
   float* wts = grow(ws_.topk_w, static_cast<size_t>(n * K));
-  std::vector<float> choice(static_cast<size_t>(E));
-  std::vector<int32_t> order(static_cast<size_t>(std::max(E, G)));
-  std::vector<float> gscore(static_cast<size_t>(G));
+  float* choice = grow(ws_.route_choice, static_cast<size_t>(E));
+  int32_t* order = grow(ws_.route_order, static_cast<size_t>(std::max(E, G)));
+  float* gscore = grow(ws_.route_group, static_cast<size_t>(G));
   for (int64_t r = 0; r < n; ++r) {
     float* s = logit + r * E;
     for (int64_t e = 0; e < E; ++e) {
@@ -149,14 +152,14 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
         gscore[g] = b1 + b2;
         order[g] = static_cast<int32_t>(g);
       }
-      std::sort(order.begin(), order.begin() + G, [&](int32_t a, int32_t b) {
+      std::sort(order, order + G, [&](int32_t a, int32_t b) {
         return gscore[a] != gscore[b] ? gscore[a] > gscore[b] : a < b;
       });
       for (int64_t gi = c.topk_group; gi < G; ++gi)
         for (int64_t e = order[gi] * gsize; e < (order[gi] + 1) * gsize; ++e) choice[e] = -INFINITY;
     }
     for (int64_t e = 0; e < E; ++e) order[e] = static_cast<int32_t>(e);
-    std::partial_sort(order.begin(), order.begin() + K, order.begin() + E, [&](int32_t a, int32_t b) {
+    std::partial_sort(order, order + K, order + E, [&](int32_t a, int32_t b) {
       return choice[a] != choice[b] ? choice[a] > choice[b] : a < b;
     });
     float sum = 0.0f;
@@ -172,7 +175,8 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   }
 
   // The union of the batch's experts, each computed once over its rows.
-  std::vector<int32_t> uni(idx, idx + n * K);
+  std::vector<int32_t>& uni = ws_.expert_union;
+  uni.assign(idx, idx + n * K);
   std::sort(uni.begin(), uni.end());
   uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
   store_.acquire(L, uni, ws_.experts);

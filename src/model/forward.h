@@ -40,7 +40,8 @@ struct Workspace {
   std::vector<uint8_t> select_all;
   std::vector<int32_t> topk_idx;
   std::vector<float> topk_w;
-  std::vector<int32_t> expert_rows, expert_slot;
+  std::vector<float> route_choice, route_group;
+  std::vector<int32_t> route_order, expert_union, expert_slot;
   std::vector<const MlpWeights*> experts;
 };
 
