@@ -26,7 +26,7 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
     for (int64_t o = o0; o < o1; ++o) {
       const float* w;
       if (W.format == WeightFormat::F32) {
-        w = reinterpret_cast<const float*>(W.data.data()) + o * in;
+        w = reinterpret_cast<const float*>(W.q()) + o * in;
       } else {
         W.row_f32(o, wrow.data());
         w = wrow.data();

@@ -10,7 +10,7 @@
 
 namespace strata {
 
-enum class WeightFormat : uint8_t { F32, BF16, FP8_BLOCK };
+enum class WeightFormat : uint8_t { F32, BF16, FP8_BLOCK, INT8, INT4 };
 const char* weight_format_name(WeightFormat f);
 
 struct Weight {
@@ -18,16 +18,27 @@ struct Weight {
   WeightFormat format = WeightFormat::F32;
   int64_t rows = 0;  // output features (nn.Linear weight is [out, in])
   int64_t cols = 0;  // input features
-  std::vector<uint8_t> data;  // rows*cols elements of the format, row-major
-  // FP8_BLOCK: scale per (block_rows x block_cols) block, [ceil(rows/br), ceil(cols/bc)]
+  // Row-major elements of the format (INT4: two per byte, rows padded to
+  // whole bytes) and scales, owned here or viewed in memory owned elsewhere
+  // (an expert cache slot, a mapped container): use q() and s().
+  std::vector<uint8_t> data;
   std::vector<float> scales;
+  const uint8_t* view_data = nullptr;
+  const float* view_scales = nullptr;
+  size_t view_bytes = 0;
+  // FP8_BLOCK: scale per (block_rows x block_cols) block, [ceil(rows/br), ceil(cols/bc)].
   int64_t block_rows = 0;
   int64_t block_cols = 0;
+  // INT8/INT4: scales [rows, groups]; group 0 = one scale per row.
+  int64_t group = 0;
 
+  const uint8_t* q() const { return view_data ? view_data : data.data(); }
+  const float* s() const { return view_scales ? view_scales : scales.data(); }
   bool empty() const { return rows == 0; }
-  // Expands row r to f32 (exact for every format).
+  // Expands row r to f32: exact for f32/bf16/fp8, the scalar dequantization
+  // reference for the integer formats.
   void row_f32(int64_t r, float* out) const;
-  size_t bytes() const { return data.size() + scales.size() * sizeof(float); }
+  size_t bytes() const { return view_data ? view_bytes : data.size() + scales.size() * sizeof(float); }
 };
 
 // Loads a 2-D weight `name` (bf16, f16, f32, or F8_E4M3 with a
