@@ -41,7 +41,10 @@ void add_generate_command(CLI::App& app, Runner& run) {
       std::vector<float> logits(static_cast<size_t>(V));
       std::vector<Row> rows;
       for (int64_t p = 0; p < P; ++p) rows.push_back({&s, static_cast<int32_t>(p), prompt[p], p == P - 1});
+      uint64_t t0 = now_ns();
       e.runner->forward(rows, fo, logits.data(), nullptr);
+      e.prompt_ns += now_ns() - t0;
+      e.prompt_tokens += static_cast<uint64_t>(P);
       Json out;
       out["ids"] = Json::array();
       for (int64_t i = 0; i < f->n; ++i) {
@@ -51,9 +54,13 @@ void add_generate_command(CLI::App& app, Runner& run) {
           break;
         if (i + 1 == f->n) break;
         Row r{&s, static_cast<int32_t>(P + i), tok, true};
+        t0 = now_ns();
         e.runner->forward({&r, 1}, fo, logits.data(), nullptr);
+        e.decode_ns += now_ns() - t0;
+        ++e.decode_tokens;
       }
       std::printf("%s\n", out.dump().c_str());
+      finish_engine(e, f->engine);
       return 0;
     };
   });

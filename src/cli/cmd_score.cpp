@@ -39,11 +39,14 @@ void add_score_command(CLI::App& app, Runner& run) {
       const ForwardOptions fo = f->engine.forward_options();
       std::vector<float> logits(static_cast<size_t>(T * V)), hidden(static_cast<size_t>(T * D));
       const int64_t chunk = f->chunk > 0 ? f->chunk : T;
+      const uint64_t t0 = now_ns();
       for (int64_t p0 = 0; p0 < T; p0 += chunk) {
         std::vector<Row> rows;
         for (int64_t p = p0; p < std::min(T, p0 + chunk); ++p) rows.push_back({&s, static_cast<int32_t>(p), ids[p], true});
         e.runner->forward(rows, fo, logits.data() + p0 * V, hidden.data() + p0 * D);
       }
+      e.prompt_ns += now_ns() - t0;
+      e.prompt_tokens += static_cast<uint64_t>(T);
       Json out;
       out["top1"] = Json::array();
       for (int64_t p = 0; p < T; ++p) out["top1"].push_back(argmax(logits.data() + p * V, V));
@@ -65,6 +68,7 @@ void add_score_command(CLI::App& app, Runner& run) {
           if (p < T - 1) out["mtp_logits"][std::to_string(p)] = std::vector<float>(mlog.begin() + p * V, mlog.begin() + (p + 1) * V);
       }
       std::printf("%s\n", out.dump().c_str());
+      finish_engine(e, f->engine);
       return 0;
     };
   });

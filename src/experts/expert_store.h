@@ -16,6 +16,9 @@ class ExpertStore {
   // Fills out[i] with expert experts[i] of `layer`, valid until release(layer).
   virtual void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) = 0;
   virtual void release(int64_t layer) = 0;
+  // The most experts of `layer` one acquire() may ask for; the MoE splits the
+  // union into chunks of this size (each expert is still read once).
+  virtual int64_t max_batch(int64_t layer) const { return INT64_MAX; }
 };
 
 // Every expert resident in RAM, straight from the loaded weights.

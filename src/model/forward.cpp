@@ -3,6 +3,7 @@
 #include "model/forward.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <limits>
 
@@ -19,6 +20,18 @@ T* grow(std::vector<T>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+// Adds the lifetime of the scope to a counter.
+struct ScopedTimer {
+  uint64_t& acc;
+  uint64_t t0 = now_ns();
+  ~ScopedTimer() { acc += now_ns() - t0; }
+};
 
 }  // namespace
 
@@ -55,6 +68,8 @@ void ModelRunner::check_rows(std::span<const Row> rows, bool mtp) const {
 
 void ModelRunner::forward(std::span<const Row> rows, const ForwardOptions& opts, float* logits, float* hidden_out) {
   check_rows(rows, false);
+  ScopedTimer timer{stats_.total_ns};
+  stats_.rows += rows.size();
   const ModelConfig& c = m_.config;
   const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
   float* h = grow(ws_.h, static_cast<size_t>(n * D));
@@ -70,6 +85,8 @@ void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, co
   if (c.num_nextn_predict_layers < 1 || static_cast<int64_t>(m_.weights.layers.size()) <= c.num_hidden_layers)
     fail("forward_mtp: the model has no MTP layer loaded");
   check_rows(rows, true);
+  ScopedTimer timer{stats_.total_ns};
+  stats_.rows += rows.size();
   const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size, N = c.num_hidden_layers;
   const LayerWeights& lw = m_.weights.layers[static_cast<size_t>(N)];
   float* cat = grow(ws_.tmp, static_cast<size_t>(n * 2 * D));
@@ -93,7 +110,10 @@ void ModelRunner::layer(int64_t L, std::span<const Row> rows, const ForwardOptio
   float* h = ws_.h.data();
   float* xn = grow(ws_.xn, static_cast<size_t>(n * D));
   for (int64_t r = 0; r < n; ++r) rmsnorm(h + r * D, lw.input_norm.data(), D, c.rms_norm_eps, xn + r * D);
-  attention(L, rows, opts);
+  {
+    ScopedTimer t{stats_.attention_ns};
+    attention(L, rows, opts);
+  }
   const float* a = ws_.attn_out.data();
   for (int64_t i = 0; i < n * D; ++i) h[i] += a[i];
 
@@ -123,6 +143,7 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   const int64_t G = c.n_group, gsize = E / G;
 
   // Router in f32: sigmoid scores; the bias only steers the choice.
+  uint64_t t_router = now_ns();
   float* logit = grow(ws_.router, static_cast<size_t>(n * E));
   matmul(lw.router.gate, x, n, logit, &pool_);
   int32_t* idx = grow(ws_.topk_idx, static_cast<size_t>(n * K));
@@ -174,25 +195,35 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
     }
   }
 
+  stats_.router_ns += now_ns() - t_router;
+
   // The union of the batch's experts, each computed once over its rows.
   std::vector<int32_t>& uni = ws_.expert_union;
   uni.assign(idx, idx + n * K);
   std::sort(uni.begin(), uni.end());
   uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
-  store_.acquire(L, uni, ws_.experts);
   float* slot = grow(ws_.slot_out, static_cast<size_t>(n * K * D));
-  for (size_t ui = 0; ui < uni.size(); ++ui) {
-    ws_.expert_slot.clear();
-    for (int64_t j = 0; j < n * K; ++j)
-      if (idx[j] == uni[ui]) ws_.expert_slot.push_back(static_cast<int32_t>(j));
-    const int64_t m = static_cast<int64_t>(ws_.expert_slot.size());
-    float* xs = grow(ws_.xs, static_cast<size_t>(m * D));
-    float* ys = grow(ws_.ys, static_cast<size_t>(m * D));
-    for (int64_t j = 0; j < m; ++j) std::memcpy(xs + j * D, x + (ws_.expert_slot[j] / K) * D, D * sizeof(float));
-    mlp(*ws_.experts[ui], xs, m, ys);
-    for (int64_t j = 0; j < m; ++j) std::memcpy(slot + ws_.expert_slot[j] * D, ys + j * D, D * sizeof(float));
+  const int64_t chunk = std::max<int64_t>(1, store_.max_batch(L));
+  for (size_t c0 = 0; c0 < uni.size(); c0 += static_cast<size_t>(chunk)) {
+    const size_t c1 = std::min(uni.size(), c0 + static_cast<size_t>(chunk));
+    {
+      ScopedTimer t{stats_.expert_wait_ns};
+      store_.acquire(L, std::span<const int32_t>(uni.data() + c0, c1 - c0), ws_.experts);
+    }
+    ScopedTimer t{stats_.expert_ns};
+    for (size_t ui = c0; ui < c1; ++ui) {
+      ws_.expert_slot.clear();
+      for (int64_t j = 0; j < n * K; ++j)
+        if (idx[j] == uni[ui]) ws_.expert_slot.push_back(static_cast<int32_t>(j));
+      const int64_t m = static_cast<int64_t>(ws_.expert_slot.size());
+      float* xs = grow(ws_.xs, static_cast<size_t>(m * D));
+      float* ys = grow(ws_.ys, static_cast<size_t>(m * D));
+      for (int64_t j = 0; j < m; ++j) std::memcpy(xs + j * D, x + (ws_.expert_slot[j] / K) * D, D * sizeof(float));
+      mlp(*ws_.experts[ui - c0], xs, m, ys);
+      for (int64_t j = 0; j < m; ++j) std::memcpy(slot + ws_.expert_slot[j] * D, ys + j * D, D * sizeof(float));
+    }
+    store_.release(L);
   }
-  store_.release(L);
 
   // Per row, in the row's own top-k order: the same sum whatever the batch.
   for (int64_t r = 0; r < n; ++r) {

@@ -45,6 +45,20 @@ struct Workspace {
   std::vector<const MlpWeights*> experts;
 };
 
+// Where forward time goes; the parts add up to total (other = the rest).
+struct PhaseStats {
+  uint64_t total_ns = 0;
+  uint64_t attention_ns = 0;    // MLA + indexer, projections included
+  uint64_t router_ns = 0;       // router matmul and top-k
+  uint64_t expert_wait_ns = 0;  // waiting for the expert store (disk reads)
+  uint64_t expert_ns = 0;       // routed-expert matmuls
+  uint64_t rows = 0;
+  uint64_t other_ns() const {
+    const uint64_t parts = attention_ns + router_ns + expert_wait_ns + expert_ns;
+    return total_ns > parts ? total_ns - parts : 0;
+  }
+};
+
 class ModelRunner {
  public:
   ModelRunner(const Model& model, ExpertStore& store, ThreadPool& pool) : m_(model), store_(store), pool_(pool) {}
@@ -60,6 +74,7 @@ class ModelRunner {
   void forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts, float* logits);
 
   const Model& model() const { return m_; }
+  const PhaseStats& stats() const { return stats_; }
 
  private:
   void check_rows(std::span<const Row> rows, bool mtp) const;
@@ -74,6 +89,7 @@ class ModelRunner {
   ExpertStore& store_;
   ThreadPool& pool_;
   Workspace ws_;
+  PhaseStats stats_;
 };
 
 }  // namespace strata

@@ -2,20 +2,21 @@
 
 #include <cstdio>
 
+#include "format/container.h"
+
 #include "util/error.h"
 
 namespace strata {
 
 namespace {
 
+// Where tensors come from: a Hugging Face checkpoint or a strata container.
 struct Loader {
-  const Checkpoint& ck;
+  const TensorSource& src;
   const ModelConfig& c;
 
-  Weight w(const std::string& name, int64_t rows, int64_t cols) const {
-    return load_weight(ck, name, rows, cols, c.fp8_block_rows, c.fp8_block_cols);
-  }
-  std::vector<float> v(const std::string& name, int64_t n) const { return load_f32(ck, name, {n}); }
+  Weight w(const std::string& name, int64_t rows, int64_t cols) const { return src.weight(name, rows, cols); }
+  std::vector<float> v(const std::string& name, int64_t n) const { return src.vec(name, n); }
   MlpWeights mlp(const std::string& p, int64_t width) const {
     MlpWeights m;
     m.gate = w(p + ".gate_proj.weight", width, c.hidden_size);
@@ -25,14 +26,34 @@ struct Loader {
   }
 };
 
+class CheckpointSource final : public TensorSource {
+ public:
+  CheckpointSource(const std::string& dir, const ModelConfig& c) : ck_(dir), c_(c) {}
+  bool has(const std::string& name) const override { return ck_.has(name); }
+  Weight weight(const std::string& name, int64_t rows, int64_t cols) const override {
+    return load_weight(ck_, name, rows, cols, c_.fp8_block_rows, c_.fp8_block_cols);
+  }
+  std::vector<float> vec(const std::string& name, int64_t n) const override { return load_f32(ck_, name, {n}); }
+
+ private:
+  Checkpoint ck_;
+  const ModelConfig& c_;
+};
+
 }  // namespace
 
 std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opts) {
   auto model = std::make_unique<Model>();
   model->dir = dir;
-  model->config = load_model_config(dir);
+  std::unique_ptr<TensorSource> source;
+  if (is_container(dir)) {
+    source = open_container(*model);
+  } else {
+    model->config = load_model_config(dir);
+    source = std::make_unique<CheckpointSource>(dir, model->config);
+  }
   const ModelConfig& c = model->config;
-  Checkpoint ck(dir);
+  const TensorSource& ck = *source;
   Loader ld{ck, c};
   ModelWeights& W = model->weights;
 
@@ -81,10 +102,12 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
       lw.router.bias = ck.has(mp + ".gate.e_score_correction_bias")
                            ? ld.v(mp + ".gate.e_score_correction_bias", c.n_routed_experts)
                            : std::vector<float>(static_cast<size_t>(c.n_routed_experts), 0.0f);
-      auto& ex = W.experts[static_cast<size_t>(L)];
-      ex.reserve(static_cast<size_t>(c.n_routed_experts));
-      for (int64_t e = 0; e < c.n_routed_experts; ++e)
-        ex.push_back(ld.mlp(mp + ".experts." + std::to_string(e), c.moe_intermediate_size));
+      if (!model->experts_on_disk) {
+        auto& ex = W.experts[static_cast<size_t>(L)];
+        ex.reserve(static_cast<size_t>(c.n_routed_experts));
+        for (int64_t e = 0; e < c.n_routed_experts; ++e)
+          ex.push_back(ld.mlp(mp + ".experts." + std::to_string(e), c.moe_intermediate_size));
+      }
       lw.has_shared = c.n_shared_experts > 0;
       if (lw.has_shared) lw.shared = ld.mlp(mp + ".shared_experts", c.moe_intermediate_size * c.n_shared_experts);
     } else {

@@ -63,11 +63,32 @@ struct ModelWeights {
   std::vector<std::vector<MlpWeights>> experts;
 };
 
+struct Manifest;
+
 struct Model {
   std::string dir;
   ModelConfig config;
   ModelWeights weights;
+  // A container: the manifest, the resident dense part (weights view into
+  // it), and the routed experts left on disk for an expert store to read.
+  std::shared_ptr<const Manifest> manifest;
+  std::vector<uint8_t> dense_blob;
+  bool experts_on_disk = false;
+  size_t resident_bytes() const;
 };
+
+// Where load_model reads tensors from.
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  virtual Weight weight(const std::string& name, int64_t rows, int64_t cols) const = 0;
+  virtual std::vector<float> vec(const std::string& name, int64_t n) const = 0;
+};
+
+// Reads a container's manifest and dense part into `m` (config, manifest,
+// dense_blob, experts_on_disk) and returns a source over the dense tensors.
+std::unique_ptr<TensorSource> open_container(Model& m);
 
 struct LoadOptions {
   bool load_mtp = true;

@@ -1,0 +1,279 @@
+#include "experts/disk_expert_store.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+
+#include "util/error.h"
+#include "util/json.h"
+
+namespace strata {
+
+namespace {
+
+uint64_t now_ns() {
+  return static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
+}
+
+Weight view(const TensorRecord& t, const uint8_t* blob, const std::string& name) {
+  Weight w;
+  w.name = name;
+  w.format = t.format;
+  w.rows = t.shape[0];
+  w.cols = t.shape[1];
+  w.group = t.group;
+  w.block_rows = t.block_rows;
+  w.block_cols = t.block_cols;
+  w.view_data = blob + t.offset;
+  w.view_scales = t.scales_bytes ? reinterpret_cast<const float*>(blob + t.scales_offset) : nullptr;
+  w.view_bytes = t.bytes + t.scales_bytes;
+  return w;
+}
+
+std::string gb(uint64_t b) { return fmt::format("{:.2f} GB", static_cast<double>(b) / 1e9); }
+
+}  // namespace
+
+uint64_t available_memory_bytes() {
+  std::ifstream f("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (f >> key >> kb >> unit)
+    if (key == "MemAvailable:") return kb * 1024;
+  return 0;
+}
+
+DiskExpertStore::DiskExpertStore(const Model& m, const ExpertCacheOptions& o) : m_(m), dir_(m.dir) {
+  if (!m.manifest || !m.experts_on_disk) fail("{}: the expert store needs a strata container", m.dir);
+  const ModelConfig& c = m.config;
+  const int64_t n_layers = static_cast<int64_t>(m.weights.layers.size());
+  layers_.resize(static_cast<size_t>(n_layers));
+  int64_t moe_layers = 0;
+  for (const auto& rec : m.manifest->expert_layers) {
+    if (rec.layer >= n_layers) continue;  // e.g. the MTP layer when it is not loaded
+    Layer& l = layers_[static_cast<size_t>(rec.layer)];
+    l.rec = &rec;
+    l.path = dir_ + "/" + rec.file;
+    l.read_bytes = (rec.blob_bytes + kExpertAlign - 1) / kExpertAlign * kExpertAlign;
+    l.slot_of.assign(static_cast<size_t>(rec.count), -1);
+    l.usage.assign(static_cast<size_t>(rec.count), 0);
+    l.prior.assign(static_cast<size_t>(rec.count), 0);
+    if (o.direct_io) {
+      l.fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      l.direct = l.fd >= 0;
+    }
+    if (l.fd < 0) l.fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (l.fd < 0) fail("{}: cannot open: {}", l.path, std::strerror(errno));
+    total_bytes_ += l.read_bytes * static_cast<uint64_t>(rec.count);
+    ++moe_layers;
+  }
+  (void)c;
+
+  // Routing usage of earlier runs.
+  const std::string upath = dir_ + "/usage.json";
+  if (std::ifstream(upath).good()) {
+    try {
+      Json u = parse_json(read_small_file(upath, 64u << 20), upath);
+      if (u.is_object() && u.value("format", "") == "strata-usage" && u.contains("layers") && u["layers"].is_object())
+        for (auto it = u["layers"].begin(); it != u["layers"].end(); ++it) {
+          const long long L = std::atoll(it.key().c_str());
+          if (L < 0 || L >= n_layers || !layers_[static_cast<size_t>(L)].rec || !it.value().is_array()) continue;
+          Layer& l = layers_[static_cast<size_t>(L)];
+          if (it.value().size() != l.prior.size()) continue;
+          for (size_t e = 0; e < l.prior.size(); ++e)
+            if (it.value()[e].is_number_unsigned()) l.prior[e] = it.value()[e].get<uint64_t>();
+        }
+    } catch (const Error& e) {
+      std::fprintf(stderr, "strata: warning: ignoring %s: %s\n", upath.c_str(), e.what());
+    }
+  }
+
+  // The budget: asked for, or what the machine has available beyond the
+  // resident part with 1 GiB of headroom; never more than all experts.
+  budget_ = o.ram_bytes;
+  if (budget_ == 0) {
+    const uint64_t avail = available_memory_bytes(), headroom = 1ull << 30;
+    budget_ = avail > headroom ? avail - headroom : 0;
+  }
+  budget_ = std::min(budget_, total_bytes_);
+
+  // Pinned experts: explicit (--pin), or the hottest of earlier runs (half the
+  // budget), hottest first, then in layer order.
+  uint64_t pin_budget = 0;
+  bool have_usage = false;
+  for (const Layer& l : layers_)
+    for (uint64_t p : l.prior) have_usage |= p > 0;
+  if (o.pin_all)
+    pin_budget = budget_;
+  else if (o.pin_bytes > 0)
+    pin_budget = std::min(o.pin_bytes, budget_);
+  else if (o.autopin && have_usage)
+    pin_budget = budget_ / 2;
+  // Keep room for at least one LRU slot per layer.
+  uint64_t min_lru = 0;
+  for (const Layer& l : layers_)
+    if (l.rec) min_lru += l.read_bytes;
+  if (!o.pin_all) pin_budget = budget_ > min_lru ? std::min(pin_budget, budget_ - min_lru) : 0;
+  struct Cand {
+    uint64_t usage;
+    int64_t layer;
+    int32_t expert;
+  };
+  std::vector<Cand> cands;
+  for (int64_t L = 0; L < n_layers; ++L) {
+    const Layer& l = layers_[static_cast<size_t>(L)];
+    if (!l.rec) continue;
+    for (int32_t e = 0; e < l.rec->count; ++e) cands.push_back({l.prior[static_cast<size_t>(e)], L, e});
+  }
+  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.usage > b.usage; });
+  for (const Cand& cd : cands) {
+    if (pin_budget == 0) break;
+    Layer& l = layers_[static_cast<size_t>(cd.layer)];
+    if (o.autopin && !o.pin_all && o.pin_bytes == 0 && cd.usage == 0) break;  // never pin the unused
+    if (pinned_bytes_ + l.read_bytes > pin_budget) continue;
+    Slot& s = new_slot(l);
+    s.pinned = true;
+    load(l, cd.layer, cd.expert, s);
+    pinned_bytes_ += l.read_bytes;
+  }
+
+  // The rest of the budget is LRU cache, split evenly over the MoE layers;
+  // at least one slot per layer however small the budget.
+  const uint64_t rest = budget_ - std::min(budget_, pinned_bytes_);
+  for (Layer& l : layers_) {
+    if (!l.rec) continue;
+    int64_t pinned_here = 0;
+    for (const Slot& s : l.slots) pinned_here += s.pinned;
+    const uint64_t share = moe_layers ? rest / static_cast<uint64_t>(moe_layers) : 0;
+    int64_t n = static_cast<int64_t>(share / l.read_bytes);
+    n = std::clamp<int64_t>(n, 1, std::max<int64_t>(1, l.rec->count - pinned_here));
+    l.lru_slots = n;
+    for (int64_t i = 0; i < n; ++i) new_slot(l);
+    cache_bytes_ += static_cast<uint64_t>(n) * l.read_bytes;
+  }
+  budget_clamped_ = pinned_bytes_ + cache_bytes_ > budget_;
+}
+
+DiskExpertStore::~DiskExpertStore() {
+  for (Layer& l : layers_) {
+    if (l.fd >= 0) ::close(l.fd);
+    for (Slot& s : l.slots) std::free(s.buf);
+  }
+}
+
+DiskExpertStore::Slot& DiskExpertStore::new_slot(Layer& l) {
+  Slot s;
+  s.buf = static_cast<uint8_t*>(std::aligned_alloc(kExpertAlign, l.read_bytes));
+  if (!s.buf) fail("out of memory allocating an expert cache slot of {} bytes", l.read_bytes);
+  s.w.gate = view(l.rec->gate, s.buf, "gate");
+  s.w.up = view(l.rec->up, s.buf, "up");
+  s.w.down = view(l.rec->down, s.buf, "down");
+  l.slots.push_back(std::move(s));
+  return l.slots.back();
+}
+
+void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
+  const uint64_t t0 = now_ns();
+  const uint64_t off = l.rec->stride * static_cast<uint64_t>(expert);
+  uint64_t done = 0;
+  while (done < l.read_bytes) {
+    ssize_t r = ::pread(l.fd, s.buf + done, l.read_bytes - done, static_cast<off_t>(off + done));
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EINVAL && l.direct) {  // the filesystem refuses O_DIRECT reads
+      ::close(l.fd);
+      l.fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
+      l.direct = false;
+      if (l.fd < 0) fail("{}: cannot reopen: {}", l.path, std::strerror(errno));
+      continue;
+    }
+    if (r <= 0)
+      fail("{}: reading expert {} of layer {} ({} bytes at offset {}) failed: {}", l.path, expert, layer,
+           l.read_bytes, off + done, r < 0 ? std::strerror(errno) : "unexpected end of file");
+    done += static_cast<uint64_t>(r);
+  }
+  if (XXH3_64bits(s.buf, l.rec->blob_bytes) != l.rec->xxh[static_cast<size_t>(expert)])
+    fail("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)", l.path, expert, layer, off);
+  if (s.expert >= 0) l.slot_of[static_cast<size_t>(s.expert)] = -1;
+  s.expert = expert;
+  l.slot_of[static_cast<size_t>(expert)] = static_cast<int32_t>(&s - l.slots.data());
+  stats_.bytes_read += l.read_bytes;
+  stats_.read_ns += now_ns() - t0;
+}
+
+int64_t DiskExpertStore::max_batch(int64_t layer) const { return layers_[static_cast<size_t>(layer)].lru_slots; }
+
+void DiskExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  const uint64_t tick = ++tick_;
+  out.clear();
+  for (int32_t e : experts) {
+    ++stats_.requests;
+    ++l.usage[static_cast<size_t>(e)];
+    int32_t si = l.slot_of[static_cast<size_t>(e)];
+    if (si >= 0) {
+      ++stats_.hits;
+    } else {
+      ++stats_.misses;
+      // Least recently used unpinned slot not already handed out by this call.
+      Slot* victim = nullptr;
+      for (Slot& s : l.slots)
+        if (!s.pinned && s.last_used != tick && (!victim || s.last_used < victim->last_used)) victim = &s;
+      if (!victim) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
+      load(l, layer, e, *victim);
+      si = static_cast<int32_t>(victim - l.slots.data());
+    }
+    Slot& s = l.slots[static_cast<size_t>(si)];
+    s.last_used = tick;
+    out.push_back(&s.w);
+  }
+}
+
+std::string DiskExpertStore::describe() const {
+  std::string s = fmt::format("expert cache: budget {} of {} experts on disk; {} pinned, {} LRU", gb(budget_),
+                              gb(total_bytes_), gb(pinned_bytes_), gb(cache_bytes_));
+  if (budget_clamped_) s += " (raised to the minimum of one expert slot per layer)";
+  return s;
+}
+
+bool DiskExpertStore::save_usage() const {
+  Json j;
+  j["format"] = "strata-usage";
+  j["version"] = 1;
+  j["layers"] = Json::object();
+  for (size_t L = 0; L < layers_.size(); ++L) {
+    const Layer& l = layers_[L];
+    if (!l.rec) continue;
+    std::vector<uint64_t> total(l.usage.size());
+    for (size_t e = 0; e < total.size(); ++e) total[e] = l.usage[e] + l.prior[e];
+    j["layers"][std::to_string(L)] = total;
+  }
+  const std::string path = dir_ + "/usage.json", tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp, std::ios::trunc);
+    f << j.dump() << "\n";
+    f.flush();
+    if (!f) {
+      std::fprintf(stderr, "strata: warning: cannot write %s; routing usage not saved\n", tmp.c_str());
+      std::remove(tmp.c_str());
+      return false;
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::fprintf(stderr, "strata: warning: cannot rename %s: %s\n", tmp.c_str(), std::strerror(errno));
+    std::remove(tmp.c_str());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace strata

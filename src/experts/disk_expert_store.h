@@ -1,0 +1,90 @@
+// Routed experts read from a container on demand, through a RAM cache: a
+// per-layer LRU whose size follows a RAM budget, plus pinned experts that
+// never leave (chosen explicitly or from the routing usage of earlier runs).
+// Each expert is one aligned read (O_DIRECT where the filesystem allows),
+// checked against its XXH3-64 before use.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "experts/expert_store.h"
+#include "format/container.h"
+
+namespace strata {
+
+struct ExpertCacheOptions {
+  uint64_t ram_bytes = 0;  // budget for cached + pinned experts; 0 = from available memory
+  bool pin_all = false;    // pin every expert that fits the budget
+  uint64_t pin_bytes = 0;  // pin this much (clamped to the budget)
+  bool autopin = true;     // without explicit pins, pin the hottest experts of earlier runs
+  bool direct_io = true;
+};
+
+struct ExpertStoreStats {
+  uint64_t requests = 0;  // experts asked for (per layer per batch)
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t bytes_read = 0;
+  uint64_t read_ns = 0;
+};
+
+class DiskExpertStore final : public ExpertStore {
+ public:
+  DiskExpertStore(const Model& m, const ExpertCacheOptions& o);
+  ~DiskExpertStore() override;
+  DiskExpertStore(const DiskExpertStore&) = delete;
+  DiskExpertStore& operator=(const DiskExpertStore&) = delete;
+
+  void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
+  void release(int64_t layer) override {}
+  int64_t max_batch(int64_t layer) const override;
+
+  const ExpertStoreStats& stats() const { return stats_; }
+  uint64_t budget_bytes() const { return budget_; }
+  uint64_t pinned_bytes() const { return pinned_bytes_; }
+  uint64_t total_expert_bytes() const { return total_bytes_; }
+  uint64_t cache_capacity_bytes() const { return cache_bytes_; }
+  // One line for start-up: budget, pinned, cache capacity.
+  std::string describe() const;
+  // Adds this run's routing usage to DIR/usage.json (temp file + rename).
+  // Returns false (with a warning on stderr) if it cannot be written.
+  bool save_usage() const;
+
+ private:
+  struct Slot {
+    uint8_t* buf = nullptr;
+    int32_t expert = -1;
+    uint64_t last_used = 0;
+    bool pinned = false;
+    MlpWeights w;  // views into buf
+  };
+  struct Layer {
+    const ExpertLayerRecord* rec = nullptr;
+    std::string path;
+    int fd = -1;
+    bool direct = false;
+    uint64_t read_bytes = 0;  // blob rounded up to 4096
+    std::vector<Slot> slots;
+    std::vector<int32_t> slot_of;   // expert -> slot, -1 when not resident
+    std::vector<uint64_t> usage;    // this run
+    std::vector<uint64_t> prior;    // from usage.json
+    int64_t lru_slots = 0;
+  };
+
+  void load(Layer& l, int64_t layer, int32_t expert, Slot& s);
+  Slot& new_slot(Layer& l);
+
+  const Model& m_;
+  std::string dir_;
+  std::vector<Layer> layers_;  // indexed by layer; rec == nullptr for dense layers
+  ExpertStoreStats stats_;
+  uint64_t tick_ = 0;
+  uint64_t budget_ = 0, pinned_bytes_ = 0, total_bytes_ = 0, cache_bytes_ = 0;
+  bool budget_clamped_ = false;
+};
+
+// MemAvailable from /proc/meminfo, 0 if unknown.
+uint64_t available_memory_bytes();
+
+}  // namespace strata
