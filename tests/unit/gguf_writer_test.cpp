@@ -1,0 +1,539 @@
+// GgufWriter: write small files and parse them back with an independent
+// reader written here from the GGUF v3 layout.
+#include "format/gguf_writer.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "format/safetensors.h"
+#include "kernels/numeric.h"
+#include "model/config.h"
+#include "model/weight.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ParsedTensor {
+  std::string name;
+  std::vector<uint64_t> dims;  // GGUF order (innermost first)
+  uint32_t type = 0;
+  uint64_t offset = 0;
+};
+
+using Scalar = std::variant<uint64_t, int64_t, double, bool, std::string>;
+struct ParsedKv {
+  uint32_t type = 0;
+  uint32_t elem_type = 0;  // arrays
+  std::vector<Scalar> values;  // one for scalars
+};
+
+struct ParsedFile {
+  uint32_t version = 0;
+  std::vector<std::string> key_order;
+  std::map<std::string, ParsedKv> kv;
+  std::vector<ParsedTensor> tensors;
+  uint64_t header_end = 0;
+  uint64_t data_start = 0;
+  std::vector<uint8_t> bytes;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::vector<uint8_t>& b) : b_(b) {}
+  template <typename T>
+  T get() {
+    if (pos_ + sizeof(T) > b_.size()) throw std::runtime_error("truncated");
+    T v;
+    std::memcpy(&v, b_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return v;
+  }
+  std::string str() {
+    uint64_t n = get<uint64_t>();
+    if (pos_ + n > b_.size()) throw std::runtime_error("truncated string");
+    std::string s(reinterpret_cast<const char*>(b_.data() + pos_), n);
+    pos_ += n;
+    return s;
+  }
+  Scalar scalar(uint32_t type) {
+    switch (static_cast<GgufType>(type)) {
+      case GgufType::U8: return uint64_t{get<uint8_t>()};
+      case GgufType::I8: return int64_t{get<int8_t>()};
+      case GgufType::U16: return uint64_t{get<uint16_t>()};
+      case GgufType::I16: return int64_t{get<int16_t>()};
+      case GgufType::U32: return uint64_t{get<uint32_t>()};
+      case GgufType::I32: return int64_t{get<int32_t>()};
+      case GgufType::F32: return double{get<float>()};
+      case GgufType::BOOL: {
+        uint8_t v = get<uint8_t>();
+        if (v > 1) throw std::runtime_error("bad bool");
+        return v == 1;
+      }
+      case GgufType::STRING: return str();
+      case GgufType::U64: return get<uint64_t>();
+      case GgufType::I64: return get<int64_t>();
+      case GgufType::F64: return get<double>();
+      default: throw std::runtime_error("bad type " + std::to_string(type));
+    }
+  }
+  size_t pos() const { return pos_; }
+
+ private:
+  const std::vector<uint8_t>& b_;
+  size_t pos_ = 0;
+};
+
+ParsedFile parse(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  ParsedFile f;
+  f.bytes.assign(std::istreambuf_iterator<char>(in), {});
+  Reader r(f.bytes);
+  if (r.get<uint32_t>() != 0x46554747u) throw std::runtime_error("bad magic");  // "GGUF"
+  f.version = r.get<uint32_t>();
+  uint64_t n_tensors = r.get<uint64_t>();
+  uint64_t n_kv = r.get<uint64_t>();
+  for (uint64_t i = 0; i < n_kv; ++i) {
+    std::string key = r.str();
+    ParsedKv kv;
+    kv.type = r.get<uint32_t>();
+    if (kv.type == static_cast<uint32_t>(GgufType::ARRAY)) {
+      kv.elem_type = r.get<uint32_t>();
+      uint64_t n = r.get<uint64_t>();
+      for (uint64_t j = 0; j < n; ++j) kv.values.push_back(r.scalar(kv.elem_type));
+    } else {
+      kv.values.push_back(r.scalar(kv.type));
+    }
+    if (f.kv.count(key)) throw std::runtime_error("duplicate key " + key);
+    f.key_order.push_back(key);
+    f.kv[key] = kv;
+  }
+  for (uint64_t i = 0; i < n_tensors; ++i) {
+    ParsedTensor t;
+    t.name = r.str();
+    uint32_t nd = r.get<uint32_t>();
+    for (uint32_t d = 0; d < nd; ++d) t.dims.push_back(r.get<uint64_t>());
+    t.type = r.get<uint32_t>();
+    t.offset = r.get<uint64_t>();
+    f.tensors.push_back(t);
+  }
+  uint64_t align = 32;
+  if (auto it = f.kv.find("general.alignment"); it != f.kv.end()) align = std::get<uint64_t>(it->second.values[0]);
+  f.header_end = r.pos();
+  f.data_start = (r.pos() + align - 1) / align * align;
+  return f;
+}
+
+class GgufWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("strata_gguf_test_" + std::to_string(::getpid()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  fs::path dir_;
+};
+
+TEST_F(GgufWriterTest, RoundTripsHeaderKvTensorsAndData) {
+  GgufWriter w;
+  w.add_string("general.architecture", "glm-dsa");
+  w.add_u32("glm-dsa.block_count", 3);
+  w.add_i32("test.neg", -7);
+  w.add_f32("test.eps", 1e-5f);
+  w.add_bool("test.flag", true);
+  w.add_u64("test.big", uint64_t{1} << 40);
+  w.add_array_string("tokenizer.ggml.tokens", {"[T0]", "[T1]", ""});
+  w.add_array_i32("tokenizer.ggml.token_type", {1, 3, 5});
+  w.add_array_u32("test.u32s", {4, 5});
+  w.add_array_f32("test.f32s", {0.5f, -2.0f});
+  w.add_array_bool("glm-dsa.attention.indexer.types", {true, false, false, true});
+  w.add_array_string("tokenizer.ggml.merges", {});
+
+  // [2, 3] f32 in PyTorch order -> GGUF dims {3, 2}.
+  std::vector<float> a = {1, 2, 3, 4, 5, 6};
+  w.add_tensor_f32("a.weight", {2, 3}, GgmlType::F32, a);
+  // 1-D of 5 f16 values (10 bytes, so the next tensor needs padding).
+  std::vector<float> b = {0.0f, 1.0f, -2.5f, 65504.0f, 1e-7f};
+  w.add_tensor_f32("b.weight", {5}, GgmlType::F16, b);
+  // 3-D raw bytes via a streaming producer: [2, 1, 4] u16 (bf16) -> GGUF {4, 1, 2}.
+  w.add_tensor("c.weight", {2, 1, 4}, GgmlType::BF16, [](const GgufWriter::Sink& sink) {
+    for (uint16_t i = 0; i < 8; ++i) {
+      uint16_t v = f32_to_bf16(static_cast<float>(i));
+      sink(&v, 2);
+    }
+  });
+  std::vector<uint8_t> raw(4 * 7);
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = static_cast<uint8_t>(i * 3);
+  w.add_tensor("d.bias", {7}, GgmlType::F32, raw);
+  EXPECT_EQ(w.num_tensors(), 4u);
+  EXPECT_EQ(w.num_kv(), 12u);
+
+  const std::string p = path("m.gguf");
+  w.write(p);
+  EXPECT_FALSE(fs::exists(p + ".tmp." + std::to_string(::getpid())));
+
+  ParsedFile f = parse(p);
+  EXPECT_EQ(f.version, 3u);
+  ASSERT_EQ(f.key_order.size(), 12u);
+  EXPECT_EQ(f.key_order[0], "general.architecture");  // insertion order is kept
+  EXPECT_EQ(std::get<std::string>(f.kv["general.architecture"].values[0]), "glm-dsa");
+  EXPECT_EQ(f.kv["glm-dsa.block_count"].type, static_cast<uint32_t>(GgufType::U32));
+  EXPECT_EQ(std::get<uint64_t>(f.kv["glm-dsa.block_count"].values[0]), 3u);
+  EXPECT_EQ(f.kv["test.neg"].type, static_cast<uint32_t>(GgufType::I32));
+  EXPECT_EQ(std::get<int64_t>(f.kv["test.neg"].values[0]), -7);
+  EXPECT_EQ(f.kv["test.eps"].type, static_cast<uint32_t>(GgufType::F32));
+  EXPECT_EQ(static_cast<float>(std::get<double>(f.kv["test.eps"].values[0])), 1e-5f);
+  EXPECT_EQ(f.kv["test.flag"].type, static_cast<uint32_t>(GgufType::BOOL));
+  EXPECT_TRUE(std::get<bool>(f.kv["test.flag"].values[0]));
+  EXPECT_EQ(std::get<uint64_t>(f.kv["test.big"].values[0]), uint64_t{1} << 40);
+
+  const ParsedKv& toks = f.kv["tokenizer.ggml.tokens"];
+  EXPECT_EQ(toks.type, static_cast<uint32_t>(GgufType::ARRAY));
+  EXPECT_EQ(toks.elem_type, static_cast<uint32_t>(GgufType::STRING));
+  ASSERT_EQ(toks.values.size(), 3u);
+  EXPECT_EQ(std::get<std::string>(toks.values[1]), "[T1]");
+  EXPECT_EQ(std::get<std::string>(toks.values[2]), "");
+  EXPECT_EQ(f.kv["tokenizer.ggml.token_type"].elem_type, static_cast<uint32_t>(GgufType::I32));
+  EXPECT_EQ(std::get<int64_t>(f.kv["tokenizer.ggml.token_type"].values[1]), 3);
+  EXPECT_EQ(f.kv["test.u32s"].elem_type, static_cast<uint32_t>(GgufType::U32));
+  EXPECT_EQ(std::get<uint64_t>(f.kv["test.u32s"].values[1]), 5u);
+  EXPECT_EQ(std::get<double>(f.kv["test.f32s"].values[1]), -2.0);
+  const ParsedKv& types = f.kv["glm-dsa.attention.indexer.types"];
+  EXPECT_EQ(types.elem_type, static_cast<uint32_t>(GgufType::BOOL));
+  ASSERT_EQ(types.values.size(), 4u);
+  EXPECT_TRUE(std::get<bool>(types.values[0]));
+  EXPECT_FALSE(std::get<bool>(types.values[1]));
+  EXPECT_EQ(f.kv["tokenizer.ggml.merges"].values.size(), 0u);
+  EXPECT_EQ(f.kv.count("general.alignment"), 0u);  // default 32 is implied
+
+  ASSERT_EQ(f.tensors.size(), 4u);
+  EXPECT_EQ(f.tensors[0].name, "a.weight");
+  EXPECT_EQ(f.tensors[0].dims, (std::vector<uint64_t>{3, 2}));
+  EXPECT_EQ(f.tensors[0].type, 0u);
+  EXPECT_EQ(f.tensors[1].dims, (std::vector<uint64_t>{5}));
+  EXPECT_EQ(f.tensors[1].type, 1u);
+  EXPECT_EQ(f.tensors[2].dims, (std::vector<uint64_t>{4, 1, 2}));
+  EXPECT_EQ(f.tensors[2].type, 30u);
+  EXPECT_EQ(f.tensors[3].dims, (std::vector<uint64_t>{7}));
+
+  // Alignment: the data area and every tensor offset are multiples of 32.
+  EXPECT_EQ(f.data_start % 32, 0u);
+  EXPECT_EQ(f.tensors[0].offset, 0u);
+  EXPECT_EQ(f.tensors[1].offset, 32u);
+  EXPECT_EQ(f.tensors[2].offset, 64u);
+  EXPECT_EQ(f.tensors[3].offset, 96u);
+  for (const ParsedTensor& t : f.tensors) EXPECT_EQ(t.offset % 32, 0u) << t.name;
+  // The file ends on the padded end of the last tensor.
+  EXPECT_EQ(f.bytes.size(), f.data_start + 96 + 32);
+  // Padding between the header and the data is zero.
+  for (uint64_t i = f.header_end; i < f.data_start; ++i) EXPECT_EQ(f.bytes[i], 0u) << i;
+  const uint8_t* data = f.bytes.data() + f.data_start;
+  std::vector<float> a_back(6);
+  std::memcpy(a_back.data(), data + f.tensors[0].offset, 24);
+  EXPECT_EQ(a_back, a);
+  for (size_t i = 0; i < b.size(); ++i) {
+    uint16_t h;
+    std::memcpy(&h, data + f.tensors[1].offset + 2 * i, 2);
+    EXPECT_EQ(h, f32_to_f16(b[i]));
+  }
+  for (int i = 0; i < 8; ++i) {
+    uint16_t h;
+    std::memcpy(&h, data + f.tensors[2].offset + 2 * i, 2);
+    EXPECT_EQ(bf16_to_f32(h), static_cast<float>(i));
+  }
+  EXPECT_EQ(std::memcmp(data + f.tensors[3].offset, raw.data(), raw.size()), 0);
+  for (uint64_t i = f.tensors[1].offset + 10; i < f.tensors[2].offset; ++i) EXPECT_EQ(data[i], 0u);
+}
+
+TEST_F(GgufWriterTest, CustomAlignmentIsRecordedAndHonoured) {
+  GgufWriter w(64);
+  EXPECT_EQ(w.alignment(), 64u);
+  w.add_string("general.architecture", "x");
+  w.add_tensor_f32("t0", {3}, GgmlType::F32, {1, 2, 3});
+  w.add_tensor_f32("t1", {1}, GgmlType::F32, {4});
+  const std::string p = path("a.gguf");
+  w.write(p);
+  ParsedFile f = parse(p);
+  ASSERT_EQ(f.kv.count("general.alignment"), 1u);
+  EXPECT_EQ(f.kv["general.alignment"].type, static_cast<uint32_t>(GgufType::U32));
+  EXPECT_EQ(std::get<uint64_t>(f.kv["general.alignment"].values[0]), 64u);
+  EXPECT_EQ(f.data_start % 64, 0u);
+  EXPECT_EQ(f.tensors[1].offset, 64u);
+  float v;
+  std::memcpy(&v, f.bytes.data() + f.data_start + 64, 4);
+  EXPECT_EQ(v, 4.0f);
+  EXPECT_THROW(GgufWriter(48), Error);
+}
+
+TEST_F(GgufWriterTest, RejectsBadInput) {
+  GgufWriter w;
+  w.add_u32("k", 1);
+  EXPECT_THROW(w.add_string("k", "again"), Error);
+  w.add_tensor_f32("t", {2}, GgmlType::F32, {1, 2});
+  EXPECT_THROW(w.add_tensor_f32("t", {2}, GgmlType::F32, {1, 2}), Error);
+  EXPECT_THROW(w.add_tensor_f32("u", {3}, GgmlType::F32, {1, 2}), Error);
+  EXPECT_THROW(w.add_tensor_f32("v", {1, 1, 1, 1, 1}, GgmlType::F32, {1}), Error);
+  EXPECT_THROW(w.add_tensor_f32("w", {0}, GgmlType::F32, {}), Error);
+  EXPECT_THROW(w.add_tensor_f32(std::string(64, 'n'), {1}, GgmlType::F32, {1}), Error);
+  EXPECT_THROW(w.add_tensor("x", {2}, GgmlType::F16, std::vector<uint8_t>(3)), Error);
+}
+
+TEST_F(GgufWriterTest, ShortOrLongProducerFailsAndLeavesNoFile) {
+  const std::string p = path("bad.gguf");
+  {
+    GgufWriter w;
+    w.add_tensor("t", {4}, GgmlType::F32, [](const GgufWriter::Sink& sink) {
+      float x[3] = {1, 2, 3};
+      sink(x, sizeof x);
+    });
+    EXPECT_THROW(w.write(p), Error);
+  }
+  {
+    GgufWriter w;
+    w.add_tensor("t", {2}, GgmlType::F32, [](const GgufWriter::Sink& sink) {
+      float x[3] = {1, 2, 3};
+      sink(x, sizeof x);
+    });
+    EXPECT_THROW(w.write(p), Error);
+  }
+  EXPECT_FALSE(fs::exists(p));
+  EXPECT_TRUE(fs::is_empty(dir_));  // the temp file was removed too
+}
+
+TEST_F(GgufWriterTest, FailedWriteKeepsAnExistingFile) {
+  const std::string p = path("keep.gguf");
+  {
+    std::ofstream o(p);
+    o << "old";
+  }
+  GgufWriter w;
+  w.add_tensor("t", {1}, GgmlType::F32, [](const GgufWriter::Sink&) { throw Error("producer failed"); });
+  EXPECT_THROW(w.write(p), Error);
+  std::ifstream in(p);
+  std::string s;
+  in >> s;
+  EXPECT_EQ(s, "old");
+}
+
+TEST(F32ToF16, EveryHalfRoundTrips) {
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    float f = f16_to_f32(static_cast<uint16_t>(h));
+    if (std::isnan(f)) {
+      EXPECT_TRUE(std::isnan(f16_to_f32(f32_to_f16(f))));
+      continue;
+    }
+    ASSERT_EQ(f32_to_f16(f), h) << "half 0x" << std::hex << h;
+  }
+}
+
+TEST(F32ToF16, RoundsToNearestEven) {
+  // Midpoints between neighbouring halves go to the even one; anything past
+  // the midpoint goes up. Checked for normals, subnormals and the top range.
+  for (uint32_t h : {0x0001u, 0x0002u, 0x03ffu, 0x0400u, 0x3c00u, 0x3c01u, 0x7bfeu, 0x8401u}) {
+    const float lo = f16_to_f32(static_cast<uint16_t>(h)), hi = f16_to_f32(static_cast<uint16_t>(h + 1));
+    const double mid = (static_cast<double>(lo) + hi) / 2;
+    const uint32_t even = (h & 1) ? h + 1 : h;
+    EXPECT_EQ(f32_to_f16(static_cast<float>(mid)), even) << std::hex << h;
+    EXPECT_EQ(f32_to_f16(std::nextafter(static_cast<float>(mid), hi)), h + 1) << std::hex << h;
+    EXPECT_EQ(f32_to_f16(std::nextafter(static_cast<float>(mid), lo)), h) << std::hex << h;
+  }
+  EXPECT_EQ(f32_to_f16(65519.0f), 0x7bffu);  // max half 65504
+  EXPECT_EQ(f32_to_f16(65520.0f), 0x7c00u);  // rounds to inf
+  EXPECT_EQ(f32_to_f16(1e30f), 0x7c00u);
+  EXPECT_EQ(f32_to_f16(-1e30f), 0xfc00u);
+  EXPECT_EQ(f32_to_f16(1e-9f), 0x0000u);
+  EXPECT_EQ(f32_to_f16(-0.0f), 0x8000u);
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.0f, -25)), 0x0000u);  // exactly half the smallest subnormal: ties to 0
+  EXPECT_EQ(f32_to_f16(std::ldexp(1.5f, -25)), 0x0001u);
+}
+
+// ---------------------------------------------------------------------------
+// `strata export-gguf` on a fixture checkpoint: the layout llama.cpp's glm-dsa
+// loader expects (docs/llama-cpp-crosscheck.md), checked value by value
+// against the safetensors it came from.
+
+const ParsedTensor* find_tensor(const ParsedFile& f, const std::string& name) {
+  for (const ParsedTensor& t : f.tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+float f32_at(const ParsedFile& f, const ParsedTensor& t, uint64_t index) {
+  float v;
+  std::memcpy(&v, f.bytes.data() + f.data_start + t.offset + 4 * index, 4);
+  return v;
+}
+
+uint64_t kv_u(ParsedFile& f, const std::string& key) { return std::get<uint64_t>(f.kv.at(key).values.at(0)); }
+
+class ExportGgufTest : public GgufWriterTest {
+ protected:
+  std::string fixture(const std::string& name) {
+    std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name;
+    if (!fs::exists(dir + "/config.json")) return "";
+    return dir;
+  }
+  int run_export(const std::string& model, const std::string& out, const std::string& extra = "") {
+    std::string cmd = std::string(STRATA_BINARY) + " export-gguf -q --model '" + model + "' --out '" + out + "' " +
+                      extra + " 2> '" + path("stderr.txt") + "'";
+    return std::system(cmd.c_str());
+  }
+  std::string stderr_text() {
+    std::ifstream in(path("stderr.txt"));
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+};
+
+TEST_F(ExportGgufTest, Glm52FixtureHasTheGlmDsaLayout) {
+  const std::string fx = fixture("glm52-tiny-bf16");
+  if (fx.empty()) GTEST_SKIP() << "tests/fixtures/glm52-tiny-bf16 not present";
+  const std::string out = path("m.gguf");
+  ASSERT_EQ(run_export(fx, out), 0) << stderr_text();
+  ParsedFile f = parse(out);
+  const ModelConfig c = load_model_config(fx);
+  const Checkpoint ck(fx);
+
+  EXPECT_EQ(std::get<std::string>(f.kv.at("general.architecture").values[0]), "glm-dsa");
+  const int64_t L = c.num_hidden_layers;
+  EXPECT_EQ(kv_u(f, "glm-dsa.block_count"), static_cast<uint64_t>(L + 1));  // + MTP layer
+  EXPECT_EQ(kv_u(f, "glm-dsa.nextn_predict_layers"), 1u);
+  EXPECT_EQ(kv_u(f, "glm-dsa.leading_dense_block_count"), 1u);
+  EXPECT_EQ(kv_u(f, "glm-dsa.attention.head_count_kv"), 1u);
+  EXPECT_EQ(kv_u(f, "glm-dsa.attention.key_length"), static_cast<uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim));
+  EXPECT_EQ(kv_u(f, "glm-dsa.attention.value_length"), static_cast<uint64_t>(c.kv_lora_rank));
+  EXPECT_EQ(kv_u(f, "glm-dsa.attention.key_length_mla"), static_cast<uint64_t>(c.qk_head_dim()));
+  EXPECT_EQ(kv_u(f, "glm-dsa.expert_group_count"), static_cast<uint64_t>(c.n_group));
+  EXPECT_EQ(kv_u(f, "glm-dsa.expert_gating_func"), 2u);
+  EXPECT_EQ(static_cast<float>(std::get<double>(f.kv.at("glm-dsa.rope.freq_base").values[0])),
+            static_cast<float>(c.rope_theta));
+  const ParsedKv& types = f.kv.at("glm-dsa.attention.indexer.types");
+  ASSERT_EQ(types.values.size(), static_cast<size_t>(L));
+  for (int64_t i = 0; i < L; ++i) EXPECT_EQ(std::get<bool>(types.values[i]), c.indexer_full(i)) << "layer " << i;
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.tokens").values.size(), static_cast<size_t>(c.vocab_size));
+  EXPECT_EQ(f.kv.at("tokenizer.ggml.merges").values.size(), 0u);
+
+  // Shared-indexer layers carry no indexer tensors; full ones and MTP do.
+  for (int64_t i = 0; i <= L; ++i)
+    EXPECT_EQ(find_tensor(f, "blk." + std::to_string(i) + ".indexer.attn_k.weight") != nullptr, c.indexer_full(i))
+        << "layer " << i;
+  for (const char* n : {"nextn.eh_proj.weight", "nextn.enorm.weight", "nextn.hnorm.weight",
+                        "nextn.shared_head_norm.weight", "exp_probs_b.bias"})
+    EXPECT_NE(find_tensor(f, "blk." + std::to_string(L) + "." + n), nullptr) << n;
+  for (const ParsedTensor& t : f.tensors) {
+    EXPECT_EQ(t.offset % 32, 0u) << t.name;
+    EXPECT_EQ(t.type, 0u) << t.name;  // the default export is all f32
+  }
+
+  // attn_k_b: GGUF dims {nope, kv_lora, H}; element (j, col, h) = kv_b[h*(nope+v) + j][col].
+  // attn_v_b: GGUF dims {kv_lora, v, H}; element (col, j, h) = kv_b[h*(nope+v) + nope + j][col].
+  const int64_t H = c.num_attention_heads, nope = c.qk_nope_head_dim, vd = c.v_head_dim, r = c.kv_lora_rank;
+  for (int64_t layer : {int64_t{0}, L}) {
+    const std::string b = "blk." + std::to_string(layer) + ".";
+    const ParsedTensor* kb = find_tensor(f, b + "attn_k_b.weight");
+    const ParsedTensor* vb = find_tensor(f, b + "attn_v_b.weight");
+    ASSERT_TRUE(kb && vb);
+    EXPECT_EQ(kb->dims, (std::vector<uint64_t>{uint64_t(nope), uint64_t(r), uint64_t(H)}));
+    EXPECT_EQ(vb->dims, (std::vector<uint64_t>{uint64_t(r), uint64_t(vd), uint64_t(H)}));
+    Weight kv = load_weight(ck, "model.layers." + std::to_string(layer) + ".self_attn.kv_b_proj.weight",
+                            H * (nope + vd), r);
+    std::vector<float> row(static_cast<size_t>(r));
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t j = 0; j < nope + vd; ++j) {
+        kv.row_f32(h * (nope + vd) + j, row.data());
+        for (int64_t col = 0; col < r; ++col) {
+          if (j < nope)
+            ASSERT_EQ(f32_at(f, *kb, (h * r + col) * nope + j), row[col]) << b << " k_b h" << h << " j" << j;
+          else
+            ASSERT_EQ(f32_at(f, *vb, (h * vd + (j - nope)) * r + col), row[col]) << b << " v_b h" << h;
+        }
+      }
+    }
+  }
+
+  // Routed experts stacked: ffn_down_exps dims {ff, d, E}; element (col, row, e) = experts.e.down_proj[row][col].
+  const ParsedTensor* down = find_tensor(f, "blk.2.ffn_down_exps.weight");
+  ASSERT_NE(down, nullptr);
+  const int64_t E = c.n_routed_experts, ff = c.moe_intermediate_size, d = c.hidden_size;
+  EXPECT_EQ(down->dims, (std::vector<uint64_t>{uint64_t(ff), uint64_t(d), uint64_t(E)}));
+  std::vector<float> drow(static_cast<size_t>(ff));
+  for (int64_t e = 0; e < E; ++e) {
+    Weight w = load_weight(ck, "model.layers.2.mlp.experts." + std::to_string(e) + ".down_proj.weight", d, ff);
+    for (int64_t row = 0; row < d; row += 7) {
+      w.row_f32(row, drow.data());
+      for (int64_t col = 0; col < ff; ++col)
+        ASSERT_EQ(f32_at(f, *down, (e * d + row) * ff + col), drow[col]) << "expert " << e;
+    }
+  }
+  const ParsedTensor* bias = find_tensor(f, "blk.2.exp_probs_b.bias");
+  ASSERT_NE(bias, nullptr);
+  std::vector<float> bv = load_f32(ck, "model.layers.2.mlp.gate.e_score_correction_bias", {E});
+  for (int64_t e = 0; e < E; ++e) EXPECT_EQ(f32_at(f, *bias, e), bv[e]);
+}
+
+TEST_F(ExportGgufTest, F16ExportStoresMatricesAsF16AndNormsAsF32) {
+  const std::string fx = fixture("glm5-tiny-fp8");
+  if (fx.empty()) GTEST_SKIP() << "tests/fixtures/glm5-tiny-fp8 not present";
+  const std::string out = path("h.gguf");
+  ASSERT_EQ(run_export(fx, out, "--type f16 --no-mtp"), 0) << stderr_text();
+  ParsedFile f = parse(out);
+  const ModelConfig c = load_model_config(fx);
+  EXPECT_EQ(kv_u(f, "glm-dsa.block_count"), static_cast<uint64_t>(c.num_hidden_layers));
+  EXPECT_EQ(f.kv.count("glm-dsa.nextn_predict_layers"), 0u);
+  EXPECT_EQ(kv_u(f, "general.file_type"), 1u);
+  for (const ParsedTensor& t : f.tensors) {
+    EXPECT_EQ(t.type, t.dims.size() == 1 ? 0u : 1u) << t.name;
+    EXPECT_EQ(t.name.find("nextn"), std::string::npos) << t.name;
+  }
+  // An FP8 weight is dequantized (code * block scale) and then rounded to f16.
+  const Checkpoint ck(fx);
+  Weight w = load_weight(ck, "model.layers.1.self_attn.q_a_proj.weight", c.q_lora_rank, c.hidden_size,
+                         c.fp8_block_rows, c.fp8_block_cols);
+  ASSERT_EQ(w.format, WeightFormat::FP8_BLOCK);
+  const ParsedTensor* t = find_tensor(f, "blk.1.attn_q_a.weight");
+  ASSERT_NE(t, nullptr);
+  std::vector<float> row(static_cast<size_t>(c.hidden_size));
+  w.row_f32(c.q_lora_rank - 1, row.data());
+  for (int64_t col = 0; col < c.hidden_size; ++col) {
+    uint16_t h;
+    std::memcpy(&h, f.bytes.data() + f.data_start + t->offset + 2 * ((c.q_lora_rank - 1) * c.hidden_size + col), 2);
+    ASSERT_EQ(h, f32_to_f16(row[col])) << col;
+  }
+}
+
+TEST_F(ExportGgufTest, RejectsADenseLayerAfterMoeLayers) {
+  const std::string fx = fixture("glm5-tiny-bf16");
+  if (fx.empty()) GTEST_SKIP() << "tests/fixtures/glm5-tiny-bf16 not present";
+  const fs::path model = dir_ / "model";
+  fs::create_directories(model);
+  Json cfg = parse_json(read_small_file(fx + "/config.json", 1 << 20), "config.json");
+  const int64_t L = cfg["num_hidden_layers"].get<int64_t>();
+  Json types = Json::array();
+  for (int64_t i = 0; i < L; ++i) types.push_back(i == 1 ? "dense" : "sparse");
+  cfg["mlp_layer_types"] = types;
+  std::ofstream(model / "config.json") << cfg.dump();
+  fs::create_symlink(fs::path(fx) / "model.safetensors", model / "model.safetensors");
+  const std::string out = path("x.gguf");
+  EXPECT_NE(run_export(model.string(), out), 0);
+  EXPECT_NE(stderr_text().find("leading dense"), std::string::npos) << stderr_text();
+  EXPECT_FALSE(fs::exists(out));
+}
+
+}  // namespace
+}  // namespace strata

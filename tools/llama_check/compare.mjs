@@ -1,0 +1,119 @@
+#!/usr/bin/env node
+// Compares llama.cpp's output (run.mjs --json) with a fixture's reference.json.
+//
+//   node compare.mjs REFERENCE.json LLAMA.json [--tol 0.05] [--json]
+//
+// A teacher-forced position where the two top-1 tokens differ is explained
+// by a near-tie when the reference's top-1/top-2 logit gap plus llama.cpp's
+// own top-1/top-2 gap is below --tol (logit units): for the two to pick
+// different tokens, their logits must differ by at least that sum, so a sum
+// below the numeric noise level means a tie that rounding may flip. Any other
+// disagreement fails.
+// Greedy continuations are compared up to their first difference; after it
+// the prefixes differ, so later tokens are not compared. That difference is
+// explained the same way, by the margins at that step.
+//
+// Exit status: 0 when every disagreement is explained, 1 otherwise, 2 on bad
+// input.
+import fs from "node:fs";
+import {parseArgs} from "node:util";
+
+function die(msg) {
+    process.stderr.write(`compare.mjs: ${msg}\n`);
+    process.exit(2);
+}
+
+let parsed;
+try {
+    parsed = parseArgs({
+        allowPositionals: true,
+        options: {tol: {type: "string", default: "0.05"}, json: {type: "boolean", default: false}},
+    });
+} catch (e) {
+    die(e.message);
+}
+const [refPath, llamaPath] = parsed.positionals;
+if (!refPath || !llamaPath) die("usage: node compare.mjs REFERENCE.json LLAMA.json [--tol 0.05] [--json]");
+const tol = Number(parsed.values.tol);
+if (!(tol >= 0)) die("--tol must be a non-negative number");
+
+function load(p) {
+    try {
+        return JSON.parse(fs.readFileSync(p, "utf8"));
+    } catch (e) {
+        die(`${p}: ${e.message}`);
+    }
+}
+const ref = load(refPath);
+const got = load(llamaPath);
+for (const k of ["top1", "ids"]) if (!Array.isArray(ref[k])) die(`${refPath}: missing array "${k}"`);
+if (!Array.isArray(got.top1)) die(`${llamaPath}: missing array "top1"`);
+if (got.top1.length !== ref.top1.length)
+    die(`top1 lengths differ: reference ${ref.top1.length}, llama.cpp ${got.top1.length}`);
+
+const fmt = (x) => (x == null ? "n/a" : Number(x).toFixed(4));
+const nearTie = (a, b) => (a != null || b != null) && (a ?? 0) + (b ?? 0) < tol;
+
+const tf = {positions: ref.top1.length, agree: 0, explained: [], unexplained: []};
+for (let i = 0; i < ref.top1.length; i++) {
+    if (ref.top1[i] === got.top1[i]) {
+        tf.agree++;
+        continue;
+    }
+    const rm = ref.top1_margin?.[i], lm = got.top1_margin?.[i];
+    const item = {pos: i, reference: ref.top1[i], llama: got.top1[i], ref_margin: rm ?? null, llama_margin: lm ?? null};
+    (nearTie(rm, lm) ? tf.explained : tf.unexplained).push(item);
+}
+let maxMarginDiff = 0;
+for (let i = 0; i < ref.top1.length; i++)
+    if (ref.top1[i] === got.top1[i] && ref.top1_margin?.[i] != null && got.top1_margin?.[i] != null)
+        maxMarginDiff = Math.max(maxMarginDiff, Math.abs(ref.top1_margin[i] - got.top1_margin[i]));
+
+const g = {length: 0, match: 0, first_difference: null, explained: true};
+const refGreedy = ref.greedy?.ids;
+if (Array.isArray(refGreedy) && Array.isArray(got.greedy)) {
+    g.length = refGreedy.length;
+    if (got.greedy.length < refGreedy.length)
+        die(`llama.cpp produced ${got.greedy.length} greedy tokens, the reference has ${refGreedy.length}`);
+    let k = 0;
+    while (k < refGreedy.length && refGreedy[k] === got.greedy[k]) k++;
+    g.match = k;
+    if (k < refGreedy.length) {
+        const rm = ref.greedy.margins?.[k], lm = got.greedy_margin?.[k];
+        g.first_difference = {step: k, reference: refGreedy[k], llama: got.greedy[k], ref_margin: rm ?? null,
+            llama_margin: lm ?? null};
+        g.explained = nearTie(rm, lm);
+    }
+}
+
+const ok = tf.unexplained.length === 0 && g.explained;
+const summary = {
+    ok,
+    tol,
+    top1: {agree: tf.agree, of: tf.positions, near_tie_differences: tf.explained, unexplained_differences: tf.unexplained,
+        max_margin_diff_where_agreeing: maxMarginDiff},
+    greedy: g,
+};
+if (parsed.values.json) {
+    process.stdout.write(JSON.stringify(summary) + "\n");
+} else {
+    process.stdout.write(`teacher-forced top-1: ${tf.agree}/${tf.positions} agree` +
+        (tf.explained.length ? `, ${tf.explained.length} near-tie difference(s)` : "") +
+        (tf.unexplained.length ? `, ${tf.unexplained.length} UNEXPLAINED` : "") +
+        ` (max |margin diff| where agreeing ${maxMarginDiff.toExponential(2)})\n`);
+    for (const d of [...tf.explained, ...tf.unexplained])
+        process.stdout.write(`  pos ${d.pos}: reference ${d.reference} (margin ${fmt(d.ref_margin)}), ` +
+            `llama.cpp ${d.llama} (margin ${fmt(d.llama_margin)})\n`);
+    if (g.length) {
+        process.stdout.write(`greedy: ${g.match}/${g.length} tokens match`);
+        if (g.first_difference) {
+            const d = g.first_difference;
+            process.stdout.write(`; first difference at step ${d.step}: reference ${d.reference} ` +
+                `(margin ${fmt(d.ref_margin)}), llama.cpp ${d.llama} (margin ${fmt(d.llama_margin)})` +
+                (g.explained ? " -- near-tie" : " -- UNEXPLAINED"));
+        }
+        process.stdout.write("\n");
+    }
+    process.stdout.write(ok ? "PASS\n" : "FAIL\n");
+}
+process.exit(ok ? 0 : 1);
