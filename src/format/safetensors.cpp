@@ -137,15 +137,20 @@ SafetensorsFile::SafetensorsFile(const std::string& path, const SafetensorsLimit
       tensors_.push_back(std::move(t));
     }
 
+    // Overlap: in order of begin, each non-empty span must start at or after
+    // the end of the previous non-empty one. Empty spans are skipped without
+    // resetting `prev`, or an empty tensor sorted between two overlapping
+    // ones would hide the overlap.
     std::vector<size_t> order(tensors_.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(),
               [&](size_t a, size_t b) { return tensors_[a].begin < tensors_[b].begin; });
-    for (size_t i = 1; i < order.size(); ++i) {
-      const auto& a = tensors_[order[i - 1]];
-      const auto& b = tensors_[order[i]];
-      if (b.begin < a.end && b.bytes() != 0 && a.bytes() != 0)
-        fail("{}: tensors \"{}\" and \"{}\" overlap", path, a.name, b.name);
+    const TensorEntry* prev = nullptr;
+    for (size_t i : order) {
+      const TensorEntry& b = tensors_[i];
+      if (b.bytes() == 0) continue;
+      if (prev && b.begin < prev->end) fail("{}: tensors \"{}\" and \"{}\" overlap", path, prev->name, b.name);
+      prev = &b;
     }
     for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
   } catch (...) {
@@ -172,13 +177,27 @@ void SafetensorsFile::read_range(const TensorEntry& t, uint64_t offset, uint64_t
   pread_all(fd_, path_ + " (tensor \"" + t.name + "\")", data_offset_ + t.begin + offset, n, dst);
 }
 
+namespace {
+
+// std::filesystem queries without exceptions: a path that cannot be examined
+// (permissions, I/O) is a strata::Error naming it, not a filesystem_error
+// that nothing catches.
+std::filesystem::file_status status_of(const std::filesystem::path& p) {
+  std::error_code ec;
+  std::filesystem::file_status s = std::filesystem::status(p, ec);
+  if (s.type() == std::filesystem::file_type::none) fail("{}: cannot examine: {}", p.string(), ec.message());
+  return s;
+}
+
+}  // namespace
+
 Checkpoint::Checkpoint(const std::string& dir, const SafetensorsLimits& limits) : dir_(dir) {
   namespace fs = std::filesystem;
   const fs::path d(dir);
-  if (!fs::is_directory(d)) fail("{}: not a directory", dir);
+  if (!fs::is_directory(status_of(d))) fail("{}: not a directory", dir);
   const fs::path single = d / "model.safetensors";
   const fs::path index = d / "model.safetensors.index.json";
-  if (fs::exists(index)) {
+  if (fs::exists(status_of(index))) {
     Json j = parse_json(read_small_file(index.string(), 64ull << 20), index.string());
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       fail("{}: missing object field \"weight_map\"", index.string());
@@ -192,8 +211,14 @@ Checkpoint::Checkpoint(const std::string& dir, const SafetensorsLimits& limits) 
         fail("{}: weight_map[\"{}\"] names \"{}\", which is not a plain file name", index.string(),
              it.key(), f);
       if (!file_ids.count(f)) {
-        file_ids[f] = files_.size();
-        files_.push_back(std::make_unique<SafetensorsFile>((d / f).string(), limits));
+        // A shard that cannot be opened or parsed: say which index entry led
+        // to it as well (the shard's own message names the shard).
+        try {
+          files_.push_back(std::make_unique<SafetensorsFile>((d / f).string(), limits));
+        } catch (const Error& e) {
+          fail("{}: weight_map[\"{}\"] names shard \"{}\": {}", index.string(), it.key(), f, e.what());
+        }
+        file_ids[f] = files_.size() - 1;
       }
       wanted.emplace_back(it.key(), f);
     }
@@ -203,7 +228,7 @@ Checkpoint::Checkpoint(const std::string& dir, const SafetensorsLimits& limits) 
       if (!e) fail("{}: tensor \"{}\" is listed in the index but missing from the shard", files_[id]->path(), name);
       where_[name] = {id, e};
     }
-  } else if (fs::exists(single)) {
+  } else if (fs::exists(status_of(single))) {
     files_.push_back(std::make_unique<SafetensorsFile>(single.string(), limits));
     for (const auto& t : files_[0]->tensors()) where_[t.name] = {0, &t};
   } else {
