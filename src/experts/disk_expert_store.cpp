@@ -39,7 +39,10 @@ Weight view(const TensorRecord& t, const uint8_t* blob, const std::string& name)
   return w;
 }
 
-std::string gb(uint64_t b) { return fmt::format("{:.2f} GB", static_cast<double>(b) / 1e9); }
+std::string gb(uint64_t b) {
+  return b >= 1000000000ull ? fmt::format("{:.2f} GB", static_cast<double>(b) / 1e9)
+                            : fmt::format("{:.1f} MB", static_cast<double>(b) / 1e6);
+}
 
 }  // namespace
 

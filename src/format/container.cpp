@@ -27,9 +27,12 @@ const char* format_tag(WeightFormat f) {
 
 constexpr uint64_t kMaxBytes = uint64_t{1} << 50;
 
+// A non-negative integer, whether the JSON holds it as signed or unsigned.
+bool is_uint(const Json& v) { return v.is_number_unsigned() || (v.is_number_integer() && v.get<int64_t>() >= 0); }
+
 uint64_t u64(const Json& j, const char* key, const std::string& where) {
   auto it = j.find(key);
-  if (it == j.end() || !it->is_number_unsigned()) fail("{}: field \"{}\" must be a non-negative integer", where, key);
+  if (it == j.end() || !is_uint(*it)) fail("{}: field \"{}\" must be a non-negative integer", where, key);
   const uint64_t v = it->get<uint64_t>();
   if (v > kMaxBytes) fail("{}: field \"{}\" = {} is implausibly large", where, key, v);
   return v;
@@ -77,7 +80,7 @@ TensorRecord tensor_from_json(const Json& j, bool with_file, const std::string& 
   if (sh == j.end() || !sh->is_array() || sh->empty() || sh->size() > 2)
     fail("{}: shape must be an array of 1 or 2 dimensions", where);
   for (const Json& d : *sh) {
-    if (!d.is_number_unsigned() || d.get<uint64_t>() == 0 || d.get<uint64_t>() > (uint64_t{1} << 32))
+    if (!is_uint(d) || d.get<uint64_t>() == 0 || d.get<uint64_t>() > (uint64_t{1} << 32))
       fail("{}: shape dimension {} is not in [1, 2^32]", where, d.dump());
     t.shape.push_back(d.get<int64_t>());
   }
@@ -89,8 +92,7 @@ TensorRecord tensor_from_json(const Json& j, bool with_file, const std::string& 
   }
   if (t.format == WeightFormat::FP8_BLOCK) {
     auto b = j.find("block");
-    if (b == j.end() || !b->is_array() || b->size() != 2 || !(*b)[0].is_number_unsigned() ||
-        !(*b)[1].is_number_unsigned() || (*b)[0].get<uint64_t>() == 0 || (*b)[1].get<uint64_t>() == 0 ||
+    if (b == j.end() || !b->is_array() || b->size() != 2 || !is_uint((*b)[0]) || !is_uint((*b)[1]) || (*b)[0].get<uint64_t>() == 0 || (*b)[1].get<uint64_t>() == 0 ||
         (*b)[0].get<uint64_t>() > 4096 || (*b)[1].get<uint64_t>() > 4096)
       fail("{}: block must be two integers in [1, 4096]", where);
     t.block_rows = (*b)[0].get<int64_t>();

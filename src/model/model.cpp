@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "format/container.h"
 
@@ -48,6 +49,8 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
   std::unique_ptr<TensorSource> source;
   if (is_container(dir)) {
     source = open_container(*model);
+  } else if (std::filesystem::exists(dir + "/dense.bin") || std::filesystem::exists(dir + "/convert-state.json")) {
+    fail("{}: an unfinished strata conversion (no manifest.json); finish it with strata convert --resume", dir);
   } else {
     model->config = load_model_config(dir);
     source = std::make_unique<CheckpointSource>(dir, model->config);
