@@ -1,6 +1,6 @@
 // The strata container: a converted model directory.
 //
-//   manifest.json      format, version, source identity, conversion options, the
+//   manifest.json      format, version, source identity (config_xxh3), conversion options, the
 //                      model config, every file (size + XXH3-64) and every tensor
 //                      (format tag, shape, file, offsets) -- the engine never
 //                      guesses a format from byte arithmetic.
