@@ -1,0 +1,27 @@
+#!/bin/sh
+# Reproduce models/glm5-strata-tiny end to end (Debian bookworm, 2 CPU cores, ~1.5-2 h).
+# Everything runs with Debian's /usr/bin/python3 (python3-torch 1.13, python3-numpy, python3-regex).
+set -eu
+cd "$(dirname "$0")/../.."
+NAME=glm5-strata-tiny
+RUN=tools/train/runs/$NAME
+apt-get install -y --no-install-recommends dict-gcide dict-jargon dict-devil dict-foldoc dict-vera \
+    fortunes fortunes-min python3-regex python3-matplotlib
+# 1. corpus (prints sizes + sha256; see the model card)
+/usr/bin/python3 tools/train/build_corpus.py --out tools/train/data
+# 2. tokenizer: byte-level BPE, 4076 merges-derived tokens + 20 GLM special tokens = 4096
+/usr/bin/python3 tools/train/bpe.py train --text tools/train/data/train.txt --vocab 4096 --out tools/train/runs/tok4k
+# 3. token files
+/usr/bin/python3 tools/train/prepare_data.py --tok tools/train/runs/tok4k/tokenizer.json --data tools/train/data
+# 4. train (72 min of training time; rerun the same command to resume from $RUN/ckpt.pt)
+mkdir -p $RUN
+OMP_WAIT_POLICY=PASSIVE nice -n 19 /usr/bin/python3 tools/train/train.py --out $RUN --minutes 72 --lr 2e-3 \
+    --warmup 20 --b1 4 --b2 2 --idx_rows 1 --bias_rate 3e-3 \
+    --config '{"num_attention_heads":4,"num_key_value_heads":4,"moe_intermediate_size":128,"intermediate_size":512}' \
+    >> $RUN/train.log 2>&1
+# 5. export (bf16 HF layout) and evaluate the bf16 checkpoint
+/usr/bin/python3 tools/train/export.py --ckpt $RUN/ckpt.pt --tok tools/train/runs/tok4k/tokenizer.json --out models/$NAME
+/usr/bin/python3 tools/train/eval_ppl.py --model models/$NAME --ids tools/train/data/heldout.bin
+/usr/bin/python3 tools/train/eval_routing.py --model models/$NAME --ids tools/train/data/heldout.bin
+/usr/bin/python3 tools/train/compare_strata.py --model models/$NAME --ids tools/train/data/heldout.bin
+/usr/bin/python3 tools/train/plot_curve.py --metrics $RUN/metrics.jsonl --out models/$NAME/training_curve.png
