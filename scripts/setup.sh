@@ -15,11 +15,11 @@ for a in "$@"; do
 done
 
 # Build: compiler, CMake, Ninja, and the libraries (see README "Dependencies").
-pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libxxhash-dev)
+pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libxxhash-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libbenchmark-dev)
 # Tests: the PyTorch reference oracle (Debian's torch; there is no pip here),
 # OpenBLAS so it runs at a useful speed, Node.js for the llama.cpp cross-check.
 if [ "$want_test" = 1 ]; then
-  pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread nodejs npm)
+  pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread nodejs npm tmux)
 fi
 
 missing=()

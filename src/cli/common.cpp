@@ -23,6 +23,7 @@ void EngineFlags::add(CLI::App* cmd) {
   cmd->add_option("--pin", pin, "Containers: pin experts in RAM: a size in GB, or 'all' (clamped to --ram)");
   cmd->add_flag("--no-autopin", no_autopin, "Containers: do not pin the experts that earlier runs used most");
   cmd->add_flag("--no-direct-io", no_direct_io, "Containers: read experts through the page cache");
+  cmd->add_flag("--no-prefetch", no_prefetch, "Containers: do not read the predicted next-layer experts ahead");
   cmd->add_flag("--stats", stats, "Print speed, expert-cache and time-split statistics at the end (stderr)");
   cmd->add_flag("--stats-json", stats_json, "Print the statistics as one JSON line (stderr)");
 }
@@ -55,6 +56,7 @@ Engine open_engine(const EngineFlags& f, bool load_mtp) {
     }
     o.autopin = !f.no_autopin;
     o.direct_io = !f.no_direct_io;
+    o.prefetch = !f.no_prefetch;
     auto disk = std::make_unique<DiskExpertStore>(*e.model, o);
     e.disk = disk.get();
     std::fprintf(stderr, "strata: %s\n", disk->describe().c_str());
@@ -93,6 +95,8 @@ void finish_engine(Engine& e, const EngineFlags& f) {
     j["expert_requests"] = es.requests;
     j["expert_hit_rate"] = hit;
     j["bytes_read"] = es.bytes_read;
+    j["experts_prefetched"] = es.prefetched;
+    j["prefetch_hits"] = es.prefetch_hits;
     j["time_s"] = {{"total", sec(ps.total_ns)},         {"attention", sec(ps.attention_ns)},
                    {"router", sec(ps.router_ns)},       {"expert_wait", sec(ps.expert_wait_ns)},
                    {"expert_matmul", sec(ps.expert_ns)}, {"other", sec(ps.other_ns())}};

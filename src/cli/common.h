@@ -25,6 +25,7 @@ struct EngineFlags {
   std::string pin;      // "", "all" or GB
   bool no_autopin = false;
   bool no_direct_io = false;
+  bool no_prefetch = false;
   bool stats = false, stats_json = false;
   void add(CLI::App* cmd);
   ForwardOptions forward_options() const;

@@ -11,6 +11,14 @@ int main(int argc, char** argv) {
   strata::cli::add_score_command(app, run);
   strata::cli::add_generate_command(app, run);
   strata::cli::add_export_gguf_command(app, run);
+  strata::cli::add_dequantize_command(app, run);
+  strata::cli::add_eval_command(app, run);
+  strata::cli::add_convert_command(app, run);
+  strata::cli::add_tokenize_command(app, run);
+  strata::cli::add_detokenize_command(app, run);
+  strata::cli::add_run_command(app, run);
+  strata::cli::add_chat_command(app, run);
+  strata::cli::add_serve_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

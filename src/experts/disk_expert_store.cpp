@@ -71,12 +71,12 @@ DiskExpertStore::DiskExpertStore(const Model& m, const ExpertCacheOptions& o) : 
     l.slot_of.assign(static_cast<size_t>(rec.count), -1);
     l.usage.assign(static_cast<size_t>(rec.count), 0);
     l.prior.assign(static_cast<size_t>(rec.count), 0);
-    if (o.direct_io) {
-      l.fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-      l.direct = l.fd >= 0;
-    }
-    if (l.fd < 0) l.fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
+    l.fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (l.fd < 0) fail("{}: cannot open: {}", l.path, std::strerror(errno));
+    if (o.direct_io) {
+      l.fd_direct = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
+      l.direct = l.fd_direct >= 0;
+    }
     total_bytes_ += l.read_bytes * static_cast<uint64_t>(rec.count);
     ++moe_layers;
   }
@@ -165,11 +165,20 @@ DiskExpertStore::DiskExpertStore(const Model& m, const ExpertCacheOptions& o) : 
     cache_bytes_ += static_cast<uint64_t>(n) * l.read_bytes;
   }
   budget_clamped_ = pinned_bytes_ + cache_bytes_ > budget_;
+  prefetch_ = o.prefetch;
+  if (prefetch_) io_ = std::thread([this] { io_loop(); });
 }
 
 DiskExpertStore::~DiskExpertStore() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (io_.joinable()) io_.join();
   for (Layer& l : layers_) {
     if (l.fd >= 0) ::close(l.fd);
+    if (l.fd_direct >= 0) ::close(l.fd_direct);
     for (Slot& s : l.slots) std::free(s.buf);
   }
 }
@@ -185,32 +194,119 @@ DiskExpertStore::Slot& DiskExpertStore::new_slot(Layer& l) {
   return l.slots.back();
 }
 
-void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
-  const uint64_t t0 = now_ns();
+std::string DiskExpertStore::read_expert(Layer& l, int64_t layer, int32_t expert, Slot& s) {
   const uint64_t off = l.rec->stride * static_cast<uint64_t>(expert);
   uint64_t done = 0;
+  bool direct;
+  {
+    std::lock_guard<std::mutex> lk(mu_);  // both threads read; either may turn O_DIRECT off
+    direct = l.direct;
+  }
   while (done < l.read_bytes) {
-    ssize_t r = ::pread(l.fd, s.buf + done, l.read_bytes - done, static_cast<off_t>(off + done));
+    ssize_t r = ::pread(direct ? l.fd_direct : l.fd, s.buf + done, l.read_bytes - done, static_cast<off_t>(off + done));
     if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && errno == EINVAL && l.direct) {  // the filesystem refuses O_DIRECT reads
-      ::close(l.fd);
-      l.fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
-      l.direct = false;
-      if (l.fd < 0) fail("{}: cannot reopen: {}", l.path, std::strerror(errno));
+    if (r < 0 && errno == EINVAL && direct) {  // the filesystem refuses O_DIRECT reads
+      std::lock_guard<std::mutex> lk(mu_);
+      l.direct = direct = false;
       continue;
     }
     if (r <= 0)
-      fail("{}: reading expert {} of layer {} ({} bytes at offset {}) failed: {}", l.path, expert, layer,
-           l.read_bytes, off + done, r < 0 ? std::strerror(errno) : "unexpected end of file");
+      return fmt::format("{}: reading expert {} of layer {} ({} bytes at offset {}) failed: {}", l.path, expert, layer,
+                         l.read_bytes, off + done, r < 0 ? std::strerror(errno) : "unexpected end of file");
     done += static_cast<uint64_t>(r);
   }
   if (XXH3_64bits(s.buf, l.rec->blob_bytes) != l.rec->xxh[static_cast<size_t>(expert)])
-    fail("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)", l.path, expert, layer, off);
-  if (s.expert >= 0) l.slot_of[static_cast<size_t>(s.expert)] = -1;
+    return fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)", l.path, expert,
+                       layer, off);
+  return "";
+}
+
+void DiskExpertStore::assign(Layer& l, int32_t expert, Slot& s) {
+  const int32_t idx = static_cast<int32_t>(&s - l.slots.data());
+  if (s.expert >= 0 && l.slot_of[static_cast<size_t>(s.expert)] == idx) l.slot_of[static_cast<size_t>(s.expert)] = -1;
   s.expert = expert;
-  l.slot_of[static_cast<size_t>(expert)] = static_cast<int32_t>(&s - l.slots.data());
+  l.slot_of[static_cast<size_t>(expert)] = idx;
+}
+
+void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
+  const uint64_t t0 = now_ns();
+  const std::string err = read_expert(l, layer, expert, s);
+  if (!err.empty()) {
+    if (s.expert >= 0 && l.slot_of[static_cast<size_t>(s.expert)] == static_cast<int32_t>(&s - l.slots.data()))
+      l.slot_of[static_cast<size_t>(s.expert)] = -1;
+    s.expert = -1;
+    fail("{}", err);
+  }
+  assign(l, expert, s);
+  s.prefetched = false;
   stats_.bytes_read += l.read_bytes;
   stats_.read_ns += now_ns() - t0;
+}
+
+DiskExpertStore::Slot* DiskExpertStore::victim(Layer& l, uint64_t tick, bool wait) {
+  std::unique_lock<std::mutex> lk(mu_);  // `loading` is cleared by the I/O thread
+  for (;;) {
+    Slot* v = nullptr;
+    bool in_flight = false;
+    for (Slot& s : l.slots) {
+      if (s.pinned || s.last_used == tick) continue;
+      if (s.loading) {
+        in_flight = true;
+        continue;
+      }
+      if (!v || s.last_used < v->last_used) v = &s;
+    }
+    // Every free slot is taken by a read-ahead still in flight: wait for one.
+    if (v || !wait || !in_flight) return v;
+    cv_.wait(lk);
+  }
+}
+
+void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) {
+  if (!prefetch_) return;
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  if (!l.rec) return;
+  const uint64_t tick = ++tick_;
+  for (int32_t e : experts) {
+    if (l.slot_of[static_cast<size_t>(e)] >= 0) continue;  // resident or already on its way
+    Slot* v = victim(l, tick, false);
+    if (!v) break;  // every slot is busy: the rest loads on demand
+    v->last_used = tick;
+    v->prefetched = true;
+    assign(l, e, *v);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      v->loading = true;
+      v->error.clear();
+      jobs_.push_back({layer, e, v});
+    }
+    cv_.notify_one();
+  }
+}
+
+void DiskExpertStore::io_loop() {
+  for (;;) {
+    Job job;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      job = jobs_.front();
+      jobs_.pop_front();
+    }
+    Layer& l = layers_[static_cast<size_t>(job.layer)];
+    const uint64_t t0 = now_ns();
+    std::string err = read_expert(l, job.layer, job.expert, *job.slot);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      job.slot->loading = false;
+      job.slot->error = std::move(err);
+      io_bytes_ += l.read_bytes;
+      io_ns_ += now_ns() - t0;
+      ++io_count_;
+    }
+    cv_.notify_all();
+  }
 }
 
 int64_t DiskExpertStore::max_batch(int64_t layer) const { return layers_[static_cast<size_t>(layer)].lru_slots; }
@@ -224,21 +320,49 @@ void DiskExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, s
     ++l.usage[static_cast<size_t>(e)];
     int32_t si = l.slot_of[static_cast<size_t>(e)];
     if (si >= 0) {
-      ++stats_.hits;
-    } else {
+      Slot& s = l.slots[static_cast<size_t>(si)];
+      std::string err;
+      {
+        std::unique_lock<std::mutex> lk(mu_);
+        if (s.loading) {
+          const uint64_t t0 = now_ns();
+          cv_.wait(lk, [&] { return !s.loading; });
+          stats_.prefetch_wait_ns += now_ns() - t0;
+        }
+        err.swap(s.error);
+      }
+      if (!err.empty()) {  // the read-ahead failed: read again here, which reports the error
+        l.slot_of[static_cast<size_t>(e)] = -1;
+        s.expert = -1;
+        s.prefetched = false;
+        si = -1;
+      } else {
+        ++stats_.hits;
+        if (s.prefetched) ++stats_.prefetch_hits;
+        s.prefetched = false;
+      }
+    }
+    if (si < 0) {
       ++stats_.misses;
       // Least recently used unpinned slot not already handed out by this call.
-      Slot* victim = nullptr;
-      for (Slot& s : l.slots)
-        if (!s.pinned && s.last_used != tick && (!victim || s.last_used < victim->last_used)) victim = &s;
-      if (!victim) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
-      load(l, layer, e, *victim);
-      si = static_cast<int32_t>(victim - l.slots.data());
+      Slot* v = victim(l, tick, true);
+      if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
+      load(l, layer, e, *v);
+      si = static_cast<int32_t>(v - l.slots.data());
     }
     Slot& s = l.slots[static_cast<size_t>(si)];
     s.last_used = tick;
     out.push_back(&s.w);
   }
+}
+
+ExpertStoreStats DiskExpertStore::stats() const {
+  ExpertStoreStats s = stats_;
+  std::lock_guard<std::mutex> lk(mu_);
+  s.bytes_read += io_bytes_;
+  s.read_ns += io_ns_;
+  s.prefetched = io_count_;
+  return s;
 }
 
 std::string DiskExpertStore::describe() const {

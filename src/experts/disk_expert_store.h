@@ -4,8 +4,12 @@
 // Each expert is one aligned read (O_DIRECT where the filesystem allows),
 // checked against its XXH3-64 before use.
 #pragma once
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "experts/expert_store.h"
@@ -19,6 +23,7 @@ struct ExpertCacheOptions {
   uint64_t pin_bytes = 0;  // pin this much (clamped to the budget)
   bool autopin = true;     // without explicit pins, pin the hottest experts of earlier runs
   bool direct_io = true;
+  bool prefetch = true;    // read predicted next-layer experts on an I/O thread
 };
 
 struct ExpertStoreStats {
@@ -27,6 +32,9 @@ struct ExpertStoreStats {
   uint64_t misses = 0;
   uint64_t bytes_read = 0;
   uint64_t read_ns = 0;
+  uint64_t prefetched = 0;       // experts read ahead by the I/O thread
+  uint64_t prefetch_hits = 0;    // requests served by a read-ahead (counted in hits too)
+  uint64_t prefetch_wait_ns = 0; // time acquire() waited for an in-flight read-ahead
 };
 
 class DiskExpertStore final : public ExpertStore {
@@ -39,8 +47,10 @@ class DiskExpertStore final : public ExpertStore {
   void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
   void release(int64_t layer) override {}
   int64_t max_batch(int64_t layer) const override;
+  bool wants_prefetch() const override { return prefetch_; }
+  void prefetch(int64_t layer, std::span<const int32_t> experts) override;
 
-  const ExpertStoreStats& stats() const { return stats_; }
+  ExpertStoreStats stats() const;
   uint64_t budget_bytes() const { return budget_; }
   uint64_t pinned_bytes() const { return pinned_bytes_; }
   uint64_t total_expert_bytes() const { return total_bytes_; }
@@ -57,12 +67,18 @@ class DiskExpertStore final : public ExpertStore {
     int32_t expert = -1;
     uint64_t last_used = 0;
     bool pinned = false;
+    // A read-ahead in flight: set by the caller's thread, cleared by the I/O
+    // thread under mu_ (with `error` if the read failed).
+    bool loading = false;
+    bool prefetched = false;  // filled by a read-ahead not yet asked for
+    std::string error;
     MlpWeights w;  // views into buf
   };
   struct Layer {
     const ExpertLayerRecord* rec = nullptr;
     std::string path;
     int fd = -1;
+    int fd_direct = -1;  // kept open for closing if reads fall back to fd
     bool direct = false;
     uint64_t read_bytes = 0;  // blob rounded up to 4096
     std::vector<Slot> slots;
@@ -72,8 +88,15 @@ class DiskExpertStore final : public ExpertStore {
     int64_t lru_slots = 0;
   };
 
+  // Reads expert `expert` into s.buf and verifies it; returns "" or an error.
+  std::string read_expert(Layer& l, int64_t layer, int32_t expert, Slot& s);
   void load(Layer& l, int64_t layer, int32_t expert, Slot& s);
+  void assign(Layer& l, int32_t expert, Slot& s);
+  // Least recently used unpinned slot not used at `tick`; with `wait`, waits
+  // for a read-ahead to finish rather than give up while one is in flight.
+  Slot* victim(Layer& l, uint64_t tick, bool wait);
   Slot& new_slot(Layer& l);
+  void io_loop();
 
   const Model& m_;
   std::string dir_;
@@ -82,6 +105,20 @@ class DiskExpertStore final : public ExpertStore {
   uint64_t tick_ = 0;
   uint64_t budget_ = 0, pinned_bytes_ = 0, total_bytes_ = 0, cache_bytes_ = 0;
   bool budget_clamped_ = false;
+
+  // The I/O thread and its queue of read-aheads (layer, expert, slot).
+  bool prefetch_ = false;
+  std::thread io_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  struct Job {
+    int64_t layer;
+    int32_t expert;
+    Slot* slot;
+  };
+  std::deque<Job> jobs_;
+  bool stop_ = false;
+  uint64_t io_bytes_ = 0, io_ns_ = 0, io_count_ = 0;  // under mu_
 };
 
 // MemAvailable from /proc/meminfo, 0 if unknown.

@@ -19,6 +19,10 @@ class ExpertStore {
   // The most experts of `layer` one acquire() may ask for; the MoE splits the
   // union into chunks of this size (each expert is still read once).
   virtual int64_t max_batch(int64_t layer) const { return INT64_MAX; }
+  // A hint that `experts` of `layer` will probably be asked for soon: a
+  // store may start reading them in the background. Never changes results.
+  virtual bool wants_prefetch() const { return false; }
+  virtual void prefetch(int64_t layer, std::span<const int32_t> experts) {}
 };
 
 // Every expert resident in RAM, straight from the loaded weights.

@@ -1,43 +1,124 @@
 #include "kernels/matmul.h"
 
+#include <algorithm>
+#include <atomic>
 #include <vector>
 
+#include "kernels/numeric.h"
+#include "kernels/qgemm.h"
+#include "quant/quant.h"
 #include "runtime/thread_pool.h"
 
 namespace strata {
 
-float dot_f32(const float* a, const float* b, int64_t n) {
-  constexpr int L = 16;
-  float acc[L] = {};
-  int64_t i = 0;
-  for (; i + L <= n; i += L)
-    for (int j = 0; j < L; ++j) acc[j] += a[i + j] * b[i + j];
-  for (int j = 0; i < n; ++i, ++j) acc[j] += a[i] * b[i];
-  for (int w = L / 2; w > 0; w /= 2)
-    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
-  return acc[0];
+namespace {
+
+// Every fp8 code's value, so expanding a row is a table lookup (the same
+// floats as fp8e4m3_to_f32).
+struct Fp8Table {
+  float v[256];
+  Fp8Table() {
+    for (int b = 0; b < 256; ++b) v[b] = fp8e4m3_to_f32(static_cast<uint8_t>(b));
+  }
+};
+
+// Row r of W as f32: what Weight::row_f32 returns, faster for fp8.
+void expand_row(const Weight& W, int64_t r, float* out) {
+  if (W.format != WeightFormat::FP8_BLOCK) {
+    W.row_f32(r, out);
+    return;
+  }
+  static const Fp8Table lut;
+  const uint8_t* p = W.q() + r * W.cols;
+  const float* srow = W.s() + (r / W.block_rows) * ((W.cols + W.block_cols - 1) / W.block_cols);
+  for (int64_t c0 = 0, bi = 0; c0 < W.cols; c0 += W.block_cols, ++bi) {
+    const int64_t c1 = std::min(W.cols, c0 + W.block_cols);
+    const float s = srow[bi];
+    for (int64_t c = c0; c < c1; ++c) out[c] = lut.v[p[c]] * s;
+  }
 }
 
-void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool* pool) {
-  const int64_t out = W.rows, in = W.cols;
-  auto body = [&](int64_t o0, int64_t o1) {
-    thread_local std::vector<float> wrow;
-    if (static_cast<int64_t>(wrow.size()) < in) wrow.resize(static_cast<size_t>(in));
-    for (int64_t o = o0; o < o1; ++o) {
-      const float* w;
-      if (W.format == WeightFormat::F32) {
-        w = reinterpret_cast<const float*>(W.q()) + o * in;
-      } else {
-        W.row_f32(o, wrow.data());
-        w = wrow.data();
-      }
-      for (int64_t r = 0; r < nrows; ++r) y[r * out + o] = dot_f32(w, x + r * in, in);
-    }
-  };
-  if (pool && out * in * nrows > 32768)
-    pool->parallel_for(out, body);
+std::atomic<IntActivations> g_int_acts{IntActivations::Int8};
+
+template <typename Body>
+void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
+  if (parallel)
+    pool->parallel_for(n, body);
   else
-    body(0, out);
+    body(0, n);
+}
+
+}  // namespace
+
+IntActivations int_activations() { return g_int_acts.load(std::memory_order_relaxed); }
+void set_int_activations(IntActivations a) { g_int_acts.store(a, std::memory_order_relaxed); }
+
+float dot_f32(const float* a, const float* b, int64_t n) { return kernel_table(active_kernel_path()).dot_f32(a, b, n); }
+
+void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool* pool) {
+  matmul(W, x, nrows, y, pool, active_kernel_path());
+}
+
+void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool* pool, KernelPath path) {
+  const int64_t out = W.rows, in = W.cols;
+  if (nrows <= 0 || out <= 0) return;
+  const KernelTable& kt = kernel_table(path);
+  const bool par = pool && pool->size() > 1 && out * in * nrows > 32768;
+  switch (W.format) {
+    case WeightFormat::F32: {
+      const float* w = reinterpret_cast<const float*>(W.q());
+      run(pool, par, out, [&](int64_t o0, int64_t o1) { kt.gemm_f32(w + o0 * in, o1 - o0, in, x, nrows, y + o0, out); });
+      return;
+    }
+    case WeightFormat::BF16: {
+      const uint16_t* w = reinterpret_cast<const uint16_t*>(W.q());
+      run(pool, par, out, [&](int64_t o0, int64_t o1) { kt.gemm_bf16(w + o0 * in, o1 - o0, in, x, nrows, y + o0, out); });
+      return;
+    }
+    case WeightFormat::INT8:
+    case WeightFormat::INT4: {
+      if (W.group != 0 && W.group % kQBlock != 0) break;  // no integer kernel: expand below
+      if (int_activations() == IntActivations::F32) break;
+      const bool b4 = W.format == WeightFormat::INT4;
+      thread_local std::vector<uint8_t> q;
+      thread_local std::vector<float> scale;
+      thread_local std::vector<int32_t> sum8;
+      const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)), bn = static_cast<size_t>(nrows * qacts_bstride(in));
+      if (q.size() < qn) q.resize(qn);
+      if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
+      const QActs a = quantize_acts(x, nrows, in, b4 ? kt.q4_layout : kt.q8_layout, q.data(), scale.data(), sum8.data());
+      QWeight qw;
+      qw.q = W.q();
+      qw.s = W.s();
+      qw.rows = out;
+      qw.cols = in;
+      qw.bits = b4 ? 4 : 8;
+      qw.row_bytes = quant_row_bytes(b4 ? QuantBits::Int4 : QuantBits::Int8, in);
+      qw.group = W.group;
+      qw.ngroups = quant_groups(in, W.group);
+      const auto gemm = b4 ? kt.gemm_q4 : kt.gemm_q8;
+      run(pool, par, out, [&](int64_t o0, int64_t o1) {
+        QWeight part = qw;
+        part.q += o0 * qw.row_bytes;
+        part.s += o0 * qw.ngroups;
+        part.rows = o1 - o0;
+        gemm(part, a, y + o0, out);
+      });
+      return;
+    }
+    case WeightFormat::FP8_BLOCK: break;
+  }
+  // Formats without a direct kernel: expand a few rows to f32, then the f32 kernel.
+  run(pool, par, out, [&](int64_t o0, int64_t o1) {
+    constexpr int64_t kRows = 4;
+    thread_local std::vector<float> buf;
+    if (static_cast<int64_t>(buf.size()) < kRows * in) buf.resize(static_cast<size_t>(kRows * in));
+    for (int64_t o = o0; o < o1; o += kRows) {
+      const int64_t n = std::min(kRows, o1 - o);
+      for (int64_t i = 0; i < n; ++i) expand_row(W, o + i, buf.data() + i * in);
+      kt.gemm_f32(buf.data(), n, in, x, nrows, y + o, out);
+    }
+  });
 }
 
 }  // namespace strata

@@ -136,18 +136,14 @@ void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) 
   matmul(w.down, g, n, y, &pool_);
 }
 
-void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
+void ModelRunner::route(int64_t L, int64_t n, const float* x, int32_t* idx, float* wts) {
   const ModelConfig& c = m_.config;
   const LayerWeights& lw = m_.weights.layers[static_cast<size_t>(L)];
-  const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok, D = c.hidden_size;
+  const int64_t E = c.n_routed_experts, K = c.num_experts_per_tok;
   const int64_t G = c.n_group, gsize = E / G;
-
   // Router in f32: sigmoid scores; the bias only steers the choice.
-  uint64_t t_router = now_ns();
   float* logit = grow(ws_.router, static_cast<size_t>(n * E));
   matmul(lw.router.gate, x, n, logit, &pool_);
-  int32_t* idx = grow(ws_.topk_idx, static_cast<size_t>(n * K));
-  float* wts = grow(ws_.topk_w, static_cast<size_t>(n * K));
   float* choice = grow(ws_.route_choice, static_cast<size_t>(E));
   int32_t* order = grow(ws_.route_order, static_cast<size_t>(std::max(E, G)));
   float* gscore = grow(ws_.route_group, static_cast<size_t>(G));
@@ -194,7 +190,30 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
       wts[r * K + k] *= c.routed_scaling_factor;
     }
   }
+}
 
+void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
+  const ModelConfig& c = m_.config;
+  const LayerWeights& lw = m_.weights.layers[static_cast<size_t>(L)];
+  const int64_t K = c.num_experts_per_tok, D = c.hidden_size;
+  uint64_t t_router = now_ns();
+  int32_t* idx = grow(ws_.topk_idx, static_cast<size_t>(n * K));
+  float* wts = grow(ws_.topk_w, static_cast<size_t>(n * K));
+  route(L, n, x, idx, wts);
+  // Read ahead: the next layer's router applied to this layer's input
+  // predicts most of its experts; the store starts reading them while this
+  // layer computes. Only what is loaded depends on it, never a result.
+  const int64_t next = L + 1;
+  if (store_.wants_prefetch() && next < c.num_hidden_layers && c.is_moe(next)) {
+    int32_t* pidx = grow(ws_.pred_idx, static_cast<size_t>(n * K));
+    float* pw = grow(ws_.pred_w, static_cast<size_t>(n * K));
+    route(next, n, x, pidx, pw);
+    std::vector<int32_t>& pu = ws_.pred_union;
+    pu.assign(pidx, pidx + n * K);
+    std::sort(pu.begin(), pu.end());
+    pu.erase(std::unique(pu.begin(), pu.end()), pu.end());
+    store_.prefetch(next, pu);
+  }
   stats_.router_ns += now_ns() - t_router;
 
   // The union of the batch's experts, each computed once over its rows.

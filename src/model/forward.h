@@ -41,7 +41,8 @@ struct Workspace {
   std::vector<int32_t> topk_idx;
   std::vector<float> topk_w;
   std::vector<float> route_choice, route_group;
-  std::vector<int32_t> route_order, expert_union, expert_slot;
+  std::vector<int32_t> route_order, expert_union, expert_slot, pred_idx, pred_union;
+  std::vector<float> pred_w;
   std::vector<const MlpWeights*> experts;
 };
 
@@ -83,6 +84,8 @@ class ModelRunner {
   void select_keys(int64_t L, std::span<const Row> rows, const ForwardOptions& opts);
   void mlp(const MlpWeights& w, const float* x, int64_t n, float* y);
   void moe(int64_t L, int64_t n, const float* x, float* y);
+  // Routes n rows through layer L's router: top-k experts and their weights.
+  void route(int64_t L, int64_t n, const float* x, int32_t* idx, float* wts);
   void head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out);
 
   const Model& m_;

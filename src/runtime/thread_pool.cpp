@@ -1,26 +1,63 @@
 #include "runtime/thread_pool.h"
 
+#include <chrono>
+
 namespace strata {
 
-ThreadPool::ThreadPool(int threads) {
+namespace {
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Waits for done(): a short pure spin (the next job usually comes within a
+// few microseconds), then yielding the core between checks until spin_us
+// have passed, so an oversubscribed machine still runs whoever we wait for.
+// True if done() became true.
+template <typename Done>
+bool spin_until(int spin_us, const Done& done) {
+  if (spin_us <= 0) return done();
+  for (int i = 0; i < 256; ++i) {
+    if (done()) return true;
+    cpu_relax();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::microseconds(spin_us);
+  for (;;) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+    std::this_thread::yield();
+  }
+}
+
+void chunk(int64_t n, int parts, int id, int64_t* b, int64_t* e) {
+  const int64_t base = n / parts, rem = n % parts;
+  *b = id * base + (id < rem ? id : rem);
+  *e = *b + base + (id < rem ? 1 : 0);
+}
+
+}  // namespace
+
+ThreadPool::ThreadPool(int threads, int spin_us) : spin_us_(spin_us < 0 ? kDefaultSpinUs : spin_us) {
   for (int i = 1; i < threads; ++i) workers_.emplace_back([this, i] { worker_loop(i); });
 }
 
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lk(mu_);
-    stop_ = true;
+    stop_.store(true);
   }
   cv_work_.notify_all();
   for (auto& t : workers_) t.join();
 }
 
-static void chunk(int64_t n, int parts, int id, int64_t* b, int64_t* e) {
-  const int64_t base = n / parts, rem = n % parts;
-  *b = id * base + (id < rem ? id : rem);
-  *e = *b + base + (id < rem ? 1 : 0);
-}
-
+// Sleeping and waking pair up Dekker-style on seq_cst atomics: the waker
+// bumps generation_ then reads sleepers_; a sleeper bumps sleepers_ then
+// reads generation_ (under mu_). One of them sees the other, so no wake-up
+// is lost, and a job finds hot workers without taking the mutex.
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   const int parts = size();
@@ -28,41 +65,48 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n);
     return;
   }
-  {
+  job_ = &fn;
+  job_n_ = n;
+  pending_.store(parts - 1, std::memory_order_relaxed);
+  generation_.fetch_add(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lk(mu_);
-    job_ = &fn;
-    job_n_ = n;
-    pending_ = parts - 1;
-    ++generation_;
+    cv_work_.notify_all();
   }
-  cv_work_.notify_all();
   int64_t b, e;
   chunk(n, parts, 0, &b, &e);
   if (b < e) fn(b, e);
-  std::unique_lock<std::mutex> lk(mu_);
-  cv_done_.wait(lk, [&] { return pending_ == 0; });
+  if (!spin_until(spin_us_, [&] { return pending_.load(std::memory_order_acquire) == 0; })) {
+    std::unique_lock<std::mutex> lk(mu_);
+    caller_sleeping_.store(true, std::memory_order_seq_cst);
+    cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_seq_cst) == 0; });
+    caller_sleeping_.store(false, std::memory_order_relaxed);
+  }
   job_ = nullptr;
+}
+
+bool ThreadPool::wait_for_job(uint64_t* seen) {
+  auto ready = [&] { return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != *seen; };
+  if (!spin_until(spin_us_, ready)) {
+    std::unique_lock<std::mutex> lk(mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    cv_work_.wait(lk, [&] { return stop_.load() || generation_.load(std::memory_order_seq_cst) != *seen; });
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  if (stop_.load()) return false;
+  *seen = generation_.load(std::memory_order_acquire);
+  return true;
 }
 
 void ThreadPool::worker_loop(int id) {
   uint64_t seen = 0;
-  for (;;) {
-    const std::function<void(int64_t, int64_t)>* job;
-    int64_t n;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      cv_work_.wait(lk, [&] { return stop_ || generation_ != seen; });
-      if (stop_) return;
-      seen = generation_;
-      job = job_;
-      n = job_n_;
-    }
+  while (wait_for_job(&seen)) {
     int64_t b, e;
-    chunk(n, size(), id, &b, &e);
-    if (b < e) (*job)(b, e);
-    {
+    chunk(job_n_, size(), id, &b, &e);
+    if (b < e) (*job_)(b, e);
+    if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && caller_sleeping_.load(std::memory_order_seq_cst)) {
       std::lock_guard<std::mutex> lk(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
+      cv_done_.notify_one();
     }
   }
 }

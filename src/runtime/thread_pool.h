@@ -1,7 +1,13 @@
 // An owned compute pool. Work is split into contiguous index ranges; every
 // range is computed by exactly the same code whatever the thread count, so
 // results never depend on how many threads ran (ARCHITECTURE.md §2, §6).
+//
+// Workers stay hot across the many small matmuls of a layer: after a job an
+// idle worker spins (bounded, spin_us) on an atomic generation counter, then
+// sleeps on a condition variable, so a long wait (disk, the next request)
+// still yields the core. docs/kernels.md has the measurements.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -13,7 +19,11 @@ namespace strata {
 
 class ThreadPool {
  public:
-  explicit ThreadPool(int threads);  // threads <= 1: everything runs on the caller
+  static constexpr int kDefaultSpinUs = 100;
+
+  // threads <= 1: everything runs on the caller. spin_us < 0: kDefaultSpinUs;
+  // 0: sleep at once (a plain condition-variable pool).
+  explicit ThreadPool(int threads, int spin_us = -1);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -25,16 +35,22 @@ class ThreadPool {
 
  private:
   void worker_loop(int id);
+  bool wait_for_job(uint64_t* seen);  // false: stop
 
   std::vector<std::thread> workers_;
+  const int spin_us_;
+  // The job: written by the caller before generation_ is bumped, read by
+  // workers after they see the new generation.
+  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  int64_t job_n_ = 0;
+  alignas(64) std::atomic<uint64_t> generation_{0};
+  alignas(64) std::atomic<int> pending_{0};  // workers still running the job
+  std::atomic<int> sleepers_{0};             // workers on (or heading for) cv_work_
+  std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> stop_{false};
   std::mutex mu_;
   std::condition_variable cv_work_;
   std::condition_variable cv_done_;
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
-  int64_t job_n_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
 };
 
 }  // namespace strata

@@ -1,0 +1,102 @@
+// strata serve: the OpenAI-compatible HTTP server (docs/server.md). This file
+// only opens the engine and fills the server's options; src/server/ does the rest.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "cli/text_common.h"
+#include "server/http_server.h"
+#include "util/error.h"
+
+namespace strata::cli {
+
+void add_serve_command(CLI::App& app, Runner& run) {
+  struct Flags {
+    EngineFlags engine;
+    server::ServerOptions server;
+    std::string chat_template = "auto";
+    int64_t ctx = 0;
+    bool raw = false;
+  };
+  auto f = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  f->engine.add(cmd);
+  server::ServerOptions& so = f->server;
+  cmd->add_option("--host", so.host, "Address to listen on (default 127.0.0.1: this machine only)");
+  cmd->add_option("--port", so.port, "Port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY' (default: no key)");
+  cmd->add_option("--max-tokens-ceiling", so.max_tokens_ceiling, "Largest max_tokens honoured; larger ones are clamped")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--max-body", so.max_body, "Largest request body in bytes (413 above)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd->add_option("--queue", so.sched.queue, "Requests that may wait beyond --parallel (429 above)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--parallel", so.sched.parallel, "Requests generated together (continuous batching)")
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--keep-sessions", so.sched.keep_sessions, "Idle sessions kept for prefix reuse (LRU)")
+      ->check(CLI::Range(0, 256));
+  cmd->add_option("--prefill-chunk", so.sched.prefill_chunk, "Prefill rows per step (interleaved with decodes)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+  cmd->add_option("--timeout", so.timeout_s, "Per-request timeout in seconds, queueing included (0: none)")
+      ->check(CLI::Range(0.0, 1e7));
+  cmd->add_option("--ctx", f->ctx, "Context per request in tokens (default: min(4096, max_position_embeddings))")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--model-id", so.model_id, "Model name reported by /v1/models (default: the directory name)");
+  cmd->add_option("--chat-template", f->chat_template, "auto, glm or raw (no template)")
+      ->check(CLI::IsMember({"auto", "glm", "raw"}));
+  cmd->callback([f, &run] {
+    run = [f]() -> int {
+      // SIGINT/SIGTERM stop the server from a thread that waits for them;
+      // blocked first, so every thread started below inherits the mask.
+      sigset_t set;
+      sigemptyset(&set);
+      sigaddset(&set, SIGINT);
+      sigaddset(&set, SIGTERM);
+      pthread_sigmask(SIG_BLOCK, &set, nullptr);
+      Engine e = open_engine(f->engine, false);
+      TextFlags tf;
+      tf.chat_template = f->chat_template;
+      const TextModel tm = open_text_model(e, f->engine, tf, false);
+      server::ServerOptions o = f->server;
+      o.sched.ctx = context_size(e.model->config, f->ctx);
+      if (o.model_id == "strata" || o.model_id.empty())
+        o.model_id = std::filesystem::path(f->engine.model).lexically_normal().filename().string();
+      if (o.model_id.empty()) o.model_id = "strata";
+
+      // Expert heat for the dashboard: a counting store in front of the engine's.
+      server::CountingExpertStore heat(*e.store, e.model->config);
+      ModelRunner runner(*e.model, heat, *e.pool);
+      server::ServerModel sm;
+      sm.model = e.model.get();
+      sm.runner = &runner;
+      sm.forward = f->engine.forward_options();
+      sm.tok = &tm.tok;
+      sm.stop_ids = tm.stop_ids;
+      sm.disk = e.disk;
+      sm.heat = &heat;
+
+      server::Server srv(sm, tm.tmpl, tm.gen, o);
+      const int port = srv.bind();
+      std::fprintf(stderr, "strata: serving %s on http://%s:%d (ctx %lld, parallel %d, queue %d%s)\n",
+                   o.model_id.c_str(), o.host.c_str(), port, static_cast<long long>(o.sched.ctx), o.sched.parallel,
+                   o.sched.queue, o.api_key.empty() ? "" : ", API key required");
+      std::fflush(stderr);
+
+      std::thread waiter([set, &srv] {
+        int sig = 0;
+        sigwait(&set, &sig);
+        srv.stop();
+      });
+      srv.run();
+      pthread_kill(waiter.native_handle(), SIGTERM);
+      waiter.join();
+      finish_engine(e, f->engine);
+      return 0;
+    };
+  });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,38 @@
+// What the CPU can do, and which kernel path matmul uses. The path is chosen
+// once from the CPU's features (cpuid), can be forced for tests and
+// benchmarks, and never changes a result: every path computes the scalar
+// reference's numbers bit for bit (docs/kernels.md).
+#pragma once
+#include <optional>
+#include <string>
+
+namespace strata {
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
+  bool avx512vnni = false, avx512bf16 = false, avxvnni = false;
+  bool amx_tile = false, amx_int8 = false;  // reported only: no AMX kernel yet
+};
+
+// The running CPU (cpuid with the OS's register-state support), detected once.
+const CpuFeatures& cpu_features();
+
+enum class KernelPath { Scalar, Avx2, Avx512, Avx512Vnni };
+
+const char* kernel_path_name(KernelPath p);  // "scalar", "avx2", "avx512", "avx512-vnni"
+std::optional<KernelPath> parse_kernel_path(const std::string& name);
+bool kernel_path_supported(KernelPath p);
+KernelPath best_kernel_path();
+
+// The path matmul and dot_f32 use: the best one unless forced. Forcing is a
+// start-up setting (a flag, a test fixture); it returns false and changes
+// nothing if this CPU cannot run `p`.
+KernelPath active_kernel_path();
+bool force_kernel_path(KernelPath p);
+
+// One line for the start-up banner, e.g.
+// "kernels: avx512-vnni (cpu: avx2 fma avx512f avx512bw avx512vl avx512vnni avx512bf16; amx: no)".
+std::string kernel_description();
+
+}  // namespace strata

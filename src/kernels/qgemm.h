@@ -1,0 +1,90 @@
+// The kernels behind matmul: f32/bf16 dot products and int8/int4 weights
+// times int8-quantized activations, one table per CPU path (scalar reference,
+// AVX2, AVX-512, AVX-512 VNNI). Every path computes exactly the scalar
+// reference's floats; docs/kernels.md states the arithmetic.
+//
+// The fixed order ("dot16") used everywhere: 16 f32 lanes, element i of a
+// vector of length n goes to lane i % 16 as acc = fma(a, b, acc) in index
+// order, then lanes fold as a tree (8, 4, 2, 1). It depends on n only, never
+// on the batch, the thread count or the SIMD width.
+//
+// Integer formats (W.group 0 or a multiple of 32):
+//   activations: each row of x is quantized in blocks of 32 columns,
+//     s = amax / 127, q = clamp(round_half_even(x * (1 / s)), -127, 127);
+//   per block b: isum_b = sum q_w * q_x, exact in int32;
+//   y = dot16 over blocks of (float(isum_b), s_w[group of b] * s_x[b]).
+#pragma once
+#include <cstdint>
+
+#include "kernels/cpu_features.h"
+
+namespace strata {
+
+// Activation blocks and the superblock every SIMD path works in (16 blocks:
+// one vector of 16 f32 lanes in the float epilogue).
+constexpr int64_t kQBlock = 32;
+constexpr int64_t kQSuper = 16 * kQBlock;
+
+// How a path wants the quantized activations stored (values identical).
+enum class ActLayout : uint8_t {
+  Plain,       // q[c]
+  Offset128,   // q[c] + 128 as uint8 (VNNI int8: vpdpbusd wants one unsigned operand)
+  SplitNibble  // per 128 columns: the 64 even columns, then the 64 odd ones (int4)
+};
+
+// Quantized activations of one matmul call. Rows are padded with zeros to
+// whole superblocks, so kernels read x without tails.
+struct QActs {
+  int64_t nrows = 0, cols = 0;
+  int64_t nblocks = 0;   // ceil(cols / 32)
+  int64_t qstride = 0;   // bytes per row of q (whole superblocks)
+  int64_t bstride = 0;   // entries per row of scale / sum8 (whole superblocks)
+  const uint8_t* q = nullptr;
+  const float* scale = nullptr;   // s_x per block; NaN where the block held a non-finite value
+  const int32_t* sum8 = nullptr;  // 8 * sum of q per block (the int4 offset correction)
+};
+
+// Sizes of the buffers quantize_acts writes for (nrows, cols).
+int64_t qacts_qstride(int64_t cols);
+int64_t qacts_bstride(int64_t cols);
+// Scalar, shared by every path: the quantization is part of the format.
+// q: nrows * qstride bytes, scale/sum8: nrows * bstride entries.
+QActs quantize_acts(const float* x, int64_t nrows, int64_t cols, ActLayout layout, uint8_t* q, float* scale,
+                    int32_t* sum8);
+
+// An int8/int4 weight matrix as the kernels see it (rows [0, rows)).
+struct QWeight {
+  const uint8_t* q = nullptr;  // row-major, row_bytes per row (int4: even column in the low nibble)
+  const float* s = nullptr;    // [rows, ngroups]
+  int64_t rows = 0, cols = 0;
+  int64_t row_bytes = 0;
+  int64_t group = 0;  // 0: one scale per row; else a multiple of 32
+  int64_t ngroups = 1;
+  int bits = 8;  // 8 or 4
+};
+
+struct KernelTable {
+  KernelPath path;
+  // dot16(a, b) over n elements.
+  float (*dot_f32)(const float* a, const float* b, int64_t n);
+  // y[r * ldy + o] = dot16(w row o, x row r) for o < nw, r < nrows; w rows
+  // are `cols` apart, x rows too.
+  void (*gemm_f32)(const float* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy);
+  void (*gemm_bf16)(const uint16_t* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
+                    int64_t ldy);
+  // y[r * ldy + o] for o < W.rows, r < a.nrows (integer formats above).
+  void (*gemm_q8)(const QWeight& w, const QActs& a, float* y, int64_t ldy);
+  void (*gemm_q4)(const QWeight& w, const QActs& a, float* y, int64_t ldy);
+  ActLayout q8_layout, q4_layout;
+};
+
+// The table of a path; the path must be supported (kernel_path_supported).
+const KernelTable& kernel_table(KernelPath p);
+
+// Per-path tables (qgemm_<path>.cpp).
+const KernelTable& kernel_table_scalar();
+const KernelTable& kernel_table_avx2();
+const KernelTable& kernel_table_avx512();
+const KernelTable& kernel_table_avx512vnni();
+
+}  // namespace strata

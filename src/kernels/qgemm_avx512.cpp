@@ -1,0 +1,28 @@
+// AVX-512 (F, BW, VL, DQ) kernels without VNNI; see qgemm_avx512_impl.h.
+#include <immintrin.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/qgemm.h"
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,bmi2")
+
+namespace strata {
+namespace {
+#define STRATA_VNNI 0
+#include "kernels/qgemm_avx512_impl.h"
+#undef STRATA_VNNI
+}  // namespace
+
+#pragma GCC pop_options
+
+// Generic code from here: the table may be built on any CPU.
+const KernelTable& kernel_table_avx512() {
+  static const KernelTable t{KernelPath::Avx512, k_dot_f32, k_gemm_f32,       k_gemm_bf16,
+                             k_gemm_q8,          k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
+  return t;
+}
+
+}  // namespace strata

@@ -1,0 +1,272 @@
+// The AVX-512 kernels, compiled twice: qgemm_avx512.cpp (F, BW, VL, DQ) and
+// qgemm_avx512vnni.cpp (+ VNNI), each under its own target pragma and inside
+// an anonymous namespace, with STRATA_VNNI set to 0 or 1. Included only
+// there, after every standard header (nothing here may pull one in: an
+// inline library function compiled for AVX-512 could be picked by the linker
+// for generic callers).
+//
+// Numerics: the scalar reference's, bit for bit (qgemm.h). f32 lanes map
+// to dot16 lanes one to one; integer sums are exact, so the order in which
+// vpdpbusd/vpmaddubsw add them is free; the f32 epilogue runs 16 blocks (one
+// superblock) per vector, block b in lane b % 16, with masked FMAs on tails.
+
+constexpr bool kVnni = STRATA_VNNI != 0;
+
+inline float tree16(__m512 acc) {
+  const __m256 a8 = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
+  const __m128 a4 = _mm_add_ps(_mm256_castps256_ps128(a8), _mm256_extractf128_ps(a8, 1));
+  const __m128 a2 = _mm_add_ps(a4, _mm_movehl_ps(a4, a4));
+  return _mm_cvtss_f32(_mm_add_ss(a2, _mm_movehdup_ps(a2)));
+}
+
+inline __mmask16 lanes16(int64_t n) { return n >= 16 ? __mmask16(0xffff) : __mmask16((1u << n) - 1u); }
+inline __mmask64 lanes64(int64_t n) {
+  return n >= 64 ? ~__mmask64(0) : n <= 0 ? __mmask64(0) : __mmask64((uint64_t{1} << n) - 1u);
+}
+
+float k_dot_f32(const float* a, const float* b, int64_t n) {
+  __m512 acc = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) acc = _mm512_fmadd_ps(_mm512_loadu_ps(a + i), _mm512_loadu_ps(b + i), acc);
+  if (i < n) {
+    const __mmask16 m = lanes16(n - i);
+    acc = _mm512_mask3_fmadd_ps(_mm512_maskz_loadu_ps(m, a + i), _mm512_maskz_loadu_ps(m, b + i), acc, m);
+  }
+  return tree16(acc);
+}
+
+// ---- f32 / bf16 weights: tiles of NW weight rows x NR activation rows ----
+
+template <bool BF16>
+inline __m512 load_w(const void* w, int64_t i) {
+  if constexpr (BF16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  }
+}
+
+template <bool BF16>
+inline __m512 load_w_tail(const void* w, int64_t i, __mmask16 m) {
+  if constexpr (BF16) {
+    const __m256i h = _mm256_maskz_loadu_epi16(m, static_cast<const uint16_t*>(w) + i);
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  } else {
+    return _mm512_maskz_loadu_ps(m, static_cast<const float*>(w) + i);
+  }
+}
+
+template <bool BF16, int NW, int NR>
+void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t ldy) {
+  using T = std::conditional_t<BF16, uint16_t, float>;
+  const T* wr[NW];
+  for (int o = 0; o < NW; ++o) wr[o] = static_cast<const T*>(w) + o * cols;
+  __m512 acc[NW][NR];
+  for (int o = 0; o < NW; ++o)
+    for (int r = 0; r < NR; ++r) acc[o][r] = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= cols; i += 16) {
+    __m512 wv[NW];
+    for (int o = 0; o < NW; ++o) wv[o] = load_w<BF16>(wr[o], i);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * cols + i);
+      for (int o = 0; o < NW; ++o) acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+    }
+  }
+  if (i < cols) {
+    const __mmask16 m = lanes16(cols - i);
+    __m512 wv[NW];
+    for (int o = 0; o < NW; ++o) wv[o] = load_w_tail<BF16>(wr[o], i, m);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m, x + r * cols + i);
+      for (int o = 0; o < NW; ++o) acc[o][r] = _mm512_mask3_fmadd_ps(wv[o], xv, acc[o][r], m);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int o = 0; o < NW; ++o) y[r * ldy + o] = tree16(acc[o][r]);
+}
+
+template <bool BF16, int NW>
+void fgemm_rows(const void* w, int64_t cols, const float* x, int64_t nr, float* y, int64_t ldy) {
+  int64_t r = 0;
+  for (; r + 4 <= nr; r += 4) fgemm_tile<BF16, NW, 4>(w, cols, x + r * cols, y + r * ldy, ldy);
+  switch (nr - r) {
+    case 3: fgemm_tile<BF16, NW, 3>(w, cols, x + r * cols, y + r * ldy, ldy); break;
+    case 2: fgemm_tile<BF16, NW, 2>(w, cols, x + r * cols, y + r * ldy, ldy); break;
+    case 1: fgemm_tile<BF16, NW, 1>(w, cols, x + r * cols, y + r * ldy, ldy); break;
+    default: break;
+  }
+}
+
+// Activation rows per pass over the weights: a block of x that stays in L2
+// while the weight tiles stream past it.
+inline int64_t row_block(int64_t row_bytes) {
+  const int64_t rb = (256 << 10) / (row_bytes > 0 ? row_bytes : 1) / 4 * 4;
+  return rb < 4 ? 4 : rb;
+}
+
+template <bool BF16>
+void fgemm(const void* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  using T = std::conditional_t<BF16, uint16_t, float>;
+  const T* wt = static_cast<const T*>(w);
+  const int64_t rb = row_block(cols * 4);
+  for (int64_t r0 = 0; r0 < nrows; r0 += rb) {
+    const int64_t nr = nrows - r0 < rb ? nrows - r0 : rb;
+    const float* xb = x + r0 * cols;
+    float* yb = y + r0 * ldy;
+    int64_t o = 0;
+    for (; o + 4 <= nw; o += 4) fgemm_rows<BF16, 4>(wt + o * cols, cols, xb, nr, yb + o, ldy);
+    for (; o < nw; ++o) fgemm_rows<BF16, 1>(wt + o * cols, cols, xb, nr, yb + o, ldy);
+  }
+}
+
+void k_gemm_f32(const float* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  fgemm<false>(w, nw, cols, x, nrows, y, ldy);
+}
+void k_gemm_bf16(const uint16_t* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  fgemm<true>(w, nw, cols, x, nrows, y, ldy);
+}
+
+// ---- int8 / int4 weights ----
+
+// Two vectors of lanes holding blocks of width k -> one vector of blocks of
+// width k / 2: a's blocks in lanes 0-7, b's in 8-15, each in order.
+inline __m512i merge(__m512i a, __m512i b) {
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ev, b), _mm512_permutex2var_epi32(a, od, b));
+}
+
+inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i s) {
+  if constexpr (kVnni) {
+    return _mm512_dpbusd_epi32(acc, u, s);
+  } else {  // pairs stay below 2^15 for the operands used here (see callers)
+    return _mm512_add_epi32(acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u, s), _mm512_set1_epi16(1)));
+  }
+}
+
+// Weight scale of each of the 16 blocks of superblock b0 (zero beyond nb).
+struct WScales {
+  int64_t m = 0;  // weight group / 32; 0 = one scale per row
+  __m512i idx;
+  __m512 get(const float* ws, int64_t ngroups, int64_t b0, int64_t nb) const {
+    if (m == 0) return _mm512_set1_ps(ws[0]);
+    if (m % 16 == 0) return _mm512_set1_ps(ws[b0 / m]);
+    if (16 % m == 0) {
+      const int64_t g0 = b0 / m, cnt = ngroups - g0 < 16 / m ? ngroups - g0 : 16 / m;
+      return _mm512_maskz_permutexvar_ps(lanes16(nb), idx, _mm512_maskz_loadu_ps(lanes16(cnt), ws + g0));
+    }
+    alignas(64) float t[16];
+    for (int j = 0; j < 16; ++j) t[j] = j < nb ? ws[(b0 + j) / m] : 0.0f;
+    return _mm512_load_ps(t);
+  }
+};
+
+inline WScales make_wscales(const QWeight& w) {
+  WScales s;
+  s.m = w.group / kQBlock;
+  alignas(64) int32_t ix[16];
+  for (int j = 0; j < 16; ++j) ix[j] = s.m > 0 && 16 % s.m == 0 ? static_cast<int32_t>(j / s.m) : 0;
+  s.idx = _mm512_load_si512(ix);
+  return s;
+}
+
+// One weight row o against NR activation rows. BITS 4: the activations are
+// SplitNibble; BITS 8: Offset128 with VNNI, Plain without.
+template <int BITS, int NR>
+void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a, int64_t r0, float* y,
+                int64_t ldy) {
+  const uint8_t* wrow = w.q + o * w.row_bytes;
+  const float* ws = w.s + o * w.ngroups;
+  const int64_t nsuper = a.bstride / 16;
+  constexpr int NV = BITS == 4 ? 4 : 8;  // weight vectors per superblock
+  const __m512i m4 = _mm512_set1_epi8(0x0f), x8 = _mm512_set1_epi8(0x08);
+  __m512 facc[NR];
+  for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsuper; ++sb) {
+    const int64_t b0 = sb * 16, nb = a.nblocks - b0;
+    const __mmask16 bm = lanes16(nb);
+    const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
+    const int64_t off = sb * (kQSuper * BITS / 8);  // weight bytes before this superblock
+    const bool full = off + 64 * NV <= w.row_bytes;
+    __m512i wv[NV];
+    for (int k = 0; k < NV; ++k)
+      wv[k] = full ? _mm512_loadu_si512(wrow + off + 64 * k)
+                   : _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - off - 64 * k), wrow + off + 64 * k);
+    // BITS 4: u = nibble ^ 8 = value + 8 in [0, 15] (unsigned operand), the
+    // +8 removed below with sum8; products < 2^15 without VNNI (15 * 127 * 2).
+    // BITS 8, VNNI: (x + 128) * w, the 128 * sum(w) removed by starting the
+    // accumulator at -128 * sum(w); without VNNI: |w| * (x with w's sign),
+    // pairs <= 2 * 128 * 127 < 2^15.
+    __m512i lo[BITS == 4 ? NV : 1], hi[BITS == 4 ? NV : 1], init[BITS == 8 && kVnni ? NV : 1],
+        absw[BITS == 8 && !kVnni ? NV : 1];
+    __mmask64 neg[BITS == 8 && !kVnni ? NV : 1];
+    for (int k = 0; k < NV; ++k) {
+      if constexpr (BITS == 4) {
+        lo[k] = _mm512_xor_si512(_mm512_and_si512(wv[k], m4), x8);
+        hi[k] = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(wv[k], 4), m4), x8);
+      } else if constexpr (kVnni) {
+        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), wv[k]);
+        init[k] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+      } else {
+        absw[k] = _mm512_abs_epi8(wv[k]);
+        neg[k] = _mm512_movepi8_mask(wv[k]);
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      const uint8_t* xq = a.q + (r0 + r) * a.qstride + sb * kQSuper;
+      __m512i part[NV];
+      for (int k = 0; k < NV; ++k) {
+        if constexpr (BITS == 4) {
+          const __m512i xe = _mm512_loadu_si512(xq + 128 * k), xo = _mm512_loadu_si512(xq + 128 * k + 64);
+          if constexpr (kVnni) {
+            part[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], xe), hi[k], xo);
+          } else {
+            const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(lo[k], xe), _mm512_maddubs_epi16(hi[k], xo));
+            part[k] = _mm512_madd_epi16(p, _mm512_set1_epi16(1));
+          }
+        } else if constexpr (kVnni) {
+          part[k] = _mm512_dpbusd_epi32(init[k], _mm512_loadu_si512(xq + 64 * k), wv[k]);
+        } else {
+          const __m512i xv = _mm512_loadu_si512(xq + 64 * k);
+          const __m512i sx = _mm512_mask_sub_epi8(xv, neg[k], _mm512_setzero_si512(), xv);
+          part[k] = dot_u8s8(_mm512_setzero_si512(), absw[k], sx);
+        }
+      }
+      __m512i isum;
+      if constexpr (BITS == 4) {
+        isum = merge(merge(part[0], part[1]), merge(part[2], part[3]));
+        isum = _mm512_sub_epi32(isum, _mm512_loadu_si512(a.sum8 + (r0 + r) * a.bstride + b0));
+      } else {
+        isum = merge(merge(merge(part[0], part[1]), merge(part[2], part[3])),
+                     merge(merge(part[4], part[5]), merge(part[6], part[7])));
+      }
+      const __m512 d = _mm512_mul_ps(wsv, _mm512_loadu_ps(a.scale + (r0 + r) * a.bstride + b0));
+      facc[r] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(isum), d, facc[r], bm);
+    }
+  }
+  for (int r = 0; r < NR; ++r) y[(r0 + r) * ldy + o] = tree16(facc[r]);
+}
+
+template <int BITS>
+void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
+  const WScales wsc = make_wscales(w);
+  const int64_t rb = row_block(a.qstride);
+  for (int64_t rb0 = 0; rb0 < a.nrows; rb0 += rb) {
+    const int64_t rb1 = a.nrows - rb0 < rb ? a.nrows : rb0 + rb;
+    for (int64_t o = 0; o < w.rows; ++o) {
+      int64_t r = rb0;
+      for (; r + 4 <= rb1; r += 4) qgemm_tile<BITS, 4>(w, wsc, o, a, r, y, ldy);
+      switch (rb1 - r) {
+        case 3: qgemm_tile<BITS, 3>(w, wsc, o, a, r, y, ldy); break;
+        case 2: qgemm_tile<BITS, 2>(w, wsc, o, a, r, y, ldy); break;
+        case 1: qgemm_tile<BITS, 1>(w, wsc, o, a, r, y, ldy); break;
+        default: break;
+      }
+    }
+  }
+}
+
+void k_gemm_q8(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<8>(w, a, y, ldy); }
+void k_gemm_q4(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<4>(w, a, y, ldy); }

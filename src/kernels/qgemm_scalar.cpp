@@ -1,0 +1,146 @@
+// The scalar reference of every kernel, the activation quantizer shared by all
+// paths, and the path tables. Written for clarity: the SIMD paths are tested
+// against these bit for bit (tests/unit/kernels_test.cpp).
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "kernels/qgemm.h"
+
+namespace strata {
+
+namespace {
+
+float dot16(const float* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] = std::fma(a[i + j], b[i + j], acc[j]);
+  for (int j = 0; i < n; ++i, ++j) acc[j] = std::fma(a[i], b[i], acc[j]);
+  for (int w = 8; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] = acc[j] + acc[j + w];
+  return acc[0];
+}
+
+void gemm_f32(const float* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  for (int64_t o = 0; o < nw; ++o)
+    for (int64_t r = 0; r < nrows; ++r) y[r * ldy + o] = dot16(w + o * cols, x + r * cols, cols);
+}
+
+void gemm_bf16(const uint16_t* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  thread_local std::vector<float> row;
+  row.resize(static_cast<size_t>(cols));
+  for (int64_t o = 0; o < nw; ++o) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint32_t u = static_cast<uint32_t>(w[o * cols + c]) << 16;
+      float f;
+      __builtin_memcpy(&f, &u, 4);
+      row[c] = f;
+    }
+    for (int64_t r = 0; r < nrows; ++r) y[r * ldy + o] = dot16(row.data(), x + r * cols, cols);
+  }
+}
+
+int weight_value(const QWeight& w, const uint8_t* row, int64_t c) {
+  if (w.bits == 8) return static_cast<int8_t>(row[c]);
+  const int nib = (c % 2 == 0) ? (row[c / 2] & 0x0f) : (row[c / 2] >> 4);
+  return nib >= 8 ? nib - 16 : nib;
+}
+
+void gemm_q(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
+  thread_local std::vector<float> fsum, d;
+  fsum.resize(static_cast<size_t>(a.nblocks));
+  d.resize(static_cast<size_t>(a.nblocks));
+  for (int64_t o = 0; o < w.rows; ++o) {
+    const uint8_t* wrow = w.q + o * w.row_bytes;
+    const float* ws = w.s + o * w.ngroups;
+    for (int64_t r = 0; r < a.nrows; ++r) {
+      const int8_t* xq = reinterpret_cast<const int8_t*>(a.q + r * a.qstride);  // ActLayout::Plain
+      for (int64_t b = 0; b < a.nblocks; ++b) {
+        const int64_t c0 = b * kQBlock, c1 = std::min(w.cols, c0 + kQBlock);
+        // Widened to int32 first: GCC 12.2 at -O3 with AVX-512 miscompiles the
+        // fused signed-char dot product (treats the weight as unsigned).
+        int32_t wv[kQBlock], xv[kQBlock], isum = 0;
+        for (int64_t c = c0; c < c1; ++c) wv[c - c0] = weight_value(w, wrow, c), xv[c - c0] = xq[c];
+        for (int64_t i = 0; i < c1 - c0; ++i) isum += wv[i] * xv[i];
+        fsum[b] = static_cast<float>(isum);
+        d[b] = ws[w.group > 0 ? c0 / w.group : 0] * a.scale[r * a.bstride + b];
+      }
+      y[r * ldy + o] = dot16(fsum.data(), d.data(), a.nblocks);
+    }
+  }
+}
+
+}  // namespace
+
+int64_t qacts_qstride(int64_t cols) { return (cols + kQSuper - 1) / kQSuper * kQSuper; }
+int64_t qacts_bstride(int64_t cols) { return qacts_qstride(cols) / kQBlock; }
+
+QActs quantize_acts(const float* x, int64_t nrows, int64_t cols, ActLayout layout, uint8_t* q, float* scale,
+                    int32_t* sum8) {
+  QActs a;
+  a.nrows = nrows;
+  a.cols = cols;
+  a.nblocks = (cols + kQBlock - 1) / kQBlock;
+  a.qstride = qacts_qstride(cols);
+  a.bstride = qacts_bstride(cols);
+  const uint8_t zero = layout == ActLayout::Offset128 ? 128 : 0;
+  for (int64_t r = 0; r < nrows; ++r) {
+    const float* xr = x + r * cols;
+    uint8_t* qr = q + r * a.qstride;
+    float* sr = scale + r * a.bstride;
+    int32_t* mr = sum8 + r * a.bstride;
+    for (int64_t i = 0; i < a.qstride; ++i) qr[i] = zero;
+    for (int64_t b = 0; b < a.bstride; ++b) sr[b] = 0.0f, mr[b] = 0;
+    for (int64_t b = 0; b < a.nblocks; ++b) {
+      const int64_t c0 = b * kQBlock, c1 = std::min(cols, c0 + kQBlock);
+      float amax = 0.0f;
+      bool finite = true;
+      for (int64_t c = c0; c < c1; ++c) {
+        finite = finite && std::isfinite(xr[c]);
+        amax = std::max(amax, std::fabs(xr[c]));
+      }
+      if (!finite) {  // the block's products become NaN, as a float dot product's would
+        sr[b] = NAN;
+        continue;
+      }
+      const float s = amax / 127.0f;
+      sr[b] = s;
+      if (s == 0.0f) continue;  // all zero (or too small to scale): q = 0
+      int32_t sum = 0;
+      for (int64_t c = c0; c < c1; ++c) {
+        const int v = static_cast<int>(std::nearbyint(std::clamp(xr[c] / s, -127.0f, 127.0f)));
+        sum += v;
+        int64_t pos = c;
+        if (layout == ActLayout::SplitNibble) {
+          const int64_t i = c % 128;
+          pos = c - i + (i % 2 ? 64 : 0) + i / 2;
+        }
+        qr[pos] = static_cast<uint8_t>(layout == ActLayout::Offset128 ? v + 128 : v);
+      }
+      mr[b] = 8 * sum;
+    }
+  }
+  a.q = q;
+  a.scale = scale;
+  a.sum8 = sum8;
+  return a;
+}
+
+const KernelTable& kernel_table_scalar() {
+  static const KernelTable t{KernelPath::Scalar, dot16,      gemm_f32,         gemm_bf16, gemm_q,
+                             gemm_q,             ActLayout::Plain, ActLayout::Plain};
+  return t;
+}
+
+const KernelTable& kernel_table(KernelPath p) {
+  switch (p) {
+    case KernelPath::Avx2: return kernel_table_avx2();
+    case KernelPath::Avx512: return kernel_table_avx512();
+    case KernelPath::Avx512Vnni: return kernel_table_avx512vnni();
+    case KernelPath::Scalar: break;
+  }
+  return kernel_table_scalar();
+}
+
+}  // namespace strata

@@ -1,0 +1,49 @@
+// The OpenAI-compatible HTTP front end (docs/server.md): request parsing and
+// validation, responses (JSON and SSE), API key, body cap, queue limit,
+// Prometheus metrics and the dashboard. Generation itself is the
+// Scheduler's; this file only turns HTTP into Jobs and Jobs back into HTTP.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "server/scheduler.h"
+#include "text/chat_template.h"
+#include "text/generation_config.h"
+
+namespace strata::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                  // 0: an ephemeral port (see Server::port)
+  std::string api_key;              // empty: no authentication
+  int64_t max_tokens_ceiling = 4096;  // larger max_tokens are clamped, not refused
+  size_t max_body = 1 << 20;        // request bodies above this get 413
+  double timeout_s = 600;           // per request, queueing included
+  std::string model_id = "strata";  // what /v1/models lists
+  SchedulerOptions sched;
+};
+
+class Server {
+ public:
+  Server(const ServerModel& m, const ChatTemplate& tmpl, const GenerationConfig& gen, const ServerOptions& o);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds host:port; returns the bound port. Throws strata::Error on failure.
+  int bind();
+  // Serves until stop() (call bind() first).
+  void run();
+  void stop();
+  int port() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The dashboard page (web/index.html, embedded at build time).
+extern const char* const kDashboardHtml;
+
+}  // namespace strata::server

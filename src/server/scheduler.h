@@ -1,0 +1,176 @@
+// Continuous batching (ARCHITECTURE.md §1): one thread owns the ModelRunner;
+// every step is ONE forward over the rows of all active requests (one decode
+// row each, plus a bounded chunk of prefill rows of newly admitted ones, so
+// a long prompt interleaves with decodes instead of stalling them). Each
+// request has its own Session and Sampler; finished sessions stay in a small
+// LRU so a conversation's next turn prefills only what is new.
+#pragma once
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "experts/disk_expert_store.h"
+#include "experts/expert_store.h"
+#include "model/forward.h"
+#include "runtime/session.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
+
+namespace strata::server {
+
+// Counts, per layer and expert, the batches that used each expert, then
+// forwards to the real store (the dashboard's expert heat).
+class CountingExpertStore final : public ExpertStore {
+ public:
+  CountingExpertStore(ExpertStore& inner, const ModelConfig& c);
+  void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
+  void release(int64_t layer) override { inner_.release(layer); }
+  int64_t max_batch(int64_t layer) const override { return inner_.max_batch(layer); }
+  // Only from the thread that runs the forward.
+  const std::vector<std::vector<uint64_t>>& usage() const { return usage_; }
+
+ private:
+  ExpertStore& inner_;
+  std::vector<std::vector<uint64_t>> usage_;
+};
+
+// What the scheduler runs on; the front end opens it (cmd_serve, tests).
+struct ServerModel {
+  const Model* model = nullptr;
+  ModelRunner* runner = nullptr;  // used only by the scheduler thread
+  ForwardOptions forward{};
+  const Tokenizer* tok = nullptr;
+  std::vector<int32_t> stop_ids;  // end-of-turn ids: end the answer, never shown
+  const DiskExpertStore* disk = nullptr;          // for the memory tiers; may be null
+  const CountingExpertStore* heat = nullptr;      // may be null
+};
+
+struct SchedulerOptions {
+  int parallel = 4;             // requests decoded together
+  int queue = 16;               // requests waiting beyond those (then 429)
+  int keep_sessions = 4;        // idle sessions kept for prefix reuse
+  int64_t ctx = 4096;           // tokens per session
+  int64_t prefill_chunk = 256;  // prefill rows per step, over all admitted prompts
+};
+
+enum class Finish { None, Stop, Length, Timeout, Cancelled, Error };
+const char* finish_name(Finish f);  // OpenAI finish_reason ("stop", "length", ...)
+
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::vector<std::pair<int32_t, float>> top;
+};
+
+// One request as the scheduler sees it. The HTTP thread fills the inputs,
+// submits, then reads pieces as they come; everything below `mu` is shared.
+struct Job {
+  // Inputs (set before submit, then read-only).
+  std::vector<int32_t> prompt;
+  SamplerOptions sampling;
+  int64_t max_tokens = 16;
+  std::vector<std::string> stop;
+  int top_logprobs = -1;  // -1: no logprobs
+  bool ignore_eos = false;
+  uint64_t deadline_ns = 0;  // 0: none
+
+  std::atomic<bool> cancel{false};  // set by the HTTP side (client gone)
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::string text;  // shown text not yet taken
+  std::vector<TokenLogprob> logprobs;  // not yet taken
+  Finish finish = Finish::None;
+  std::string error;
+  int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  uint64_t submit_ns = 0, first_token_ns = 0, end_ns = 0;
+
+  // HTTP side: waits until there is text, logprobs or the end (or `ms` pass).
+  // Moves what is there into the out-params; returns true once finished.
+  bool take(std::string& text_out, std::vector<TokenLogprob>& lp_out, int ms);
+};
+
+struct SchedulerStats {
+  uint64_t requests = 0, requests_done = 0, rejected = 0, timeouts = 0, cancelled = 0, errors = 0;
+  uint64_t prompt_tokens = 0, prefilled_tokens = 0, cached_tokens = 0, generated_tokens = 0;
+  uint64_t steps = 0, rows = 0;
+  uint64_t ttft_ns_sum = 0, ttft_count = 0;
+  double gen_tok_s = 0;  // generated tokens per second over the last few seconds
+  double last_ttft_s = 0;
+  int64_t queued = 0, active = 0, idle_sessions = 0;
+  uint64_t session_bytes = 0;
+  ExpertStoreStats experts{};
+  std::vector<std::vector<uint64_t>> heat;  // per layer, per expert (empty for dense layers)
+};
+
+class Scheduler {
+ public:
+  Scheduler(const ServerModel& m, const SchedulerOptions& o);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Queues a job; false when the queue is full (the caller answers 429).
+  bool submit(const std::shared_ptr<Job>& job);
+  SchedulerStats stats() const;
+  // Ends every request (cancelled) and refuses new ones; idempotent.
+  void shutdown();
+  const SchedulerOptions& options() const { return opts_; }
+
+ private:
+  struct Seq {
+    std::shared_ptr<Job> job;
+    std::unique_ptr<Session> session;
+    std::vector<int32_t> tokens;  // what the session holds, in order
+    std::unique_ptr<Sampler> sampler;
+    std::unique_ptr<StreamDecoder> decoder;
+    std::unique_ptr<StopStrings> stops;
+    int64_t generated = 0;
+    std::optional<int32_t> next;  // sampled, shown, not yet fed
+    bool prefilling = true;
+  };
+  struct Idle {
+    std::unique_ptr<Session> session;
+    std::vector<int32_t> tokens;
+    uint64_t last_used = 0;
+  };
+
+  void loop();
+  void admit(const std::shared_ptr<Job>& job);
+  void step();
+  // Samples from `logits`; returns false when the sequence ended.
+  bool on_logits(Seq& s, const float* logits);
+  void end(Seq& s, Finish f, const std::string& error = {});
+  void publish_stats();
+
+  ServerModel m_;
+  SchedulerOptions opts_;
+  int64_t vocab_;
+
+  mutable std::mutex mu_;  // waiting_, stop_, stats_
+  std::condition_variable cv_;
+  std::deque<std::shared_ptr<Job>> waiting_;
+  bool stop_ = false;
+  SchedulerStats stats_;
+
+  // Scheduler thread only.
+  std::vector<Seq> active_;
+  std::vector<Idle> idle_;
+  std::vector<Row> rows_;
+  std::vector<float> logits_, work_;
+  uint64_t tick_ = 0;
+  std::deque<std::pair<uint64_t, uint64_t>> rate_window_;  // (time, generated tokens so far)
+  uint64_t generated_total_ = 0;
+  uint64_t last_heat_ns_ = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace strata::server

@@ -1,0 +1,420 @@
+#include "text/chat_template.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "util/error.h"
+#include "util/json.h"
+
+namespace strata {
+
+namespace {
+
+constexpr size_t kMaxTemplateFile = 16u << 20;  // tokenizer_config.json with a large added_tokens_decoder
+
+// The code point starting at s[i] if it is well-formed UTF-8 (len set), else -1.
+int32_t utf8_at(std::string_view s, size_t i, size_t& len) {
+  const uint8_t c = static_cast<uint8_t>(s[i]);
+  len = 1;
+  if (c < 0x80) return c;
+  size_t n = 0;
+  int32_t cp = 0;
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 1, cp = c & 0x1F;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 2, cp = c & 0x0F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 3, cp = c & 0x07;
+  } else {
+    return -1;
+  }
+  if (s.size() - i <= n) return -1;
+  for (size_t k = 1; k <= n; ++k) {
+    const uint8_t b = static_cast<uint8_t>(s[i + k]);
+    if ((b & 0xC0) != 0x80) return -1;
+    cp = (cp << 6) | (b & 0x3F);
+  }
+  len = n + 1;
+  return cp;
+}
+
+// Python's str.isspace().
+bool py_space(int32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
+}
+
+std::string_view lstrip_newlines(std::string_view s) {
+  while (!s.empty() && s.front() == '\n') s.remove_prefix(1);
+  return s;
+}
+std::string_view rstrip_newlines(std::string_view s) {
+  while (!s.empty() && s.back() == '\n') s.remove_suffix(1);
+  return s;
+}
+
+bool contains(std::string_view s, std::string_view needle) { return s.find(needle) != std::string_view::npos; }
+
+// The GLM template's reasoning/content split for an assistant message.
+void split_assistant(const ChatMessage& m, std::string& reasoning, std::string& content) {
+  content = m.content;
+  reasoning.clear();
+  if (m.reasoning_content) {
+    reasoning = *m.reasoning_content;
+    return;
+  }
+  const size_t first = content.find("</think>");
+  if (first == std::string::npos) return;
+  // reasoning = content.split('</think>')[0].rstrip('\n').split('<think>')[-1].lstrip('\n')
+  std::string_view before = rstrip_newlines(std::string_view(content).substr(0, first));
+  const size_t open = before.rfind("<think>");
+  if (open != std::string_view::npos) before = before.substr(open + 7);
+  reasoning = std::string(lstrip_newlines(before));
+  // content = content.split('</think>')[-1].lstrip('\n')
+  const size_t last = content.rfind("</think>");
+  content = std::string(lstrip_newlines(std::string_view(content).substr(last + 8)));
+}
+
+const char kToolsHeader[] =
+    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n";
+const char kToolsFooter[] =
+    "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n"
+    "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
+    "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
+
+}  // namespace
+
+std::string_view py_strip(std::string_view s) {
+  size_t b = 0;
+  while (b < s.size()) {
+    size_t len = 1;
+    const int32_t cp = utf8_at(s, b, len);
+    if (cp < 0 || !py_space(cp)) break;
+    b += len;
+  }
+  size_t e = s.size();
+  while (e > b) {
+    // Step back to the start of the last code point (at most 4 bytes).
+    size_t start = e - 1;
+    while (start > b && e - start < 4 && (static_cast<uint8_t>(s[start]) & 0xC0) == 0x80) --start;
+    size_t len = 1;
+    const int32_t cp = utf8_at(s, start, len);
+    if (cp < 0 || start + len != e || !py_space(cp)) break;
+    e = start;
+  }
+  return s.substr(b, e - b);
+}
+
+std::string jinja_tojson(const OrderedJson& v) {
+  if (v.is_object()) {
+    std::string out = "{";
+    bool first = true;
+    for (auto it = v.begin(); it != v.end(); ++it) {
+      if (!first) out += ", ";
+      first = false;
+      out += OrderedJson(it.key()).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+      out += ": ";
+      out += jinja_tojson(it.value());
+    }
+    return out + "}";
+  }
+  if (v.is_array()) {
+    std::string out = "[";
+    bool first = true;
+    for (const auto& x : v) {
+      if (!first) out += ", ";
+      first = false;
+      out += jinja_tojson(x);
+    }
+    return out + "]";
+  }
+  return v.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+}
+
+std::string render_glm_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                            const ChatRenderOptions& opts) {
+  std::string out = "[gMASK]<sop>";
+  if (!tools.is_null() && !tools.is_array()) fail("chat: tools must be an array of tool definitions");
+  if (tools.is_array() && !tools.empty()) {
+    out += kToolsHeader;
+    for (const auto& t : tools) out += jinja_tojson(t) + "\n";
+    out += kToolsFooter;
+  }
+  int64_t last_user = -1;
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (messages[i].role == "user") last_user = static_cast<int64_t>(i);
+
+  std::string reasoning, content;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      out += "<|user|>";
+      out += m.content;
+    } else if (m.role == "system") {
+      out += "<|system|>";
+      out += m.content;
+    } else if (m.role == "assistant") {
+      out += "<|assistant|>";
+      split_assistant(m, reasoning, content);
+      if ((!opts.clear_thinking || static_cast<int64_t>(i) > last_user) && !reasoning.empty()) {
+        out += "<think>";
+        out += py_strip(reasoning);
+        out += "</think>";
+      } else {
+        out += "</think>";
+      }
+      out += py_strip(content);
+      for (const ToolCall& tc : m.tool_calls) {
+        out += "<tool_call>";
+        out += tc.name;
+        if (!tc.arguments.is_null() && !tc.arguments.is_object())
+          fail("chat: message {}: the arguments of tool call \"{}\" must be a JSON object", i, tc.name);
+        if (tc.arguments.is_object()) {
+          for (auto it = tc.arguments.begin(); it != tc.arguments.end(); ++it) {
+            out += "<arg_key>";
+            out += it.key();
+            out += "</arg_key><arg_value>";
+            out += it.value().is_string() ? it.value().get_ref<const std::string&>() : jinja_tojson(it.value());
+            out += "</arg_value>";
+          }
+        }
+        out += "</tool_call>";
+      }
+    } else if (m.role == "tool") {
+      if (i == 0 || messages[i - 1].role != "tool") out += "<|observation|>";
+      out += "<tool_response>";
+      out += m.content;
+      out += "</tool_response>";
+    } else {
+      fail("chat: message {}: unknown role \"{}\" (expected system, user, assistant or tool)", i, m.role);
+    }
+  }
+  if (opts.add_generation_prompt) out += opts.enable_thinking ? "<|assistant|><think>" : "<|assistant|></think>";
+  return out;
+}
+
+std::string ChatTemplate::render(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                 const ChatRenderOptions& opts) const {
+  if (dialect == ChatDialect::Glm) return render_glm_chat(messages, tools, opts);
+  std::string out;
+  for (const ChatMessage& m : messages) out += m.content;
+  return out;
+}
+
+std::optional<ChatDialect> classify_chat_template(std::string_view jinja, std::string* why) {
+  auto say = [&](const char* s) {
+    if (why) *why = s;
+  };
+  if (contains(jinja, "[gMASK]") && contains(jinja, "<|assistant|>")) {
+    if (contains(jinja, "Reasoning Effort")) {
+      say("a GLM-5.2/5.3 template (\"Reasoning Effort\" system line, <think></think> history), which strata does "
+          "not render yet");
+      return std::nullopt;
+    }
+    if (contains(jinja, "/nothink")) {
+      say("a GLM-4.5/4.6 template (newline-separated turns, /nothink), which strata does not render");
+      return std::nullopt;
+    }
+    if (contains(jinja, "<arg_key>") && contains(jinja, "<tool_response>") && contains(jinja, "<|observation|>") &&
+        contains(jinja, "</think>")) {
+      say("the GLM-4.7/GLM-5 template");
+      return ChatDialect::Glm;
+    }
+    say("a GLM template without the GLM-4.7/GLM-5 markers (<arg_key>, <tool_response>, <|observation|>, </think>)");
+    return std::nullopt;
+  }
+  say("not a GLM template (no [gMASK] and <|assistant|> markers)");
+  return std::nullopt;
+}
+
+ChatTemplate load_chat_template(const std::string& model_dir, std::string_view force) {
+  ChatTemplate t;
+  if (force == "glm") {
+    t.dialect = ChatDialect::Glm;
+    t.source = "--chat-template glm";
+    return t;
+  }
+  if (force == "raw") {
+    t.dialect = ChatDialect::Raw;
+    t.source = "--chat-template raw";
+    return t;
+  }
+  if (!force.empty() && force != "auto") fail("--chat-template {}: expected auto, glm or raw", force);
+
+  auto exists = [](const std::string& p) {
+    struct stat st {};
+    return ::stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+  };
+  std::string text, source;
+  const std::string jinja_path = model_dir + "/chat_template.jinja";
+  const std::string config_path = model_dir + "/tokenizer_config.json";
+  if (exists(jinja_path)) {
+    text = read_small_file(jinja_path, kMaxTemplateFile);
+    source = jinja_path;
+  } else if (exists(config_path)) {
+    const Json cfg = parse_json(read_small_file(config_path, kMaxTemplateFile), config_path);
+    if (cfg.is_object() && cfg.contains("chat_template")) {
+      const Json& ct = cfg["chat_template"];
+      source = config_path + " \"chat_template\"";
+      if (ct.is_string()) {
+        text = ct.get<std::string>();
+      } else if (ct.is_array()) {
+        // [{"name": ..., "template": ...}]: the "default" one, as transformers picks.
+        for (const Json& e : ct) {
+          if (!e.is_object() || !e.contains("template") || !e["template"].is_string())
+            fail("{}: expected a list of {{\"name\", \"template\"}} objects", source);
+          if (text.empty() || (e.contains("name") && e["name"] == "default")) text = e["template"].get<std::string>();
+        }
+      } else if (!ct.is_null()) {
+        fail("{}: expected a string or a list of named templates", source);
+      }
+    }
+  }
+  if (text.empty())
+    fail(
+        "{}: no chat template (neither chat_template.jinja nor a \"chat_template\" in tokenizer_config.json); "
+        "pass --chat-template glm to use the GLM dialect anyway, or --chat-template raw (run: --raw) for plain "
+        "text",
+        model_dir);
+  std::string why;
+  const std::optional<ChatDialect> d = classify_chat_template(text, &why);
+  if (!d)
+    fail(
+        "{}: the chat template is {}; strata renders templates natively and refuses one it does not know rather "
+        "than mis-render it. Pass --chat-template glm to force the GLM-4.7/GLM-5 dialect, or --chat-template raw "
+        "(run: --raw) for plain text",
+        source, why);
+  t.dialect = *d;
+  t.source = source;
+  return t;
+}
+
+// ---------------------------------------------------------------------------
+// Output parsing
+
+namespace {
+
+// Tool-call arguments come from the model: parse them with a nesting bound so
+// "[[[[..." cannot exhaust the stack. nullopt if not JSON.
+std::optional<OrderedJson> parse_bounded(std::string_view s) {
+  int depth = 0, max_depth = 0;
+  bool in_str = false, esc = false;
+  for (char c : s) {
+    if (in_str) {
+      if (esc) {
+        esc = false;
+      } else if (c == '\\') {
+        esc = true;
+      } else if (c == '"') {
+        in_str = false;
+      }
+    } else if (c == '"') {
+      in_str = true;
+    } else if (c == '[' || c == '{') {
+      max_depth = std::max(max_depth, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  if (max_depth > kMaxJsonDepth) return std::nullopt;
+  OrderedJson j = OrderedJson::parse(s.begin(), s.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return std::nullopt;
+  return j;
+}
+
+// True if `tools` declares parameter `arg` of function `fn` as a string.
+bool declared_string(const OrderedJson& tools, std::string_view fn, std::string_view arg) {
+  if (!tools.is_array()) return false;
+  for (const auto& t : tools) {
+    if (!t.is_object()) continue;
+    const OrderedJson& f = t.contains("function") && t["function"].is_object() ? t["function"] : t;
+    if (!f.contains("name") || !f["name"].is_string() || f["name"].get_ref<const std::string&>() != fn) continue;
+    if (!f.contains("parameters") || !f["parameters"].is_object()) return false;
+    const OrderedJson& p = f["parameters"];
+    if (!p.contains("properties") || !p["properties"].is_object()) return false;
+    const auto it = p["properties"].find(std::string(arg));
+    if (it == p["properties"].end() || !it->is_object() || !it->contains("type")) return false;
+    const OrderedJson& ty = (*it)["type"];
+    if (ty.is_string()) return ty == "string";
+    if (ty.is_array())
+      for (const auto& x : ty)
+        if (x == "string") return true;
+    return false;
+  }
+  return false;
+}
+
+// One "name<arg_key>k</arg_key><arg_value>v</arg_value>..." body; false if malformed.
+bool parse_tool_body(std::string_view body, const OrderedJson& tools, ToolCall& tc) {
+  const size_t first_key = body.find("<arg_key>");
+  tc.name = std::string(py_strip(body.substr(0, first_key)));
+  if (tc.name.empty()) return false;
+  tc.arguments = OrderedJson::object();
+  size_t p = first_key;
+  while (p != std::string_view::npos) {
+    const size_t k0 = p + 9;
+    const size_t k1 = body.find("</arg_key>", k0);
+    if (k1 == std::string_view::npos) return false;
+    const size_t v_open = body.find("<arg_value>", k1 + 10);
+    if (v_open == std::string_view::npos || !py_strip(body.substr(k1 + 10, v_open - k1 - 10)).empty()) return false;
+    const size_t v0 = v_open + 11;
+    const size_t v1 = body.find("</arg_value>", v0);
+    if (v1 == std::string_view::npos) return false;
+    const std::string key(py_strip(body.substr(k0, k1 - k0)));
+    const std::string_view val = py_strip(body.substr(v0, v1 - v0));
+    std::optional<OrderedJson> parsed;
+    if (!declared_string(tools, tc.name, key)) parsed = parse_bounded(val);
+    tc.arguments[key] = parsed ? std::move(*parsed) : OrderedJson(std::string(val));
+    p = body.find("<arg_key>", v1 + 12);
+    if (!py_strip(body.substr(v1 + 12, (p == std::string_view::npos ? body.size() : p) - v1 - 12)).empty())
+      return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+ParsedOutput parse_glm_output(std::string_view text, bool reasoning_open, const OrderedJson& tools) {
+  ParsedOutput out;
+  std::string_view rest = text;
+  if (!reasoning_open) {
+    const std::string_view t = py_strip(text);
+    if (t.substr(0, 7) == "<think>") {
+      rest = t.substr(7);
+      reasoning_open = true;
+    }
+  }
+  if (reasoning_open) {
+    const size_t end = rest.find("</think>");
+    if (end == std::string_view::npos) {
+      out.reasoning = std::string(py_strip(rest));
+      out.reasoning_complete = false;
+      return out;
+    }
+    out.reasoning = std::string(py_strip(rest.substr(0, end)));
+    rest = rest.substr(end + 8);
+  }
+  std::string content;
+  for (;;) {
+    const size_t open = rest.find("<tool_call>");
+    if (open == std::string_view::npos) break;
+    const size_t close = rest.find("</tool_call>", open + 11);
+    if (close == std::string_view::npos) break;  // unterminated: stays content
+    ToolCall tc;
+    if (!parse_tool_body(rest.substr(open + 11, close - open - 11), tools, tc)) {
+      content += rest.substr(0, close + 12);  // malformed: shown as text
+    } else {
+      content += rest.substr(0, open);
+      out.tool_calls.push_back(std::move(tc));
+    }
+    rest = rest.substr(close + 12);
+  }
+  content += rest;
+  out.content = std::string(py_strip(content));
+  return out;
+}
+
+}  // namespace strata

@@ -1,0 +1,120 @@
+// Chat messages -> prompt text, and the model's output text -> reasoning,
+// content and tool calls, for the GLM chat dialect (docs/text.md).
+//
+// strata renders templates natively instead of running Jinja: a model
+// directory's template (chat_template.jinja, or tokenizer_config.json
+// "chat_template") is recognised by distinctive markers and the matching
+// renderer is chosen. A template strata does not know is refused with a
+// message, never rendered by a guess.
+//
+// The GLM renderer reproduces the GLM-4.7 template (also used by GLM-5 and
+// GLM-5.1; glm5-architecture.md §9):
+//
+//   [gMASK]<sop>[<|system|>\n# Tools ... </tool_call>]        tools block, only with tools
+//   <|system|>{content}                                           per system message
+//   <|user|>{content}
+//   <|assistant|><think>{reasoning}</think>{content}<tool_call>...  reasoning only after the
+//   <|assistant|></think>{content}                                  last user message
+//   <|observation|><tool_response>{result}</tool_response>...       consecutive tool messages
+//                                                                   share one <|observation|>
+//   <|assistant|><think>   or   <|assistant|></think>              generation prompt
+#pragma once
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace strata {
+
+// Key order matters: Jinja's tojson keeps the caller's order, so tools and
+// tool-call arguments are kept in insertion order.
+using OrderedJson = nlohmann::ordered_json;
+
+struct ToolCall {
+  std::string id{};  // not rendered by GLM; carried for the OpenAI API
+  std::string name{};
+  OrderedJson arguments = OrderedJson::object();  // an object: key -> value
+};
+
+struct ChatMessage {
+  std::string role{};  // "system", "user", "assistant" or "tool"
+  std::string content{};
+  // Assistant reasoning. Absent: taken from `content` when it holds
+  // "...</think>" (what the template does with such content).
+  std::optional<std::string> reasoning_content{};
+  std::vector<ToolCall> tool_calls{};  // assistant
+  std::string tool_call_id{};          // tool (not rendered by GLM)
+};
+
+struct ChatRenderOptions {
+  bool add_generation_prompt = true;
+  bool enable_thinking = true;
+  // The template's clear_thinking: true drops the reasoning of assistant
+  // turns before the last user message (the template default).
+  bool clear_thinking = true;
+};
+
+// Renders `messages` in the GLM-4.7/GLM-5 dialect. `tools` is null or an
+// array of tool definitions (each rendered as JSON, one per line). Throws
+// strata::Error on an unknown role or a non-object tool-call argument list.
+std::string render_glm_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                            const ChatRenderOptions& opts);
+
+// Python-compatible `json.dumps(v, ensure_ascii=False)`: ", " and ": "
+// separators, non-ASCII kept, invalid UTF-8 replaced by U+FFFD. This is what
+// the template's tojson filter prints.
+std::string jinja_tojson(const OrderedJson& v);
+
+// Python's str.strip(): removes leading and trailing Unicode whitespace.
+std::string_view py_strip(std::string_view s);
+
+enum class ChatDialect {
+  Glm,  // GLM-4.7 / GLM-5 / GLM-5.1
+  Raw,  // no template: messages' contents are concatenated (test models)
+};
+
+struct ChatTemplate {
+  ChatDialect dialect = ChatDialect::Glm;
+  std::string source;  // where the template came from (for messages)
+
+  std::string render(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                     const ChatRenderOptions& opts) const;
+  // True when the generation prompt ends inside a reasoning block (GLM's
+  // "<|assistant|><think>"): the model's output starts with reasoning.
+  bool opens_reasoning(const ChatRenderOptions& opts) const {
+    return dialect == ChatDialect::Glm && opts.add_generation_prompt && opts.enable_thinking;
+  }
+};
+
+// Which renderer a template text needs. Returns nullopt for a template that
+// is not one strata renders; `why` then says what was recognised.
+std::optional<ChatDialect> classify_chat_template(std::string_view jinja, std::string* why = nullptr);
+
+// Finds and classifies the chat template of a model directory (a Hugging
+// Face checkpoint or a strata container: chat_template.jinja first, then
+// tokenizer_config.json "chat_template", string or list of {name, template}).
+// `force`: "" or "auto" (detect), "glm" or "raw" (no detection). Throws
+// strata::Error naming the file when the template is missing or unknown and
+// not forced.
+ChatTemplate load_chat_template(const std::string& model_dir, std::string_view force = "auto");
+
+// The model's output, split. Reasoning is the text of a <think>...</think>
+// block (or, when the prompt opened one, everything up to </think>); tool
+// calls are GLM's <tool_call>name<arg_key>k</arg_key><arg_value>v</arg_value>
+// ...</tool_call> blocks; content is the rest (stripped).
+struct ParsedOutput {
+  std::string reasoning;
+  std::string content;
+  std::vector<ToolCall> tool_calls;
+  bool reasoning_complete = true;  // false: the output ended inside <think>
+};
+
+// `reasoning_open`: the prompt ended with <think> (ChatTemplate::opens_reasoning).
+// Argument values are JSON-decoded unless `tools` declares the parameter a
+// string or the text is not JSON (then they stay strings), as vLLM's GLM
+// tool parser does. Unterminated tool calls are kept as content.
+ParsedOutput parse_glm_output(std::string_view text, bool reasoning_open, const OrderedJson& tools = nullptr);
+
+}  // namespace strata

@@ -1,0 +1,162 @@
+#!/usr/bin/env bash
+# Terminal test of `strata chat`: drives it in a real terminal (tmux send-keys /
+# capture-pane) and asserts on the screen: two turns (the second re-using the
+# KV cache), :reset, Ctrl-C in the middle of an answer (the turn ends, the
+# engine stays up), a further turn that still answers, then two Ctrl-C while
+# idle quit with status 0. Every wait is bounded; the tmux session is removed
+# on exit.
+#
+# Models:
+#   * always: the tiny fixture tests/fixtures/glm5-tiny-bf16 with the byte-level
+#     tokenizer tests/chat/byte-tokenizer.json (vocab 256 has no room for GLM's
+#     special tokens, so the chat runs with --chat-template raw), after a
+#     `strata run --raw` check (seeded reproducibility, the refusal of a GLM
+#     template without GLM tokens);
+#   * when present: the trained default model models/glm5-strata-tiny (or
+#     $STRATA_CHAT_MODEL) through its GLM chat template; skipped with a message
+#     otherwise.
+# Both get a copy of config.json with a longer max_position_embeddings so the
+# interrupted answer is long enough to be interrupted on a fast machine.
+#
+# Usage: tests/chat/tmux_test.sh path/to/strata
+set -euo pipefail
+
+STRATA=$(realpath "${1:?usage: tmux_test.sh path/to/strata}")
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+TRAINED=${STRATA_CHAT_MODEL:-$ROOT/models/glm5-strata-tiny}
+CTX=16384
+WAIT=${STRATA_CHAT_WAIT:-120}  # seconds, per wait
+
+command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/setup.sh --test-deps installs it)"; exit 1; }
+
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/strata-chat-XXXXXX")
+SESSION="strata-chat-test-$$"
+export TMUX_TMPDIR="$WORK"  # a private tmux server: nothing shared with the user's
+cleanup() {
+  tmux kill-server 2>/dev/null || true
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+fail() {
+  echo "FAIL: $*"
+  if tmux has-session -t "$SESSION" 2>/dev/null; then
+    echo "---- screen ----"
+    screen
+    echo "----------------"
+  fi
+  exit 1
+}
+
+# A model directory: links to SRC's files, config.json with a longer context.
+make_model() {
+  local src=$1 dst=$2 f
+  mkdir -p "$dst"
+  for f in "$src"/*; do ln -s "$(realpath "$f")" "$dst/$(basename "$f")"; done
+  rm "$dst/config.json"
+  sed -E 's/"max_position_embeddings": *[0-9]+/"max_position_embeddings": '"$CTX"'/' "$src/config.json" >"$dst/config.json"
+  grep -q "\"max_position_embeddings\": $CTX" "$dst/config.json" || fail "could not set max_position_embeddings in $dst"
+}
+
+screen() { tmux capture-pane -p -J -t "$SESSION" -S - 2>/dev/null || true; }
+count() { screen | grep -o -- "$1" | wc -l; }
+
+# wait_count PATTERN N: until PATTERN (grep -o) appears at least N times.
+wait_count() {
+  local deadline=$((SECONDS + WAIT))
+  while [ "$(count "$1")" -lt "$2" ]; do
+    [ $SECONDS -lt $deadline ] || fail "timed out after ${WAIT}s waiting for $2 x '$1'"
+    sleep 0.2
+  done
+}
+
+type_line() {
+  tmux send-keys -t "$SESSION" -l -- "$1"
+  tmux send-keys -t "$SESSION" Enter
+}
+
+last_footer() { screen | grep -- "tok/s" | tail -n 1; }
+
+chat_test() {
+  local model=$1 name=$2
+  shift 2
+  echo "== chat on $name"
+  tmux new-session -d -s "$SESSION" -x 160 -y 50 \
+    "'$STRATA' chat --model '$model' --ctx $CTX --temperature 0 --ignore-eos -n 24 --threads 2 $*; echo CHAT-EXITED rc=\$?; sleep 600"
+  wait_count "Ctrl-C stops an answer" 1
+
+  type_line "hello there"
+  wait_count "tok/s" 1
+  last_footer | grep -q "\[24 tokens" || fail "turn 1 did not answer 24 tokens: $(last_footer)"
+  type_line "and a second turn"
+  wait_count "tok/s" 2
+  last_footer | grep -q "\[24 tokens" || fail "turn 2 did not answer 24 tokens: $(last_footer)"
+  last_footer | grep -Eq "\+ [1-9][0-9]* cached" || fail "turn 2 did not re-use the cache: $(last_footer)"
+
+  type_line ":reset"
+  wait_count "(history and context cleared)" 1
+
+  type_line ":set n 1000000"
+  wait_count "(n 1000000" 1
+  type_line "now a very long answer please"
+  # Ctrl-C once the answer is streaming.
+  local deadline=$((SECONDS + WAIT)) after
+  while :; do
+    after=$(screen | sed -n '/now a very long answer please/,$p' | tail -n +2 | tr -d '\n')
+    [ "${#after}" -ge 40 ] && break
+    [ "$(count "tok/s")" -lt 3 ] || fail "the long answer ended before Ctrl-C: $(last_footer)"
+    [ $SECONDS -lt $deadline ] || fail "the long answer did not start streaming"
+    sleep 0.1
+  done
+  tmux send-keys -t "$SESSION" C-c
+  wait_count "tok/s" 3
+  last_footer | grep -q "interrupted" || fail "Ctrl-C did not end the answer as interrupted: $(last_footer)"
+  screen | grep -q "CHAT-EXITED" && fail "Ctrl-C during an answer ended the program"
+
+  sleep 1.2  # a Ctrl-C within a second of the last one would count as the second of a quit
+  type_line ":set n 16"
+  wait_count "(n 16," 1
+  type_line "are you still there"
+  wait_count "tok/s" 4
+  last_footer | grep -q "\[16 tokens" || fail "the turn after Ctrl-C did not answer: $(last_footer)"
+  last_footer | grep -q "interrupted" && fail "the turn after Ctrl-C was interrupted: $(last_footer)"
+
+  # Two Ctrl-C while idle quit cleanly.
+  tmux send-keys -t "$SESSION" C-c
+  wait_count "Ctrl-C again or :q to quit" 1
+  tmux send-keys -t "$SESSION" C-c
+  wait_count "CHAT-EXITED" 1
+  screen | grep -q "CHAT-EXITED rc=0" || fail "chat did not exit with status 0"
+  tmux kill-session -t "$SESSION"
+  echo "ok: chat on $name"
+}
+
+# ---- the fixture with a byte-level tokenizer
+FIX="$WORK/fixture"
+make_model "$ROOT/tests/fixtures/glm5-tiny-bf16" "$FIX"
+cp "$ROOT/tests/chat/byte-tokenizer.json" "$FIX/tokenizer.json"
+
+echo "== run --raw on the fixture"
+a=$("$STRATA" run --model "$FIX" --raw -p "Hello, strata" -n 16 --seed 5 --top-p 0.9 --threads 2 --ignore-eos 2>"$WORK/err") ||
+  fail "strata run --raw failed: $(cat "$WORK/err")"
+b=$("$STRATA" run --model "$FIX" --raw -p "Hello, strata" -n 16 --seed 5 --top-p 0.9 --threads 2 --ignore-eos 2>"$WORK/err") ||
+  fail "strata run --raw failed: $(cat "$WORK/err")"
+[ -n "$a" ] || fail "strata run --raw printed nothing"
+[ "$a" = "$b" ] || fail "the same seed gave different text"
+if "$STRATA" run --model "$FIX" -p hi -n 1 --chat-template glm 2>"$WORK/err" >/dev/null; then
+  fail "a GLM template was used with a tokenizer without GLM tokens"
+fi
+grep -q "special token" "$WORK/err" || fail "unexpected refusal message: $(cat "$WORK/err")"
+echo "ok: run --raw"
+
+chat_test "$FIX" "the fixture (byte tokenizer, raw template)" --chat-template raw
+
+# ---- the trained default model, through its GLM chat template
+if [ -f "$TRAINED/config.json" ] && [ -f "$TRAINED/tokenizer.json" ]; then
+  TM="$WORK/trained"
+  make_model "$TRAINED" "$TM"
+  chat_test "$TM" "$(basename "$TRAINED") (GLM template)"
+else
+  echo "SKIP: chat on the trained model: $TRAINED is not there yet (set STRATA_CHAT_MODEL to use another)"
+fi
+echo "PASS"

@@ -1,0 +1,112 @@
+// strata serve driven by the official OpenAI Node client (npm `openai` v7).
+// Starts `strata serve` itself on 127.0.0.1 with a free port over the tiny
+// fixture + byte-level tokenizer (raw template), runs the checks, stops it.
+// Usage: node tests/server/openai_client.test.mjs path/to/strata
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import assert from 'node:assert/strict';
+import { fileURLToPath } from 'node:url';
+import OpenAI from 'openai';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const root = path.resolve(here, '../..');
+const strata = process.argv[2] || path.join(root, 'build/strata');
+
+// A model directory: the fixture's files plus a tokenizer.
+const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-serve-'));
+const fixture = path.join(root, 'tests/fixtures/glm5-tiny-bf16');
+for (const f of ['config.json', 'generation_config.json', 'model.safetensors'])
+  fs.symlinkSync(path.join(fixture, f), path.join(dir, f));
+fs.copyFileSync(path.join(root, 'tests/chat/byte-tokenizer.json'), path.join(dir, 'tokenizer.json'));
+
+const server = spawn(strata, ['serve', '--model', dir, '--port', '0', '--chat-template', 'raw', '--threads', '1',
+  '--ctx', '512', '--api-key', 'test-key', '--model-id', 'tiny'], { stdio: ['ignore', 'ignore', 'pipe'] });
+const killer = setTimeout(() => { console.error('timeout'); server.kill('SIGKILL'); process.exit(1); }, 120000);
+const port = await new Promise((resolve, reject) => {
+  let err = '';
+  server.stderr.on('data', (d) => {
+    err += d;
+    const m = err.match(/http:\/\/127\.0\.0\.1:(\d+)/);
+    if (m) resolve(Number(m[1]));
+  });
+  server.on('exit', (code) => reject(new Error(`strata serve exited (${code}): ${err}`)));
+});
+
+const client = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'test-key', maxRetries: 0 });
+let failed = 0;
+async function check(name, fn) {
+  try {
+    await fn();
+    console.log(`ok - ${name}`);
+  } catch (e) {
+    failed++;
+    console.log(`not ok - ${name}: ${e.stack || e}`);
+  }
+}
+
+const greedy = { temperature: 0, ignore_eos: true };
+await check('models', async () => {
+  const list = await client.models.list();
+  assert.equal(list.data[0].id, 'tiny');
+});
+let chatText;
+await check('chat, non-streaming, usage', async () => {
+  const r = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hello' }],
+    max_tokens: 6, ...greedy });
+  assert.equal(r.object, 'chat.completion');
+  assert.equal(r.choices[0].finish_reason, 'length');
+  assert.deepEqual([r.usage.prompt_tokens, r.usage.completion_tokens, r.usage.total_tokens], [5, 6, 11]);
+  chatText = r.choices[0].message.content;
+});
+await check('chat, streaming == non-streaming, include_usage', async () => {
+  const stream = await client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'hello' }],
+    max_tokens: 6, stream: true, stream_options: { include_usage: true }, ...greedy });
+  let text = '', finish = null, usage = null;
+  for await (const c of stream) {
+    if (c.usage) usage = c.usage;
+    for (const ch of c.choices) {
+      text += ch.delta.content ?? '';
+      finish = ch.finish_reason ?? finish;
+    }
+  }
+  assert.equal(text, chatText);
+  assert.equal(finish, 'length');
+  assert.equal(usage.completion_tokens, 6);
+});
+await check('completions', async () => {
+  const r = await client.completions.create({ model: 'tiny', prompt: 'abc', max_tokens: 4, ...greedy });
+  assert.equal(r.object, 'text_completion');
+  assert.equal(r.usage.prompt_tokens, 3);
+  assert.equal(r.usage.completion_tokens, 4);
+});
+await check('seed reproducibility', async () => {
+  const req = { model: 'tiny', prompt: 'seed', max_tokens: 8, temperature: 1, seed: 7, ignore_eos: true };
+  const a = await client.completions.create(req), b = await client.completions.create(req);
+  assert.equal(a.choices[0].text, b.choices[0].text);
+});
+await check('stop strings', async () => {
+  const full = (await client.completions.create({ model: 'tiny', prompt: [1, 2, 3], max_tokens: 8, ...greedy })).choices[0].text;
+  const cut = [...full].findIndex((ch, i) => i > 0 && ch.codePointAt(0) < 0x80 && ch !== '\ufffd');
+  if (cut < 0) return;  // nothing ASCII to stop at in this output
+  const stopCh = [...full][cut];
+  const r = await client.completions.create({ model: 'tiny', prompt: [1, 2, 3], max_tokens: 8, stop: [stopCh], ...greedy });
+  assert.equal(r.choices[0].finish_reason, 'stop');
+  assert.equal(r.choices[0].text, full.slice(0, full.indexOf(stopCh)));
+});
+await check('errors come back as OpenAI errors', async () => {
+  await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [], max_tokens: 2 }),
+    (e) => e instanceof OpenAI.BadRequestError && e.status === 400 && typeof e.message === 'string');
+  await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }], n: 2 }),
+    (e) => e.status === 400);
+  const bad = new OpenAI({ baseURL: `http://127.0.0.1:${port}/v1`, apiKey: 'wrong', maxRetries: 0 });
+  await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
+});
+
+server.kill('SIGTERM');
+await new Promise((r) => server.on('exit', r));
+clearTimeout(killer);
+fs.rmSync(dir, { recursive: true, force: true });
+console.log(failed ? `${failed} failed` : 'all passed');
+process.exit(failed ? 1 : 0);

@@ -1,0 +1,363 @@
+// The GLM chat template rendered natively, its detection in model
+// directories, the output parser, and `strata run` end to end on a tiny
+// fixture with a byte-level tokenizer.
+//
+// The expected prompts follow glm5-architecture.md §9 and were checked
+// against Jinja2 rendering the GLM-4.7-dialect template of
+// tools/train/chat_template.jinja (tests/chat/jinja_crosscheck.py prints
+// them for the same conversations).
+#include "text/chat_template.h"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "test_util.h"
+#include "util/error.h"
+
+namespace strata {
+namespace {
+
+using test_util::TempDir;
+using test_util::write_file;
+namespace fs = std::filesystem;
+
+std::string render(const std::vector<ChatMessage>& m, bool gen = false, bool think = true, bool clear = true,
+                   const OrderedJson& tools = nullptr) {
+  ChatRenderOptions o;
+  o.add_generation_prompt = gen;
+  o.enable_thinking = think;
+  o.clear_thinking = clear;
+  return render_glm_chat(m, tools, o);
+}
+
+ChatMessage msg(const char* role, const char* content) { return {.role = role, .content = content}; }
+ChatMessage assistant(const char* content, const char* reasoning) {
+  return {.role = "assistant", .content = content, .reasoning_content = reasoning};
+}
+
+OrderedJson weather_tool() {
+  return OrderedJson::parse(R"({"type": "function", "function": {"name": "get_weather",
+    "description": "Température actuelle", "parameters": {"type": "object",
+    "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}})");
+}
+
+std::string read_text(const std::string& path) {
+  std::FILE* fp = std::fopen(path.c_str(), "rb");
+  if (!fp) return {};
+  std::string s;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, fp)) > 0) s.append(buf, n);
+  std::fclose(fp);
+  return s;
+}
+
+TEST(ChatTemplate, SystemUserAndGenerationPrompt) {
+  EXPECT_EQ(render({msg("system", "You are helpful."), msg("user", "Hi")}, true),
+            "[gMASK]<sop><|system|>You are helpful.<|user|>Hi<|assistant|><think>");
+  EXPECT_EQ(render({msg("user", "Hi")}, true, /*think=*/false), "[gMASK]<sop><|user|>Hi<|assistant|></think>");
+  EXPECT_EQ(render({msg("user", "Hi")}, false), "[gMASK]<sop><|user|>Hi");
+  // Contents are not stripped for user and system messages.
+  EXPECT_EQ(render({msg("user", " a \n")}), "[gMASK]<sop><|user|> a \n");
+}
+
+TEST(ChatTemplate, ReasoningKeptOnlyAfterLastUser) {
+  const std::vector<ChatMessage> m = {msg("user", "a"), assistant("c1", "r1"), msg("user", "b"),
+                                      assistant(" c2 \n", "\n r2 ")};
+  EXPECT_EQ(render(m), "[gMASK]<sop><|user|>a<|assistant|></think>c1<|user|>b<|assistant|><think>r2</think>c2");
+  // clear_thinking=false keeps every turn's reasoning.
+  EXPECT_EQ(render({msg("user", "a"), assistant("c1", "r1"), msg("user", "b")}, true, true, /*clear=*/false),
+            "[gMASK]<sop><|user|>a<|assistant|><think>r1</think>c1<|user|>b<|assistant|><think>");
+  // Empty reasoning renders just the separator.
+  EXPECT_EQ(render({msg("user", "a"), assistant("c", "")}), "[gMASK]<sop><|user|>a<|assistant|></think>c");
+}
+
+TEST(ChatTemplate, ReasoningSplitFromContent) {
+  const std::vector<ChatMessage> m = {msg("user", "a"), msg("assistant", "<think>\nold\n</think>\n\nold answer"),
+                                      msg("user", "b"), msg("assistant", "<think>\nplan\n</think>\n\nanswer")};
+  EXPECT_EQ(render(m),
+            "[gMASK]<sop><|user|>a<|assistant|></think>old answer<|user|>b<|assistant|><think>plan</think>answer");
+}
+
+TEST(ChatTemplate, ToolsToolCallsAndObservations) {
+  ChatMessage call = assistant("", "need the tool");
+  call.tool_calls.push_back({.id = "call_1",
+                             .name = "get_weather",
+                             .arguments = OrderedJson::parse(
+                                 R"({"city": "Paris", "days": 2, "opts": {"unit": "c", "x": [1, true, null]}})")});
+  const std::vector<ChatMessage> m = {msg("user", "Weather in Paris?"),
+                                      call,
+                                      msg("tool", "sunny"),
+                                      msg("tool", "20C"),
+                                      msg("assistant", "Sunny, 20C."),
+                                      msg("user", "Thanks"),
+                                      msg("tool", "late")};
+  const std::string want =
+      "[gMASK]<sop><|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+      "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n"
+      "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Température actuelle\", "
+      "\"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": "
+      "\"integer\"}}, \"required\": [\"city\"]}}}\n</tools>\n\n"
+      "For each function call, output the function name and arguments within the following XML format:\n"
+      "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value><arg_key>"
+      "{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>"
+      "<|user|>Weather in Paris?<|assistant|></think><tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris"
+      "</arg_value><arg_key>days</arg_key><arg_value>2</arg_value><arg_key>opts</arg_key><arg_value>{\"unit\": \"c\", "
+      "\"x\": [1, true, null]}</arg_value></tool_call><|observation|><tool_response>sunny</tool_response>"
+      "<tool_response>20C</tool_response><|assistant|></think>Sunny, 20C.<|user|>Thanks<|observation|>"
+      "<tool_response>late</tool_response><|assistant|><think>";
+  EXPECT_EQ(render(m, true, true, true, OrderedJson::array({weather_tool()})), want);
+  // No tools (null or empty): no tools block.
+  EXPECT_EQ(render({msg("user", "x")}, false, true, true, OrderedJson::array()), "[gMASK]<sop><|user|>x");
+}
+
+TEST(ChatTemplate, RefusesBadInput) {
+  EXPECT_THROW(render({msg("robot", "x")}), Error);
+  EXPECT_THROW(render({msg("user", "x")}, false, true, true, OrderedJson::object()), Error);
+  ChatMessage call = assistant("", "");
+  call.tool_calls.push_back({.name = "f", .arguments = OrderedJson::array({1})});
+  EXPECT_THROW(render({msg("user", "x"), call}), Error);
+}
+
+TEST(ChatTemplate, TojsonAndStripMatchPython) {
+  EXPECT_EQ(jinja_tojson(OrderedJson::parse(R"({"b": 1, "a": [1.5, "x\ny\"\u0001", false], "é": null})")),
+            "{\"b\": 1, \"a\": [1.5, \"x\\ny\\\"\\u0001\", false], \"é\": null}");
+  EXPECT_EQ(jinja_tojson(OrderedJson::object()), "{}");
+  EXPECT_EQ(jinja_tojson(OrderedJson::array()), "[]");
+  EXPECT_EQ(py_strip("\t\n a b \r\x0b\x0c"), "a b");
+  EXPECT_EQ(py_strip("\xC2\xA0\xE3\x80\x80x\xE2\x80\xA8"), "x");  // NBSP, ideographic space, line separator
+  EXPECT_EQ(py_strip("\xE2\x80\x8B"
+                     "x"),
+            "\xE2\x80\x8B"
+            "x");  // zero-width space is not whitespace in Python
+  EXPECT_EQ(py_strip("   "), "");
+  EXPECT_EQ(py_strip("\xFF x \xC3"), "\xFF x \xC3");  // invalid UTF-8 stops the strip
+}
+
+TEST(ChatTemplate, DetectsTemplates) {
+  const std::string glm47 = read_text(std::string(STRATA_SOURCE_DIR) + "/tools/train/chat_template.jinja");
+  ASSERT_FALSE(glm47.empty());
+  std::string why;
+  EXPECT_EQ(classify_chat_template(glm47, &why), ChatDialect::Glm) << why;
+  EXPECT_FALSE(classify_chat_template("[gMASK]<sop>{% if x %}<|assistant|>\n<think></think>/nothink{% endif %}", &why));
+  EXPECT_NE(why.find("GLM-4.5/4.6"), std::string::npos);
+  EXPECT_FALSE(classify_chat_template("[gMASK]<sop><|system|>Reasoning Effort: Max<|assistant|>", &why));
+  EXPECT_NE(why.find("GLM-5.2"), std::string::npos);
+  EXPECT_FALSE(classify_chat_template("{% for m in messages %}<|im_start|>{{ m.role }}{% endfor %}", &why));
+  EXPECT_NE(why.find("not a GLM template"), std::string::npos);
+}
+
+TEST(ChatTemplate, LoadsFromModelDirectory) {
+  const std::string glm47 = read_text(std::string(STRATA_SOURCE_DIR) + "/tools/train/chat_template.jinja");
+  {
+    TempDir d;
+    Json cfg;
+    cfg["chat_template"] = glm47;
+    write_file(d.file("tokenizer_config.json"), cfg.dump());
+    const ChatTemplate t = load_chat_template(d.str());
+    EXPECT_EQ(t.dialect, ChatDialect::Glm);
+    EXPECT_NE(t.source.find("tokenizer_config.json"), std::string::npos);
+  }
+  {  // chat_template.jinja wins over tokenizer_config.json; named templates pick "default"
+    TempDir d;
+    write_file(d.file("chat_template.jinja"), glm47);
+    write_file(d.file("tokenizer_config.json"), R"({"chat_template": "{{ messages }}"})");
+    EXPECT_EQ(load_chat_template(d.str()).dialect, ChatDialect::Glm);
+    TempDir d2;
+    Json cfg;
+    cfg["chat_template"] =
+        Json::array({{{"name", "tool_use"}, {"template", "x"}}, {{"name", "default"}, {"template", glm47}}});
+    write_file(d2.file("tokenizer_config.json"), cfg.dump());
+    EXPECT_EQ(load_chat_template(d2.str()).dialect, ChatDialect::Glm);
+  }
+  {
+    TempDir d;
+    write_file(d.file("tokenizer_config.json"),
+               R"({"chat_template": "{% for m in messages %}<|im_start|>{% endfor %}"})");
+    const std::string e = test_util::error_of([&] { load_chat_template(d.str()); });
+    EXPECT_NE(e.find("not a GLM template"), std::string::npos) << e;
+    EXPECT_NE(e.find("--chat-template glm"), std::string::npos) << e;
+    EXPECT_EQ(load_chat_template(d.str(), "glm").dialect, ChatDialect::Glm);
+    EXPECT_EQ(load_chat_template(d.str(), "raw").dialect, ChatDialect::Raw);
+  }
+  {
+    TempDir d;
+    const std::string e = test_util::error_of([&] { load_chat_template(d.str()); });
+    EXPECT_NE(e.find("no chat template"), std::string::npos) << e;
+    EXPECT_THROW(load_chat_template(d.str(), "jinja"), Error);
+  }
+}
+
+TEST(ChatOutput, SplitsReasoningAndContent) {
+  ParsedOutput p = parse_glm_output("\nLet me think.\n</think>\n\nThe answer is 4.", true);
+  EXPECT_EQ(p.reasoning, "Let me think.");
+  EXPECT_EQ(p.content, "The answer is 4.");
+  EXPECT_TRUE(p.reasoning_complete);
+  EXPECT_TRUE(p.tool_calls.empty());
+
+  p = parse_glm_output("<think>r</think>c", false);
+  EXPECT_EQ(p.reasoning, "r");
+  EXPECT_EQ(p.content, "c");
+
+  p = parse_glm_output("still thinking", true);
+  EXPECT_EQ(p.reasoning, "still thinking");
+  EXPECT_EQ(p.content, "");
+  EXPECT_FALSE(p.reasoning_complete);
+
+  p = parse_glm_output(" plain answer ", false);
+  EXPECT_EQ(p.reasoning, "");
+  EXPECT_EQ(p.content, "plain answer");
+}
+
+TEST(ChatOutput, ParsesToolCalls) {
+  const std::string text =
+      "I need the "
+      "weather.</think>Checking.<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Paris</arg_value>"
+      "<arg_key>days</arg_key><arg_value>2</arg_value><arg_key>opts</arg_key><arg_value>{\"unit\": \"c\"}</arg_value>"
+      "</tool_call>\n<tool_call>now</tool_call>";
+  ParsedOutput p = parse_glm_output(text, true);
+  EXPECT_EQ(p.reasoning, "I need the weather.");
+  EXPECT_EQ(p.content, "Checking.");
+  ASSERT_EQ(p.tool_calls.size(), 2u);
+  EXPECT_EQ(p.tool_calls[0].name, "get_weather");
+  EXPECT_EQ(p.tool_calls[0].arguments.dump(), R"({"city":"Paris","days":2,"opts":{"unit":"c"}})");
+  EXPECT_EQ(p.tool_calls[1].name, "now");
+  EXPECT_EQ(p.tool_calls[1].arguments.dump(), "{}");
+
+  // A parameter the tool declares as a string stays a string.
+  const OrderedJson tools = OrderedJson::parse(
+      R"([{"type": "function", "function": {"name": "f", "parameters": {"properties": {"code": {"type": "string"}}}}}])");
+  p = parse_glm_output(
+      "<tool_call>f<arg_key>code</arg_key><arg_value>123</arg_value><arg_key>n</arg_key>"
+      "<arg_value>123</arg_value></tool_call>",
+      false, tools);
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0].arguments.dump(), R"({"code":"123","n":123})");
+
+  // Unterminated or malformed calls stay visible as content.
+  p = parse_glm_output("a<tool_call>f<arg_key>k</arg_key><arg_value>v", false);
+  EXPECT_TRUE(p.tool_calls.empty());
+  EXPECT_EQ(p.content, "a<tool_call>f<arg_key>k</arg_key><arg_value>v");
+  p = parse_glm_output("<tool_call><arg_key>k</arg_key></tool_call>", false);
+  EXPECT_TRUE(p.tool_calls.empty());
+  EXPECT_EQ(p.content, "<tool_call><arg_key>k</arg_key></tool_call>");
+  // Deep nesting is not parsed as JSON (bounded), it stays a string.
+  const std::string deep(200, '[');
+  p = parse_glm_output("<tool_call>f<arg_key>k</arg_key><arg_value>" + deep + "</arg_value></tool_call>", false);
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_TRUE(p.tool_calls[0].arguments["k"].is_string());
+}
+
+TEST(ChatOutput, RoundTripsRenderedAssistantTurn) {
+  ChatMessage a = assistant("Let me check.", "thinking hard");
+  a.tool_calls.push_back(
+      {.name = "search", .arguments = OrderedJson::parse(R"({"q": "strata", "n": 3, "x": [1, 2]})")});
+  const std::string prompt = render({msg("user", "q")}, true);
+  const std::string full = render({msg("user", "q"), a});
+  ASSERT_EQ(full.substr(0, prompt.size()), prompt);  // the model's output continues the generation prompt
+  const ParsedOutput p = parse_glm_output(full.substr(prompt.size()), true);
+  EXPECT_EQ(p.reasoning, "thinking hard");
+  EXPECT_EQ(p.content, "Let me check.");
+  ASSERT_EQ(p.tool_calls.size(), 1u);
+  EXPECT_EQ(p.tool_calls[0].name, "search");
+  EXPECT_EQ(p.tool_calls[0].arguments, a.tool_calls[0].arguments);
+}
+
+// `strata run` on the tiny fixture with a byte-level tokenizer (vocab 256:
+// no room for GLM's special tokens, so only --raw works).
+class ChatCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const fs::path src = fs::path(STRATA_SOURCE_DIR) / "tests/fixtures/glm5-tiny-bf16";
+    for (const char* f : {"config.json", "generation_config.json"}) fs::copy_file(src / f, dir_.path() / f);
+    fs::create_symlink(src / "model.safetensors", dir_.path() / "model.safetensors");
+    fs::copy_file(fs::path(STRATA_SOURCE_DIR) / "tests/chat/byte-tokenizer.json", dir_.path() / "tokenizer.json");
+  }
+  // Runs strata with `args`; returns stdout, sets rc; stderr goes to a file.
+  std::string strata(const std::string& args, int& rc) {
+    const std::string cmd = std::string(STRATA_BINARY) + " " + args + " 2>" + dir_.file("stderr.txt");
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    std::string out;
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    rc = WEXITSTATUS(::pclose(p));
+    return out;
+  }
+  std::string err() { return read_text(dir_.file("stderr.txt")); }
+  TempDir dir_;
+};
+
+TEST_F(ChatCli, RunRawIsSeededAndReproducible) {
+  const std::string base = "run --model " + dir_.str() + " --raw --threads 1 -p 'Hello, strata' --ignore-eos -n 12";
+  int rc = 0;
+  const std::string greedy1 = strata(base + " --temperature 0", rc);
+  ASSERT_EQ(rc, 0) << err();
+  const std::string greedy2 = strata(base + " --temperature 0 --seed 99", rc);
+  EXPECT_EQ(greedy1, greedy2);
+  const std::string s1 = strata(base + " --seed 7 --top-k 40", rc);
+  ASSERT_EQ(rc, 0) << err();
+  const std::string s2 = strata(base + " --seed 7 --top-k 40", rc);
+  EXPECT_EQ(s1, s2);
+  EXPECT_FALSE(s1.empty());
+  EXPECT_EQ(s1.back(), '\n');
+  // --stats goes through the engine's stats line.
+  strata(base + " --temperature 0 --stats", rc);
+  EXPECT_NE(err().find("decode 11 tok"), std::string::npos) << err();
+}
+
+TEST_F(ChatCli, RefusesTemplateWithoutGlmTokens) {
+  int rc = 0;
+  // No chat template in the directory.
+  strata("run --model " + dir_.str() + " -p hi -n 1", rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err().find("no chat template"), std::string::npos) << err();
+  // Forced GLM dialect: the byte tokenizer has no GLM special tokens.
+  strata("run --model " + dir_.str() + " --chat-template glm -p hi -n 1", rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err().find("special token [gMASK]"), std::string::npos) << err();
+  // A prompt longer than the context is refused.
+  strata("run --model " + dir_.str() + " --raw --ctx 4 -p 'too long a prompt' -n 1", rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(err().find("the context is 4"), std::string::npos) << err();
+}
+
+TEST_F(ChatCli, ChatOverPipeKeepsHistoryAndHandlesEof) {
+  int rc = 0;
+  const std::string out = strata(
+      "chat --model " + dir_.str() + " --chat-template raw --threads 1 --temperature 0 --ignore-eos -n 4 < " +
+          [&] {
+            write_file(dir_.file("in.txt"), "one\ntwo\n:reset\n:more\nthree");  // no final newline: EOF
+            return dir_.file("in.txt");
+          }(),
+      rc);
+  ASSERT_EQ(rc, 0) << err();
+  const std::string e = err();
+  // Three answers, the second re-using the first turn's cache.
+  size_t footers = 0;
+  for (size_t p = 0; (p = e.find("tok/s", p)) != std::string::npos; ++p) ++footers;
+  EXPECT_EQ(footers, 3u) << e;
+  EXPECT_NE(e.find("[4 tokens"), std::string::npos) << e;
+  EXPECT_NE(out.find("(history and context cleared)"), std::string::npos) << out;
+  EXPECT_NE(out.find("(no answer to continue)"), std::string::npos) << out;
+  // Turn 2 re-uses turn 1's cache: at least the prompt "one\n" (the random
+  // answer bytes decode to U+FFFD, which re-encodes differently); after
+  // :reset nothing is cached.
+  std::vector<std::pair<long, long>> prompts;  // (new, cached) per turn
+  const std::regex re(R"(prompt (\d+) new \+ (\d+) cached)");
+  for (std::sregex_iterator it(e.begin(), e.end(), re), end; it != end; ++it)
+    prompts.emplace_back(std::stol((*it)[1]), std::stol((*it)[2]));
+  ASSERT_EQ(prompts.size(), 3u) << e;
+  EXPECT_EQ(prompts[0], std::make_pair(4L, 0L));
+  EXPECT_GE(prompts[1].second, 4);
+  EXPECT_EQ(prompts[2], std::make_pair(6L, 0L));  // "three\n"
+}
+
+}  // namespace
+}  // namespace strata

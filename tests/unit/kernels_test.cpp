@@ -1,0 +1,420 @@
+// The kernels behind matmul: every CPU path equals the scalar reference bit
+// for bit (odd sizes, tails, extreme values), integer formats stay within
+// their stated error bound of the dequantized reference, results never depend
+// on batch, threads or path, and the thread pool runs every index once.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "experts/expert_store.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+#include "kernels/numeric.h"
+#include "kernels/qgemm.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "quant/quant.h"
+#include "runtime/thread_pool.h"
+
+namespace strata {
+namespace {
+
+std::vector<KernelPath> supported_paths() {
+  std::vector<KernelPath> v;
+  for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512, KernelPath::Avx512Vnni})
+    if (kernel_path_supported(p)) v.push_back(p);
+  return v;
+}
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+
+// Bit equality, any NaN equal to any NaN (payloads are not part of the contract).
+bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b); }
+
+::testing::AssertionResult all_same(const std::vector<float>& want, const std::vector<float>& got) {
+  if (want.size() != got.size()) return ::testing::AssertionFailure() << "sizes differ";
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!same(want[i], got[i]))
+      return ::testing::AssertionFailure() << "element " << i << ": want " << want[i] << " (bits " << bits_of(want[i])
+                                           << "), got " << got[i] << " (bits " << bits_of(got[i]) << ")";
+  return ::testing::AssertionSuccess();
+}
+
+std::vector<float> random_floats(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& f : v) f = d(rng);
+  return v;
+}
+
+Weight make_float_weight(WeightFormat f, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Weight w;
+  w.format = f;
+  w.rows = rows;
+  w.cols = cols;
+  const auto v = random_floats(rng, rows * cols);
+  if (f == WeightFormat::F32) {
+    w.data.resize(v.size() * 4);
+    std::memcpy(w.data.data(), v.data(), w.data.size());
+  } else if (f == WeightFormat::BF16) {
+    w.data.resize(v.size() * 2);
+    for (size_t i = 0; i < v.size(); ++i) {
+      const uint16_t h = f32_to_bf16(v[i]);
+      std::memcpy(w.data.data() + 2 * i, &h, 2);
+    }
+  } else {  // FP8_BLOCK, 4x8 blocks so tails and several blocks appear
+    w.block_rows = 4;
+    w.block_cols = 8;
+    w.data.resize(v.size());
+    for (auto& b : w.data) {
+      b = static_cast<uint8_t>(rng());
+      if ((b & 0x7f) == 0x7f) b ^= 1;  // no NaN codes
+    }
+    const int64_t nbr = (rows + 3) / 4, nbc = (cols + 7) / 8;
+    w.scales = random_floats(rng, nbr * nbc);
+    for (auto& s : w.scales) s = std::fabs(s);
+  }
+  return w;
+}
+
+// Random int8/int4 bytes over the whole range (including -128 and -8, which
+// the quantizer never writes but a kernel must still get right).
+Weight make_int_weight(int bits, int64_t group, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Weight w;
+  w.format = bits == 8 ? WeightFormat::INT8 : WeightFormat::INT4;
+  w.rows = rows;
+  w.cols = cols;
+  w.group = group;
+  const QuantBits b = bits == 8 ? QuantBits::Int8 : QuantBits::Int4;
+  w.data.resize(static_cast<size_t>(rows * quant_row_bytes(b, cols)));
+  for (auto& x : w.data) x = static_cast<uint8_t>(rng());
+  w.scales = random_floats(rng, rows * quant_groups(cols, group), 0.01f);
+  for (size_t i = 0; i < w.scales.size(); ++i) w.scales[i] = i % 7 == 3 ? 0.0f : std::fabs(w.scales[i]);
+  return w;
+}
+
+std::vector<float> run_matmul(const Weight& w, const std::vector<float>& x, int64_t nrows, KernelPath p,
+                              ThreadPool* pool = nullptr) {
+  std::vector<float> y(static_cast<size_t>(nrows * w.rows), -1.0f);
+  matmul(w, x.data(), nrows, y.data(), pool, p);
+  return y;
+}
+
+TEST(KernelPaths, DetectionForcingAndDescription) {
+  EXPECT_TRUE(kernel_path_supported(KernelPath::Scalar));
+  EXPECT_TRUE(kernel_path_supported(best_kernel_path()));
+  const KernelPath before = active_kernel_path();
+  for (KernelPath p : supported_paths()) {
+    EXPECT_TRUE(force_kernel_path(p));
+    EXPECT_EQ(active_kernel_path(), p);
+    EXPECT_EQ(parse_kernel_path(kernel_path_name(p)), p);
+  }
+  EXPECT_TRUE(force_kernel_path(before));
+  EXPECT_FALSE(parse_kernel_path("neon").has_value());
+  const std::string d = kernel_description();
+  EXPECT_NE(d.find(kernel_path_name(before)), std::string::npos) << d;
+  std::printf("  %s\n", d.c_str());
+}
+
+TEST(KernelDot, EveryPathMatchesTheScalarOrder) {
+  std::mt19937 rng(1);
+  const KernelTable& ref = kernel_table(KernelPath::Scalar);
+  for (int64_t n : {0, 1, 2, 7, 15, 16, 17, 31, 32, 33, 63, 100, 127, 1000, 4099}) {
+    auto a = random_floats(rng, n), b = random_floats(rng, n, 3.0f);
+    for (int64_t i = 0; i < n; i += 5) a[i] = -0.0f;
+    const float want = ref.dot_f32(a.data(), b.data(), n);
+    for (KernelPath p : supported_paths())
+      EXPECT_TRUE(same(want, kernel_table(p).dot_f32(a.data(), b.data(), n))) << kernel_path_name(p) << " n=" << n;
+  }
+  // Non-finite values propagate the same way.
+  std::vector<float> a(19, 1.0f), b(19, 1.0f);
+  a[17] = INFINITY;
+  for (KernelPath p : supported_paths())
+    EXPECT_EQ(kernel_table(p).dot_f32(a.data(), b.data(), 19), INFINITY) << kernel_path_name(p);
+  a[3] = -INFINITY;
+  for (KernelPath p : supported_paths())
+    EXPECT_TRUE(std::isnan(kernel_table(p).dot_f32(a.data(), b.data(), 19))) << kernel_path_name(p);
+}
+
+TEST(KernelDot, DotF32IsTheDocumentedOrder) {
+  // 16 lanes with fused multiply-adds, then the tree: written out here.
+  std::mt19937 rng(2);
+  const int64_t n = 37;
+  const auto a = random_floats(rng, n), b = random_floats(rng, n);
+  float acc[16] = {};
+  for (int64_t i = 0; i < n; ++i) acc[i % 16] = std::fma(a[i], b[i], acc[i % 16]);
+  for (int w = 8; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] += acc[j + w];
+  EXPECT_TRUE(same(acc[0], dot_f32(a.data(), b.data(), n)));
+}
+
+TEST(KernelGemm, FloatFormatsMatchScalarOnEveryPath) {
+  std::mt19937 rng(3);
+  for (WeightFormat f : {WeightFormat::F32, WeightFormat::BF16, WeightFormat::FP8_BLOCK})
+    for (int64_t rows : {1, 3, 6})
+      for (int64_t cols : {1, 15, 16, 17, 33, 100, 515})
+        for (int64_t nrows : {1, 2, 3, 5, 9}) {
+          const Weight w = make_float_weight(f, rows, cols, rng);
+          const auto x = random_floats(rng, nrows * cols);
+          const auto want = run_matmul(w, x, nrows, KernelPath::Scalar);
+          // The scalar path is dot16 of the expanded row.
+          std::vector<float> row(static_cast<size_t>(cols));
+          for (int64_t o = 0; o < rows; ++o) {
+            w.row_f32(o, row.data());
+            for (int64_t r = 0; r < nrows; ++r)
+              ASSERT_TRUE(same(want[r * rows + o], kernel_table(KernelPath::Scalar).dot_f32(row.data(), x.data() + r * cols, cols)));
+          }
+          for (KernelPath p : supported_paths())
+            EXPECT_TRUE(all_same(want, run_matmul(w, x, nrows, p)))
+                << weight_format_name(f) << " " << kernel_path_name(p) << " rows=" << rows << " cols=" << cols
+                << " nrows=" << nrows;
+        }
+}
+
+TEST(KernelQGemm, IntFormatsMatchScalarOnEveryPath) {
+  std::mt19937 rng(4);
+  int cases = 0;
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 64, 96, 128, 256, 512})
+      for (int64_t cols : {1, 31, 32, 33, 63, 100, 127, 129, 511, 512, 513, 1000, 1537}) {
+        const int64_t rows = 1 + static_cast<int64_t>(rng() % 5), nrows = 1 + static_cast<int64_t>(rng() % 7);
+        const Weight w = make_int_weight(bits, group, rows, cols, rng);
+        auto x = random_floats(rng, nrows * cols);
+        for (int64_t i = 0; i < nrows * cols; i += 13) x[i] *= 50.0f;  // outliers
+        const auto want = run_matmul(w, x, nrows, KernelPath::Scalar);
+        for (KernelPath p : supported_paths())
+          EXPECT_TRUE(all_same(want, run_matmul(w, x, nrows, p)))
+              << "int" << bits << " group " << group << " " << kernel_path_name(p) << " rows=" << rows
+              << " cols=" << cols << " nrows=" << nrows;
+        ++cases;
+      }
+  EXPECT_EQ(cases, 2 * 7 * 13);
+}
+
+TEST(KernelGemm, LargeShapesCrossTileAndRowBlockBoundaries) {
+  // Wide rows make the kernels split the activation rows into blocks (to
+  // stay in L2) and tiles: results must not move with either.
+  std::mt19937 rng(8);
+  const int64_t rows = 6, cols = 6001, nrows = 45;
+  std::vector<Weight> ws;
+  ws.push_back(make_float_weight(WeightFormat::F32, rows, cols, rng));
+  ws.push_back(make_float_weight(WeightFormat::BF16, rows, cols, rng));
+  ws.push_back(make_int_weight(8, 0, rows, cols, rng));
+  ws.push_back(make_int_weight(4, 64, rows, cols, rng));
+  const auto x = random_floats(rng, nrows * cols);
+  for (const Weight& w : ws) {
+    const auto want = run_matmul(w, x, nrows, KernelPath::Scalar);
+    for (KernelPath p : supported_paths())
+      EXPECT_TRUE(all_same(want, run_matmul(w, x, nrows, p))) << weight_format_name(w.format) << " "
+                                                               << kernel_path_name(p);
+  }
+}
+
+TEST(KernelQGemm, ExtremeValuesAreExact) {
+  // Every weight at the format's most negative code, every activation at
+  // +-127 after quantization: the integer sums are exact and the result is
+  // the closed form.
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 128})
+      for (float xv : {1.0f, -1.0f}) {
+        const int64_t rows = 3, cols = 4096, nrows = 2;
+        Weight w;
+        w.format = bits == 8 ? WeightFormat::INT8 : WeightFormat::INT4;
+        w.rows = rows;
+        w.cols = cols;
+        w.group = group;
+        const QuantBits b = bits == 8 ? QuantBits::Int8 : QuantBits::Int4;
+        w.data.assign(static_cast<size_t>(rows * quant_row_bytes(b, cols)), bits == 8 ? 0x80 : 0x88);
+        w.scales.assign(static_cast<size_t>(rows * quant_groups(cols, group)), 1.0f);
+        const std::vector<float> x(static_cast<size_t>(nrows * cols), xv * 127.0f);  // s_x = 1, q = +-127
+        const float wmin = bits == 8 ? -128.0f : -8.0f;
+        const float want = wmin * 127.0f * xv * static_cast<float>(cols);
+        for (KernelPath p : supported_paths()) {
+          const auto y = run_matmul(w, x, nrows, p);
+          for (float v : y) EXPECT_EQ(v, want) << "int" << bits << " group " << group << " " << kernel_path_name(p);
+        }
+        // The most positive codes.
+        w.data.assign(w.data.size(), bits == 8 ? 0x7f : 0x77);
+        const float want_pos = (bits == 8 ? 127.0f : 7.0f) * 127.0f * xv * static_cast<float>(cols);
+        for (KernelPath p : supported_paths())
+          for (float v : run_matmul(w, x, nrows, p)) EXPECT_EQ(v, want_pos) << kernel_path_name(p);
+      }
+}
+
+TEST(KernelQGemm, ZeroScalesZeroActivationsAndNonFinite) {
+  std::mt19937 rng(5);
+  for (int bits : {8, 4}) {
+    Weight w = make_int_weight(bits, 32, 4, 200, rng);
+    std::vector<float> x(2 * 200, 0.0f);
+    for (KernelPath p : supported_paths())
+      for (float v : run_matmul(w, x, 2, p)) EXPECT_EQ(v, 0.0f) << kernel_path_name(p);
+    x = random_floats(rng, 2 * 200);
+    std::fill(w.scales.begin(), w.scales.end(), 0.0f);
+    const auto want = run_matmul(w, x, 2, KernelPath::Scalar);
+    for (float v : want) EXPECT_EQ(v, 0.0f);
+    for (KernelPath p : supported_paths()) EXPECT_TRUE(all_same(want, run_matmul(w, x, 2, p))) << kernel_path_name(p);
+    // A non-finite activation makes its row NaN, as a float dot would; the other row is untouched.
+    w = make_int_weight(bits, 0, 4, 200, rng);
+    for (auto& s : w.scales) s = 1.0f;
+    x[200 + 150] = INFINITY;
+    for (KernelPath p : supported_paths()) {
+      const auto y = run_matmul(w, x, 2, p);
+      for (int o = 0; o < 4; ++o) {
+        EXPECT_TRUE(std::isfinite(y[o])) << kernel_path_name(p);
+        EXPECT_TRUE(std::isnan(y[4 + o])) << kernel_path_name(p);
+      }
+    }
+  }
+}
+
+TEST(KernelQGemm, ActivationQuantizationErrorWithinStatedBound) {
+  // docs/kernels.md: |y_int - y_deq| <= sum_b (s_x[b] / 2) * sum_{c in b} |w'_c|
+  // (w' the dequantized weight), plus f32 rounding of the epilogue.
+  std::mt19937 rng(6);
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 128}) {
+      const int64_t rows = 8, cols = 1000, nrows = 3;
+      const Weight w = make_int_weight(bits, group, rows, cols, rng);
+      auto x = random_floats(rng, nrows * cols);
+      for (int64_t i = 0; i < nrows * cols; i += 97) x[i] *= 30.0f;
+      const auto y = run_matmul(w, x, nrows, active_kernel_path());
+      std::vector<float> wr(static_cast<size_t>(cols));
+      double worst = 0.0;
+      for (int64_t o = 0; o < rows; ++o) {
+        w.row_f32(o, wr.data());
+        for (int64_t r = 0; r < nrows; ++r) {
+          const float* xr = x.data() + r * cols;
+          double exact = 0.0, bound = 0.0, mag = 0.0;
+          for (int64_t c0 = 0; c0 < cols; c0 += 32) {
+            const int64_t c1 = std::min(cols, c0 + 32);
+            float amax = 0.0f;
+            double wabs = 0.0;
+            for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(xr[c]));
+            for (int64_t c = c0; c < c1; ++c) {
+              exact += static_cast<double>(wr[c]) * xr[c];
+              wabs += std::fabs(wr[c]);
+              mag += std::fabs(static_cast<double>(wr[c]) * xr[c]);
+            }
+            bound += wabs * (amax / 127.0) / 2.0;
+          }
+          const double err = std::fabs(y[r * rows + o] - exact);
+          EXPECT_LE(err, bound * (1 + 1e-5) + 1e-6 * mag) << "int" << bits << " group " << group;
+          worst = std::max(worst, bound > 0 ? err / bound : 0.0);
+        }
+      }
+      std::printf("  int%d group %lld: worst error / bound = %.3f\n", bits, static_cast<long long>(group), worst);
+    }
+}
+
+TEST(KernelMatmul, RowsAreBatchThreadAndPathInvariant) {
+  std::mt19937 rng(7);
+  std::vector<Weight> ws;
+  ws.push_back(make_float_weight(WeightFormat::F32, 37, 300, rng));
+  ws.push_back(make_float_weight(WeightFormat::BF16, 37, 300, rng));
+  ws.push_back(make_float_weight(WeightFormat::FP8_BLOCK, 37, 300, rng));
+  for (int64_t g : {0, 32, 64, 128}) ws.push_back(make_int_weight(8, g, 37, 300, rng));
+  for (int64_t g : {0, 32, 64, 128, 48}) ws.push_back(make_int_weight(4, g, 37, 300, rng));  // 48: expanded path
+  ThreadPool two(2), three(3);
+  const int64_t N = 11;
+  const auto x = random_floats(rng, N * 300);
+  for (const Weight& w : ws) {
+    const auto whole = run_matmul(w, x, N, KernelPath::Scalar, &two);
+    for (KernelPath p : supported_paths()) {
+      EXPECT_TRUE(all_same(whole, run_matmul(w, x, N, p, &two))) << kernel_path_name(p);
+      EXPECT_TRUE(all_same(whole, run_matmul(w, x, N, p, &three))) << kernel_path_name(p);
+      for (int64_t r = 0; r < N; ++r) {
+        const std::vector<float> xr(x.begin() + r * 300, x.begin() + (r + 1) * 300);
+        const auto one = run_matmul(w, xr, 1, p);
+        const std::vector<float> want(whole.begin() + r * 37, whole.begin() + (r + 1) * 37);
+        EXPECT_TRUE(all_same(want, one)) << weight_format_name(w.format) << " group " << w.group << " "
+                                         << kernel_path_name(p) << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(KernelMatmul, ModelLogitsAreIdenticalOnEveryPath) {
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-bf16";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "fixture missing";
+  const auto model = load_model(dir);
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 8, 4};
+  const int64_t V = model->config.vocab_size;
+  const KernelPath before = active_kernel_path();
+  std::vector<float> first;
+  for (KernelPath p : supported_paths()) {
+    ASSERT_TRUE(force_kernel_path(p));
+    ThreadPool pool(2);
+    ResidentExpertStore store(model->weights);
+    ModelRunner runner(*model, store, pool);
+    Session s(model->config, static_cast<int64_t>(ids.size()), false);
+    std::vector<Row> rows;
+    for (size_t i = 0; i < ids.size(); ++i) rows.push_back({&s, static_cast<int32_t>(i), ids[i], true});
+    std::vector<float> logits(ids.size() * static_cast<size_t>(V));
+    runner.forward(rows, {}, logits.data(), nullptr);
+    if (first.empty())
+      first = logits;
+    else
+      EXPECT_TRUE(all_same(first, logits)) << kernel_path_name(p);
+  }
+  force_kernel_path(before);
+}
+
+TEST(KernelThreadPool, EveryIndexRunsOnceAcrossManySmallJobs) {
+  for (int threads : {1, 2, 3, 4}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), std::max(1, threads));
+    std::vector<std::atomic<int>> hits(1000);
+    for (int it = 0; it < 3000; ++it) {
+      const int64_t n = 1 + it % 37;
+      pool.parallel_for(n, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
+      });
+      // Now and then let the workers fall asleep, so both wake-up paths run.
+      if (it % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    }
+    int64_t total = 0;
+    for (int i = 0; i < 37; ++i) total += hits[i].load();
+    int64_t want = 0;
+    for (int it = 0; it < 3000; ++it) want += 1 + it % 37;
+    EXPECT_EQ(total, want) << threads;
+  }
+}
+
+TEST(KernelThreadPool, ChunksAreContiguousAndIndependentOfTiming) {
+  ThreadPool pool(3);
+  for (int64_t n : {2, 3, 4, 10, 1001}) {
+    std::vector<std::pair<int64_t, int64_t>> ranges(3, {-1, -1});
+    std::mutex mu;
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      std::lock_guard<std::mutex> lk(mu);
+      for (auto& r : ranges)
+        if (r.first < 0) {
+          r = {b, e};
+          break;
+        }
+    });
+    std::sort(ranges.begin(), ranges.end());
+    int64_t next = 0;
+    for (const auto& r : ranges)
+      if (r.first >= 0) {
+        EXPECT_EQ(r.first, next);
+        next = r.second;
+      }
+    EXPECT_EQ(next, n);
+  }
+}
+
+}  // namespace
+}  // namespace strata

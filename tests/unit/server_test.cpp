@@ -1,0 +1,476 @@
+// strata serve in-process: an HTTP server on 127.0.0.1 (ephemeral port) over
+// the tiny bf16 fixture with a byte-level tokenizer (tests/chat/), driven by
+// httplib's client. Covers the bad-request suite (status + OpenAI error
+// shape), chat/completions (JSON and SSE), limits (429, 401, 413, timeout),
+// continuous batching (16 concurrent greedy clients == one at a time, bit
+// for bit) and prefix reuse (== a fresh prefill).
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "experts/expert_store.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "runtime/thread_pool.h"
+#include "server/http_server.h"
+#include "text/tokenizer.h"
+#include "util/json.h"
+
+namespace strata {
+namespace {
+
+const std::string kModelDir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-bf16";
+const std::string kTokenizer = std::string(STRATA_SOURCE_DIR) + "/tests/chat/byte-tokenizer.json";
+
+struct Shared {
+  std::unique_ptr<Model> model = load_model(kModelDir, LoadOptions{.load_mtp = false});
+  Tokenizer tok = Tokenizer::load(kTokenizer);
+  GenerationConfig gen = load_generation_config(kModelDir);
+};
+Shared& shared() {
+  static Shared s;
+  return s;
+}
+
+// One server with its own runner, pool and scheduler, serving on a thread.
+class TestServer {
+ public:
+  explicit TestServer(server::ServerOptions o = {}, ChatDialect dialect = ChatDialect::Raw) {
+    Shared& s = shared();
+    o.host = "127.0.0.1";
+    o.port = 0;
+    if (o.sched.ctx == 4096) o.sched.ctx = 256;
+    o.model_id = "tiny";
+    pool_ = std::make_unique<ThreadPool>(1);
+    store_ = std::make_unique<ResidentExpertStore>(s.model->weights);
+    heat_ = std::make_unique<server::CountingExpertStore>(*store_, s.model->config);
+    runner_ = std::make_unique<ModelRunner>(*s.model, *heat_, *pool_);
+    server::ServerModel sm;
+    sm.model = s.model.get();
+    sm.runner = runner_.get();
+    sm.tok = &s.tok;
+    sm.stop_ids = {253, 254, 255};
+    sm.heat = heat_.get();
+    ChatTemplate raw;
+    raw.dialect = dialect;
+    raw.source = "test";
+    srv_ = std::make_unique<server::Server>(sm, raw, s.gen, o);
+    port_ = srv_->bind();
+    thread_ = std::thread([this] { srv_->run(); });
+  }
+  ~TestServer() {
+    srv_->stop();
+    thread_.join();
+  }
+  httplib::Client client() const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(60, 0);
+    return c;
+  }
+  int port() const { return port_; }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ExpertStore> store_;
+  std::unique_ptr<server::CountingExpertStore> heat_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<server::Server> srv_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+struct Reply {
+  int status = 0;
+  std::string body;
+  Json json() const { return Json::parse(body); }
+};
+
+Reply post(const TestServer& s, const std::string& path, const std::string& body,
+           const httplib::Headers& h = {}) {
+  auto c = s.client();
+  auto r = c.Post(path.c_str(), h, body, "application/json");
+  if (!r) return {0, "no response: " + httplib::to_string(r.error())};
+  return {r->status, r->body};
+}
+Reply get(const TestServer& s, const std::string& path, const httplib::Headers& h = {}) {
+  auto c = s.client();
+  auto r = c.Get(path.c_str(), h);
+  if (!r) return {0, "no response"};
+  return {r->status, r->body};
+}
+
+void expect_error_shape(const Reply& r, const std::string& what) {
+  Json j;
+  ASSERT_NO_THROW(j = Json::parse(r.body)) << what << ": " << r.body;
+  ASSERT_TRUE(j.contains("error")) << what << ": " << r.body;
+  const Json& e = j["error"];
+  EXPECT_TRUE(e["message"].is_string()) << what;
+  EXPECT_FALSE(e["message"].get<std::string>().empty()) << what;
+  EXPECT_TRUE(e["type"].is_string()) << what;
+  EXPECT_TRUE(e.contains("param")) << what;
+  EXPECT_TRUE(e.contains("code")) << what;
+}
+
+// SSE body -> the data payloads, checking the framing.
+std::vector<std::string> sse_events(const std::string& body) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i < body.size()) {
+    const size_t e = body.find("\n\n", i);
+    if (e == std::string::npos) break;
+    const std::string ev = body.substr(i, e - i);
+    EXPECT_EQ(ev.rfind("data: ", 0), 0u) << ev;
+    out.push_back(ev.substr(6));
+    i = e + 2;
+  }
+  EXPECT_EQ(i, body.size()) << "trailing bytes after the last event";
+  return out;
+}
+
+TEST(Server, HealthModelsDashboardMetrics) {
+  TestServer s;
+  Reply h = get(s, "/health");
+  EXPECT_EQ(h.status, 200);
+  EXPECT_EQ(h.json()["status"], "ok");
+  Reply m = get(s, "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  EXPECT_EQ(m.json()["data"][0]["id"], "tiny");
+  Reply d = get(s, "/");
+  EXPECT_EQ(d.status, 200);
+  EXPECT_NE(d.body.find("/v1/stats"), std::string::npos);
+  Reply c = post(s, "/v1/completions", R"({"prompt":[1,2,3],"max_tokens":4,"temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(c.status, 200) << c.body;
+  Reply p = get(s, "/metrics");
+  ASSERT_EQ(p.status, 200);
+  EXPECT_NE(p.body.find("strata_tokens_generated_total 4"), std::string::npos) << p.body;
+  EXPECT_NE(p.body.find("strata_prompt_tokens_total 3"), std::string::npos) << p.body;
+  EXPECT_NE(p.body.find("strata_queue_depth"), std::string::npos);
+  EXPECT_NE(p.body.find("strata_expert_hit_rate"), std::string::npos);
+  Reply st = get(s, "/v1/stats");
+  ASSERT_EQ(st.status, 200);
+  const Json sj = st.json();
+  EXPECT_EQ(sj["generated_tokens"], 4);
+  ASSERT_EQ(sj["expert_heat"].size(), 4u);
+  uint64_t used = 0;
+  for (const Json& v : sj["expert_heat"][1]) used += v.get<uint64_t>();
+  EXPECT_GT(used, 0u);
+}
+
+TEST(Server, BadRequests) {
+  server::ServerOptions o;
+  o.max_body = 4096;
+  TestServer s(o);
+  struct Case {
+    const char* path;
+    std::string body;
+    int status;
+  };
+  const std::string chat = "/v1/chat/completions", cmpl = "/v1/completions";
+  auto msgs = [](const std::string& extra) {
+    return R"({"messages":[{"role":"user","content":"hi"}])" + extra + "}";
+  };
+  std::string deep;
+  for (int i = 0; i < 100; ++i) deep += "[";
+  for (int i = 0; i < 100; ++i) deep += "]";
+  const std::vector<Case> cases = {
+      {"/v1/chat/completions", "not json", 400},
+      {"/v1/chat/completions", "[]", 400},
+      {"/v1/chat/completions", "{}", 400},
+      {"/v1/chat/completions", R"({"messages":"hi"})", 400},
+      {"/v1/chat/completions", R"({"messages":[]})", 400},
+      {"/v1/chat/completions", R"({"messages":[1]})", 400},
+      {"/v1/chat/completions", R"({"messages":[{"role":"wizard","content":"x"}]})", 400},
+      {"/v1/chat/completions", R"({"messages":[{"content":"x"}]})", 400},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user"}]})", 400},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":5}]})", 400},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})", 400},
+      {"/v1/chat/completions", msgs(R"(,"max_tokens":-1)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"max_tokens":0)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"max_tokens":"10")"), 400},
+      {"/v1/chat/completions", msgs(R"(,"max_tokens":1.5)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"temperature":-1)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"temperature":5)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"temperature":"hot")"), 400},
+      {"/v1/chat/completions", msgs(R"(,"top_p":0)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"top_p":1.5)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"top_k":-5)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"min_p":2)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"presence_penalty":5)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"n":2)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"stop":5)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"stop":[1])"), 400},
+      {"/v1/chat/completions", msgs(R"(,"stop":[""])"), 400},
+      {"/v1/chat/completions", msgs(R"(,"stream":"yes")"), 400},
+      {"/v1/chat/completions", msgs(R"(,"stream_options":{"include_usage":true})"), 400},
+      {"/v1/chat/completions", msgs(R"(,"response_format":{"type":"json_object"})"), 400},
+      {"/v1/chat/completions", msgs(R"(,"response_format":{"type":"json_schema","json_schema":{}})"), 400},
+      {"/v1/chat/completions", msgs(R"(,"logprobs":true,"top_logprobs":50)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"top_logprobs":2)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"seed":"abc")"), 400},
+      {"/v1/chat/completions", msgs(R"(,"tools":"x")"), 400},
+      {"/v1/chat/completions", msgs(R"(,"tools":[{"type":"function"}])"), 400},
+      {"/v1/chat/completions", msgs(R"(,"tool_choice":5)"), 400},
+      {"/v1/chat/completions", msgs(R"(,"chat_template_kwargs":[])"), 400},
+      {"/v1/chat/completions", "{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\xfe\"}]}", 400},
+      {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"a"}],"messages":[]})", 400},
+      {"/v1/chat/completions", R"({"x":)" + deep + "}", 400},
+      {"/v1/chat/completions", std::string(5000, ' '), 413},
+      {"/v1/completions", "{}", 400},
+      {"/v1/completions", R"({"prompt":5})", 400},
+      {"/v1/completions", R"({"prompt":[999999]})", 400},
+      {"/v1/completions", R"({"prompt":[-1]})", 400},
+      {"/v1/completions", R"({"prompt":[1.5]})", 400},
+      {"/v1/completions", R"({"prompt":[]})", 400},
+      {"/v1/completions", R"({"prompt":""})", 400},
+      {"/v1/completions", R"({"prompt":["a","b"]})", 400},
+      {"/v1/completions", R"({"prompt":"a","logprobs":10})", 400},
+      {"/v1/completions", R"({"prompt":"a","echo":true})", 400},
+      {"/v1/completions", R"({"prompt":")" + std::string(300, 'a') + R"("})", 400},
+      {"/v1/nothing", "{}", 404},
+  };
+  ASSERT_GE(cases.size(), 30u);
+  for (const Case& c : cases) {
+    const Reply r = post(s, c.path, c.body);
+    const std::string what = std::string(c.path) + " " + c.body.substr(0, 120);
+    EXPECT_EQ(r.status, c.status) << what << " -> " << r.body;
+    expect_error_shape(r, what);
+  }
+  // Unknown endpoint by GET, too.
+  const Reply g = get(s, "/v2/whatever");
+  EXPECT_EQ(g.status, 404);
+  expect_error_shape(g, "GET /v2/whatever");
+  // The server is still fine.
+  EXPECT_EQ(post(s, chat, msgs(R"(,"max_tokens":2)")).status, 200);
+  EXPECT_EQ(post(s, cmpl, R"({"prompt":"ab","max_tokens":2})").status, 200);
+}
+
+TEST(Server, ChatAndCompletions) {
+  server::ServerOptions o;
+  o.max_tokens_ceiling = 6;
+  TestServer s(o);
+  // A huge max_tokens is clamped to the ceiling, not refused.
+  const Reply a = post(s, "/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":1000000000,
+                           "temperature":0,"ignore_eos":true})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  const Json aj = a.json();
+  EXPECT_EQ(aj["object"], "chat.completion");
+  EXPECT_EQ(aj["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(aj["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(aj["usage"]["completion_tokens"], 6);
+  EXPECT_EQ(aj["usage"]["prompt_tokens"], 5);  // "hello", byte tokens, raw template
+  EXPECT_EQ(aj["usage"]["total_tokens"], 11);
+
+  // Streaming gives the same text, the usage chunk and [DONE].
+  const Reply b = post(s, "/v1/chat/completions",
+                       R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":6,"temperature":0,
+                           "ignore_eos":true,"stream":true,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(b.status, 200) << b.body;
+  const auto ev = sse_events(b.body);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  std::string text, finish;
+  Json usage;
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    const Json c = Json::parse(ev[i]);
+    EXPECT_EQ(c["object"], "chat.completion.chunk");
+    if (c.contains("usage")) usage = c["usage"];
+    if (c["choices"].empty()) continue;
+    const Json& d = c["choices"][0]["delta"];
+    if (d.contains("content")) text += d["content"].get<std::string>();
+    if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, aj["choices"][0]["message"]["content"].get<std::string>());
+  EXPECT_EQ(finish, "length");
+  EXPECT_EQ(usage["completion_tokens"], 6);
+
+  // Completions from token ids, with logprobs.
+  const Reply c = post(s, "/v1/completions",
+                       R"({"prompt":[10,20,30],"max_tokens":3,"temperature":0,"ignore_eos":true,"logprobs":2})");
+  ASSERT_EQ(c.status, 200) << c.body;
+  const Json cj = c.json();
+  EXPECT_EQ(cj["object"], "text_completion");
+  EXPECT_EQ(cj["usage"]["prompt_tokens"], 3);
+  EXPECT_EQ(cj["choices"][0]["logprobs"]["tokens"].size(), 3u);
+  // A dict keyed by token text: byte tokens >= 0x80 all read as U+FFFD and may merge.
+  EXPECT_GE(cj["choices"][0]["logprobs"]["top_logprobs"][0].size(), 1u);
+  EXPECT_LE(cj["choices"][0]["logprobs"]["top_logprobs"][0].size(), 2u);
+  const Reply cl = post(s, "/v1/chat/completions",
+                        R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2,"temperature":0,
+                            "ignore_eos":true,"logprobs":true,"top_logprobs":3})");
+  ASSERT_EQ(cl.status, 200) << cl.body;
+  const Json clj = cl.json();
+  const Json& lpc = clj["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(lpc.size(), 2u);
+  EXPECT_EQ(lpc[0]["top_logprobs"].size(), 3u);
+  EXPECT_GE(lpc[0]["top_logprobs"][0]["logprob"].get<double>(), lpc[0]["top_logprobs"][1]["logprob"].get<double>());
+  for (const Json& lp : cj["choices"][0]["logprobs"]["token_logprobs"]) EXPECT_LE(lp.get<double>(), 0.0);
+
+  // Same seed, same sampled text.
+  const std::string seeded = R"({"prompt":"abc","max_tokens":6,"temperature":1,"seed":42,"ignore_eos":true})";
+  const Reply s1 = post(s, "/v1/completions", seeded), s2 = post(s, "/v1/completions", seeded);
+  ASSERT_EQ(s1.status, 200);
+  EXPECT_EQ(s1.json()["choices"][0]["text"], s2.json()["choices"][0]["text"]);
+
+  // A stop string cuts the text before it.
+  const Reply full = post(s, "/v1/completions", R"({"prompt":"xyz","max_tokens":6,"temperature":0,"ignore_eos":true})");
+  const std::string ft = full.json()["choices"][0]["text"];
+  if (ft.size() >= 3 && static_cast<unsigned char>(ft[2]) < 0x80) {
+    Json req = Json::parse(R"({"prompt":"xyz","max_tokens":6,"temperature":0,"ignore_eos":true})");
+    req["stop"] = Json::array({ft.substr(2, 1)});
+    const Json st = post(s, "/v1/completions", req.dump()).json();
+    EXPECT_EQ(st["choices"][0]["finish_reason"], "stop");
+    EXPECT_EQ(st["choices"][0]["text"].get<std::string>(), ft.substr(0, ft.find(ft[2])));
+  }
+}
+
+TEST(Server, LimitsKeyQueueTimeout) {
+  {
+    server::ServerOptions o;
+    o.api_key = "sekrit";
+    TestServer s(o);
+    const std::string body = R"({"prompt":"a","max_tokens":1})";
+    Reply r = post(s, "/v1/completions", body);
+    EXPECT_EQ(r.status, 401);
+    expect_error_shape(r, "no key");
+    r = post(s, "/v1/completions", body, {{"Authorization", "Bearer sekriT"}});
+    EXPECT_EQ(r.status, 401);
+    r = post(s, "/v1/completions", body, {{"Authorization", "Bearer sekrit"}});
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(get(s, "/metrics").status, 401);
+    EXPECT_EQ(get(s, "/health").status, 200);
+  }
+  {
+    server::ServerOptions o;
+    o.sched.parallel = 1;
+    o.sched.queue = 0;
+    o.sched.ctx = 4000;
+    o.max_tokens_ceiling = 100000;
+    o.timeout_s = 30;
+    TestServer s(o);
+    std::thread long_one([&] {
+      post(s, "/v1/completions", R"({"prompt":"a","max_tokens":600,"temperature":0,"ignore_eos":true})");
+    });
+    bool busy = false;
+    for (int i = 0; i < 500 && !busy; ++i) {
+      busy = get(s, "/v1/stats").json()["active_requests"] == 1;
+      if (!busy) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    ASSERT_TRUE(busy);
+    const Reply r = post(s, "/v1/completions", R"({"prompt":"b","max_tokens":1})");
+    EXPECT_EQ(r.status, 429) << r.body;
+    expect_error_shape(r, "queue full");
+    long_one.join();
+  }
+  {
+    server::ServerOptions o;
+    o.timeout_s = 0.05;
+    o.sched.ctx = 4000;
+    o.max_tokens_ceiling = 100000;
+    TestServer s(o);
+    const Reply r = post(s, "/v1/completions", R"({"prompt":"a","max_tokens":3900,"temperature":0,"ignore_eos":true})");
+    EXPECT_EQ(r.status, 504) << r.body;
+    expect_error_shape(r, "timeout");
+  }
+}
+
+// The GLM template path: tools rendered, thinking switched off, the output
+// parsed into content / reasoning / tool calls (random bytes here: it must
+// simply hold together, JSON and SSE alike).
+TEST(Server, GlmTemplateRequests) {
+  server::ServerOptions o;
+  o.sched.ctx = 1024;
+  TestServer s(o, ChatDialect::Glm);
+  const std::string base = R"({"messages":[{"role":"system","content":"be brief"},{"role":"user","content":"weather?"},
+      {"role":"assistant","content":"","tool_calls":[{"id":"c1","type":"function",
+        "function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+      {"role":"tool","tool_call_id":"c1","content":"sunny"}],
+    "tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object",
+      "properties":{"city":{"type":"string"}}}}}],
+    "max_tokens":8,"temperature":0,"ignore_eos":true)";
+  const Reply a = post(s, "/v1/chat/completions", base + R"(,"chat_template_kwargs":{"enable_thinking":false}})");
+  ASSERT_EQ(a.status, 200) << a.body;
+  const Json aj = a.json();
+  EXPECT_TRUE(aj["choices"][0]["message"]["content"].is_string());
+  EXPECT_GT(aj["usage"]["prompt_tokens"].get<int>(), 100);  // the tools block and turns, as bytes
+  const Reply b = post(s, "/v1/chat/completions", base + R"(,"stream":true})");
+  ASSERT_EQ(b.status, 200) << b.body;
+  const auto ev = sse_events(b.body);
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev.back(), "[DONE]");
+  for (size_t i = 0; i + 1 < ev.size(); ++i) EXPECT_NO_THROW(Json::parse(ev[i]));
+}
+
+// 16 concurrent greedy clients get exactly what each gets alone.
+TEST(Server, ConcurrentGreedyEqualsSequential) {
+  server::ServerOptions o;
+  o.sched.parallel = 6;
+  o.sched.queue = 16;
+  o.sched.keep_sessions = 0;
+  o.sched.prefill_chunk = 7;  // prefill interleaves with decodes over several steps
+  TestServer s(o);
+  constexpr int kClients = 16;
+  std::vector<std::string> bodies;
+  for (int i = 0; i < kClients; ++i) {
+    Json ids = Json::array();
+    for (int k = 0; k < 3 + (i * 5) % 17; ++k) ids.push_back((i * 37 + k * 11) % 250);
+    bodies.push_back(Json{{"prompt", ids}, {"max_tokens", 8 + i % 5}, {"temperature", 0}, {"logprobs", 0}}.dump());
+  }
+  std::vector<std::string> alone(kClients), together(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    const Reply r = post(s, "/v1/completions", bodies[i]);
+    ASSERT_EQ(r.status, 200) << r.body;
+    const Json j = r.json();
+    alone[i] = j["choices"][0].dump() + j["usage"].dump();
+  }
+  std::vector<std::thread> ts;
+  for (int i = 0; i < kClients; ++i)
+    ts.emplace_back([&, i] {
+      const Reply r = post(s, "/v1/completions", bodies[i]);
+      if (r.status != 200) {
+        together[i] = r.body;
+        return;
+      }
+      const Json j = r.json();
+      together[i] = j["choices"][0].dump() + j["usage"].dump();
+    });
+  for (auto& t : ts) t.join();
+  for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[i], alone[i]) << "client " << i;
+  const Json st = get(s, "/v1/stats").json();
+  EXPECT_GT(st["rows"].get<double>() / st["steps"].get<double>(), 1.5) << "rows were not batched";
+}
+
+// A conversation's next turn reuses the session's KV and answers exactly as a
+// fresh prefill does.
+TEST(Server, PrefixReuse) {
+  const std::string first = R"({"prompt":[5,6,7,8,9,10,11,12],"max_tokens":5,"temperature":0,"ignore_eos":true})";
+  const std::string second =
+      R"({"prompt":[5,6,7,8,9,10,11,12,40,41,42],"max_tokens":5,"temperature":0,"ignore_eos":true,"logprobs":1})";
+  std::string fresh;
+  {
+    server::ServerOptions o;
+    o.sched.keep_sessions = 0;
+    TestServer s(o);
+    const Json j = post(s, "/v1/completions", second).json();
+    EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+    fresh = j["choices"][0].dump();
+  }
+  server::ServerOptions o;
+  o.sched.keep_sessions = 2;
+  TestServer s(o);
+  ASSERT_EQ(post(s, "/v1/completions", first).status, 200);
+  const Json j = post(s, "/v1/completions", second).json();
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+  EXPECT_EQ(j["choices"][0].dump(), fresh);
+  // The same prompt again: all but the last token reused.
+  const Json k = post(s, "/v1/completions", second).json();
+  EXPECT_EQ(k["usage"]["prompt_tokens_details"]["cached_tokens"], 10);
+  EXPECT_EQ(k["choices"][0].dump(), fresh);
+}
+
+}  // namespace
+}  // namespace strata
