@@ -19,7 +19,10 @@ pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-de
 # Tests: the PyTorch reference oracle (Debian's torch; there is no pip here),
 # OpenBLAS so it runs at a useful speed, Node.js for the llama.cpp cross-check.
 if [ "$want_test" = 1 ]; then
-  pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread nodejs npm tmux)
+  pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread tmux)
+  # Node.js: any node + npm on PATH will do (some images ship their own build,
+  # whose npm conflicts with Debian's npm package).
+  command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 fi
 
 missing=()
