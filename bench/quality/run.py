@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
-STRATA = os.path.join(ROOT, "build", "strata")
+STRATA = os.environ.get("STRATA", os.path.join(ROOT, "build", "strata"))
 
 VARIANTS = [
     ("int8 per-row (all int8)", "--experts int8 --group-size 0"),
