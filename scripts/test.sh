@@ -8,6 +8,7 @@ scripts/setup.sh --test-deps --no-build
 echo "== npm packages for the cross-checks"
 (cd tools/llama_check && { [ -d node_modules/node-llama-cpp ] || npm ci --no-audit --no-fund; })
 (cd tests/server && { [ -d node_modules/openai ] || npm ci --no-audit --no-fund; })
+tests/tokenizer/install.sh
 
 echo "== Release build"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
