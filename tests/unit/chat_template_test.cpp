@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <regex>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "test_util.h"
+#include "text/tokenizer.h"
 #include "util/error.h"
 
 namespace strata {
@@ -192,6 +194,27 @@ TEST(ChatTemplate, LoadsFromModelDirectory) {
     EXPECT_NE(e.find("no chat template"), std::string::npos) << e;
     EXPECT_THROW(load_chat_template(d.str(), "jinja"), Error);
   }
+}
+
+TEST(ChatTemplate, RenderedSpecialsAreSingleTokensOfTheTrainedModel) {
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/models/glm5-strata-tiny";
+  if (!fs::exists(dir + "/tokenizer.json")) GTEST_SKIP() << dir << " is not there";
+  const Tokenizer tok = Tokenizer::load(dir);
+  EXPECT_EQ(load_chat_template(dir).dialect, ChatDialect::Glm);
+  const std::vector<int32_t> ids = tok.encode(render({msg("system", "Be brief."), msg("user", "Hi")}, true));
+  std::vector<int32_t> specials;
+  for (const char* t : {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<think>"}) {
+    ASSERT_TRUE(tok.token_id(t).has_value()) << t;
+    specials.push_back(*tok.token_id(t));
+  }
+  ASSERT_GE(ids.size(), 6u);
+  EXPECT_EQ(ids[0], specials[0]);
+  EXPECT_EQ(ids[1], specials[1]);
+  EXPECT_EQ(ids[2], specials[2]);
+  EXPECT_NE(std::find(ids.begin(), ids.end(), specials[3]), ids.end());
+  EXPECT_EQ(ids[ids.size() - 2], specials[4]);
+  EXPECT_EQ(ids.back(), specials[5]);
+  EXPECT_EQ(tok.decode(ids), render({msg("system", "Be brief."), msg("user", "Hi")}, true));
 }
 
 TEST(ChatOutput, SplitsReasoningAndContent) {

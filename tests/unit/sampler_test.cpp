@@ -2,6 +2,7 @@
 // distributions, penalties, seeded reproducibility, stop strings that span
 // pieces of streamed text, and generation_config.json parsing.
 #include "text/sampler.h"
+#include "text/tokenizer.h"
 
 #include <gtest/gtest.h>
 
@@ -252,6 +253,28 @@ TEST(SamplerStop, EarliestStopWinsAndMatchesInsideOnePiece) {
   EXPECT_EQ(repeat.push("a"), "a");  // "aaa": only the last "aa" can still start "aab"
   EXPECT_EQ(repeat.push("b!"), "");
   EXPECT_TRUE(repeat.stopped());
+}
+
+TEST(SamplerStop, StopStringAcrossTokensOfADecodedStream) {
+  // The byte-level test tokenizer: one token per byte, so multi-byte
+  // characters and the stop strings are split over several tokens.
+  const Tokenizer tok = Tokenizer::load(std::string(STRATA_SOURCE_DIR) + "/tests/chat/byte-tokenizer.json");
+  auto run = [&](const std::string& text, std::vector<std::string> stop_strings) {
+    const std::vector<int32_t> ids = tok.encode(text);
+    EXPECT_EQ(ids.size(), text.size());
+    StreamDecoder dec(tok);
+    StopStrings stops(std::move(stop_strings));
+    std::string shown;
+    for (int32_t id : ids) {
+      shown += stops.push(dec.push(id));
+      if (stops.stopped()) return shown;
+    }
+    shown += stops.push(dec.flush());
+    return shown + stops.flush();
+  };
+  EXPECT_EQ(run("naïve → STOP après", {"STOP"}), "naïve → ");
+  EXPECT_EQ(run("naïve → STOP après", {"→ S"}), "naïve ");
+  EXPECT_EQ(run("naïve → STOP après", {"après!"}), "naïve → STOP après");  // never completed: all shown
 }
 
 TEST(SamplerConfig, GenerationConfigFields) {
