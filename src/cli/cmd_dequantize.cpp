@@ -26,16 +26,7 @@ TensorToWrite dequantized(const std::string& name, const TensorRecord& t, const 
     std::memcpy(dst, base + t.offset, t.bytes);
     return out;
   }
-  Weight w;
-  w.format = t.format;
-  w.rows = rows;
-  w.cols = cols;
-  w.group = t.group;
-  w.block_rows = t.block_rows;
-  w.block_cols = t.block_cols;
-  w.view_data = base + t.offset;
-  w.view_scales = t.scales_bytes ? reinterpret_cast<const float*>(base + t.scales_offset) : nullptr;
-  w.view_bytes = t.bytes + t.scales_bytes;
+  const Weight w = weight_view(t, base, name);
   for (int64_t r = 0; r < rows; ++r) w.row_f32(r, dst + r * cols);
   return out;
 }

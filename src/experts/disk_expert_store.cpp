@@ -24,20 +24,6 @@ uint64_t now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
-Weight view(const TensorRecord& t, const uint8_t* blob, const std::string& name) {
-  Weight w;
-  w.name = name;
-  w.format = t.format;
-  w.rows = t.shape[0];
-  w.cols = t.shape[1];
-  w.group = t.group;
-  w.block_rows = t.block_rows;
-  w.block_cols = t.block_cols;
-  w.view_data = blob + t.offset;
-  w.view_scales = t.scales_bytes ? reinterpret_cast<const float*>(blob + t.scales_offset) : nullptr;
-  w.view_bytes = t.bytes + t.scales_bytes;
-  return w;
-}
 
 std::string gb(uint64_t b) {
   return b >= 1000000000ull ? fmt::format("{:.2f} GB", static_cast<double>(b) / 1e9)
@@ -187,9 +173,9 @@ DiskExpertStore::Slot& DiskExpertStore::new_slot(Layer& l) {
   Slot s;
   s.buf = static_cast<uint8_t*>(std::aligned_alloc(kExpertAlign, l.read_bytes));
   if (!s.buf) fail("out of memory allocating an expert cache slot of {} bytes", l.read_bytes);
-  s.w.gate = view(l.rec->gate, s.buf, "gate");
-  s.w.up = view(l.rec->up, s.buf, "up");
-  s.w.down = view(l.rec->down, s.buf, "down");
+  s.w.gate = weight_view(l.rec->gate, s.buf, "gate");
+  s.w.up = weight_view(l.rec->up, s.buf, "up");
+  s.w.down = weight_view(l.rec->down, s.buf, "down");
   l.slots.push_back(std::move(s));
   return l.slots.back();
 }

@@ -253,6 +253,21 @@ Manifest manifest_from_json(const Json& j, const std::string& origin) {
   return m;
 }
 
+Weight weight_view(const TensorRecord& t, const uint8_t* base, const std::string& name) {
+  Weight w;
+  w.name = name;
+  w.format = t.format;
+  w.rows = t.shape[0];
+  w.cols = t.shape[1];
+  w.group = t.group;
+  w.block_rows = t.block_rows;
+  w.block_cols = t.block_cols;
+  w.view_data = base + t.offset;
+  w.view_scales = t.scales_bytes ? reinterpret_cast<const float*>(base + t.scales_offset) : nullptr;
+  w.view_bytes = t.bytes + t.scales_bytes;
+  return w;
+}
+
 bool is_container(const std::string& dir) { return std::filesystem::exists(dir + "/manifest.json"); }
 
 Manifest read_manifest(const std::string& dir) {

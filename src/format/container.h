@@ -82,6 +82,10 @@ void write_manifest(const std::string& dir, const Manifest& m);
 
 bool is_container(const std::string& dir);
 
+// A Weight viewing a matrix record's bytes at `base` (the dense blob, or an
+// expert blob for expert parts); the bytes must outlive the Weight.
+Weight weight_view(const TensorRecord& t, const uint8_t* base, const std::string& name);
+
 std::string xxh_hex(uint64_t h);
 uint64_t parse_xxh_hex(const std::string& s, const std::string& what);
 

@@ -52,19 +52,7 @@ class ContainerSource final : public TensorSource {
   }
 
   Weight weight(const std::string& name, int64_t rows, int64_t cols) const override {
-    const TensorRecord& t = rec(name, {rows, cols});
-    Weight w;
-    w.name = name;
-    w.format = t.format;
-    w.rows = rows;
-    w.cols = cols;
-    w.group = t.group;
-    w.block_rows = t.block_rows;
-    w.block_cols = t.block_cols;
-    w.view_data = m_.dense_blob.data() + t.offset;
-    w.view_scales = t.scales_bytes ? reinterpret_cast<const float*>(m_.dense_blob.data() + t.scales_offset) : nullptr;
-    w.view_bytes = t.bytes + t.scales_bytes;
-    return w;
+    return weight_view(rec(name, {rows, cols}), m_.dense_blob.data(), name);
   }
 
   std::vector<float> vec(const std::string& name, int64_t n) const override {
