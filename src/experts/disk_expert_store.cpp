@@ -43,6 +43,7 @@ uint64_t available_memory_bytes() {
 }
 
 DiskExpertStore::DiskExpertStore(const Model& m, const ExpertCacheOptions& o) : m_(m), dir_(m.dir) {
+  try {
   if (!m.manifest || !m.experts_on_disk) fail("{}: the expert store needs a strata container", m.dir);
   const ModelConfig& c = m.config;
   const int64_t n_layers = static_cast<int64_t>(m.weights.layers.size());
@@ -151,6 +152,10 @@ DiskExpertStore::DiskExpertStore(const Model& m, const ExpertCacheOptions& o) : 
     cache_bytes_ += static_cast<uint64_t>(n) * l.read_bytes;
   }
   budget_clamped_ = pinned_bytes_ + cache_bytes_ > budget_;
+  } catch (...) {
+    release_files();  // the destructor does not run for a throwing constructor
+    throw;
+  }
   prefetch_ = o.prefetch;
   if (prefetch_) io_ = std::thread([this] { io_loop(); });
 }
@@ -162,10 +167,18 @@ DiskExpertStore::~DiskExpertStore() {
   }
   cv_.notify_all();
   if (io_.joinable()) io_.join();
+  release_files();
+}
+
+void DiskExpertStore::release_files() {
   for (Layer& l : layers_) {
     if (l.fd >= 0) ::close(l.fd);
     if (l.fd_direct >= 0) ::close(l.fd_direct);
-    for (Slot& s : l.slots) std::free(s.buf);
+    l.fd = l.fd_direct = -1;
+    for (Slot& s : l.slots) {
+      std::free(s.buf);
+      s.buf = nullptr;
+    }
   }
 }
 

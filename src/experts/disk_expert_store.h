@@ -97,6 +97,7 @@ class DiskExpertStore final : public ExpertStore {
   Slot* victim(Layer& l, uint64_t tick, bool wait);
   Slot& new_slot(Layer& l);
   void io_loop();
+  void release_files();  // closes files, frees slot buffers
 
   const Model& m_;
   std::string dir_;
