@@ -33,9 +33,9 @@ struct Fmt {
   WeightFormat format;
   int64_t group;
 };
-const Fmt kFormats[] = {{"f32", WeightFormat::F32, 0},        {"bf16", WeightFormat::BF16, 0},
-                        {"int8", WeightFormat::INT8, 0},      {"int4g32", WeightFormat::INT4, 32},
-                        {"int4g64", WeightFormat::INT4, 64},  {"int4g128", WeightFormat::INT4, 128}};
+const Fmt kFormats[] = {{"f32", WeightFormat::F32, 0},       {"bf16", WeightFormat::BF16, 0},
+                        {"int8", WeightFormat::INT8, 0},     {"int4g32", WeightFormat::INT4, 32},
+                        {"int4g64", WeightFormat::INT4, 64}, {"int4g128", WeightFormat::INT4, 128}};
 
 Weight make_weight(const Fmt& f, int64_t rows, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, 0.02f);
@@ -155,7 +155,8 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
     benchmark::ClobberMemory();
   }
   const double it = static_cast<double>(state.iterations());
-  state.counters["GB/s"] = benchmark::Counter(static_cast<double>(ws[0].bytes()) * it / 1e9, benchmark::Counter::kIsRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(static_cast<double>(ws[0].bytes()) * it / 1e9, benchmark::Counter::kIsRate);
   state.counters["GMAC/s"] =
       benchmark::Counter(static_cast<double>(rows * kCols * nrows) * it / 1e9, benchmark::Counter::kIsRate);
 }

@@ -5,6 +5,7 @@
 //   build/strata_kernel_bench --benchmark_filter=Pool
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -118,21 +119,29 @@ std::unique_ptr<Pool> make_pool(int kind) {
     return std::make_unique<ThreadPool>(2, kind);  // kind: spin_us
 }
 
-// A round trip: hand both threads an empty chunk and wait for both.
+// A round trip: hand both threads an empty chunk and wait for both. The
+// machine is shared, so besides the mean the percentiles of single round
+// trips are reported: p10/p50 show the latency when both threads have a
+// core, p90 how often a thread had to be woken or rescheduled.
 template <typename Pool>
 void BM_PoolWake(benchmark::State& state, int spin_us, double gap_us) {
   auto pool = make_pool<Pool>(spin_us);
   std::vector<int64_t> sink(2);
   const std::function<void(int64_t, int64_t)> fn = [&](int64_t b, int64_t e) { sink[b] += e; };
+  std::vector<double> ns;
   for (auto _ : state) {
-    if (gap_us > 0) {
-      state.PauseTiming();
-      busy_us(gap_us);
-      state.ResumeTiming();
-    }
+    busy_us(gap_us);
+    const auto t0 = std::chrono::steady_clock::now();
     pool->parallel_for(2, fn);
+    const auto t1 = std::chrono::steady_clock::now();
+    const double d = std::chrono::duration<double, std::nano>(t1 - t0).count();
+    ns.push_back(d);
+    state.SetIterationTime(d * 1e-9);
   }
   benchmark::DoNotOptimize(sink.data());
+  std::sort(ns.begin(), ns.end());
+  for (auto [name, q] : {std::pair{"p10_ns", 0.1}, {"p50_ns", 0.5}, {"p90_ns", 0.9}})
+    state.counters[name] = ns.empty() ? 0.0 : ns[static_cast<size_t>(q * static_cast<double>(ns.size() - 1))];
 }
 
 // An MoE layer's expert work at decode: per expert, gate and up [F, D] then
@@ -208,14 +217,21 @@ void BM_PoolExperts(benchmark::State& state, int spin_us, int64_t D, int64_t F) 
   state.counters["matmuls/s"] = benchmark::Counter(3.0 * kExperts * state.iterations(), benchmark::Counter::kIsRate);
 }
 
+double min_of(const std::vector<double>& v) { return v.empty() ? 0.0 : *std::min_element(v.begin(), v.end()); }
+
 const bool registered = [] {
   for (double gap : {0.0, 20.0}) {
     const std::string g = "/gap" + std::to_string(static_cast<int>(gap)) + "us";
-    benchmark::RegisterBenchmark(("PoolWake/condvar" + g).c_str(), BM_PoolWake<CondvarPool>, 0, gap)->UseRealTime();
-    benchmark::RegisterBenchmark(("PoolWake/spin0" + g).c_str(), BM_PoolWake<ThreadPool>, 0, gap)->UseRealTime();
+    benchmark::RegisterBenchmark(("PoolWake/condvar" + g).c_str(), BM_PoolWake<CondvarPool>, 0, gap)
+        ->UseManualTime()
+        ->Iterations(20000);
+    benchmark::RegisterBenchmark(("PoolWake/spin0" + g).c_str(), BM_PoolWake<ThreadPool>, 0, gap)
+        ->UseManualTime()
+        ->Iterations(20000);
     benchmark::RegisterBenchmark(("PoolWake/spin" + std::to_string(ThreadPool::kDefaultSpinUs) + g).c_str(),
                                  BM_PoolWake<ThreadPool>, ThreadPool::kDefaultSpinUs, gap)
-        ->UseRealTime();
+        ->UseManualTime()
+        ->Iterations(20000);
   }
   struct Shape {
     const char* name;
@@ -225,14 +241,20 @@ const bool registered = [] {
     const std::string n = std::string("PoolExperts/") + s.name;
     benchmark::RegisterBenchmark((n + "/condvar").c_str(), BM_PoolExperts<CondvarPool>, 0, s.D, s.F)
         ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+        ->UseRealTime()
+        ->Repetitions(5)
+        ->ComputeStatistics("min", min_of);
     benchmark::RegisterBenchmark((n + "/spin0").c_str(), BM_PoolExperts<ThreadPool>, 0, s.D, s.F)
         ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+        ->UseRealTime()
+        ->Repetitions(5)
+        ->ComputeStatistics("min", min_of);
     benchmark::RegisterBenchmark((n + "/spin" + std::to_string(ThreadPool::kDefaultSpinUs)).c_str(),
                                  BM_PoolExperts<ThreadPool>, ThreadPool::kDefaultSpinUs, s.D, s.F)
         ->Unit(benchmark::kMicrosecond)
-        ->UseRealTime();
+        ->UseRealTime()
+        ->Repetitions(5)
+        ->ComputeStatistics("min", min_of);
   }
   return true;
 }();

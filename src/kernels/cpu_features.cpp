@@ -27,7 +27,7 @@ CpuFeatures detect() {
   const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1;
   if (!osxsave) return f;
   const uint64_t xcr0 = xgetbv0();
-  const bool ymm_ok = (xcr0 & 0x6) == 0x6;          // SSE + AVX state
+  const bool ymm_ok = (xcr0 & 0x6) == 0x6;              // SSE + AVX state
   const bool zmm_ok = ymm_ok && (xcr0 & 0xe0) == 0xe0;  // opmask + ZMM state
   const bool tile_ok = (xcr0 & 0x60000) == 0x60000;     // XTILECFG + XTILEDATA
   if (__get_cpuid_max(0, nullptr) < 7) return f;
@@ -109,7 +109,7 @@ std::string kernel_description() {
   const CpuFeatures& f = cpu_features();
   std::string s = std::string("kernels: ") + kernel_path_name(active_kernel_path()) + " (cpu:";
   const std::pair<bool, const char*> feats[] = {
-      {f.avx2, "avx2"},         {f.fma, "fma"},         {f.avx512f, "avx512f"},       {f.avx512bw, "avx512bw"},
+      {f.avx2, "avx2"},         {f.fma, "fma"},           {f.avx512f, "avx512f"},       {f.avx512bw, "avx512bw"},
       {f.avx512vl, "avx512vl"}, {f.avx512dq, "avx512dq"}, {f.avx512vnni, "avx512vnni"}, {f.avx512bf16, "avx512bf16"},
       {f.avxvnni, "avxvnni"}};
   bool any = false;

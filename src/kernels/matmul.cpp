@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <vector>
 
 #include "kernels/numeric.h"
@@ -42,10 +43,13 @@ std::atomic<IntActivations> g_int_acts{IntActivations::Int8};
 
 template <typename Body>
 void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
-  if (parallel)
-    pool->parallel_for(n, body);
-  else
+  if (!parallel) {
     body(0, n);
+    return;
+  }
+  // One captured reference fits std::function's local buffer: no allocation per matmul.
+  const std::function<void(int64_t, int64_t)> fn = [&body](int64_t b, int64_t e) { body(b, e); };
+  pool->parallel_for(n, fn);
 }
 
 }  // namespace
@@ -67,12 +71,14 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
   switch (W.format) {
     case WeightFormat::F32: {
       const float* w = reinterpret_cast<const float*>(W.q());
-      run(pool, par, out, [&](int64_t o0, int64_t o1) { kt.gemm_f32(w + o0 * in, o1 - o0, in, x, nrows, y + o0, out); });
+      run(pool, par, out,
+          [&](int64_t o0, int64_t o1) { kt.gemm_f32(w + o0 * in, o1 - o0, in, x, nrows, y + o0, out); });
       return;
     }
     case WeightFormat::BF16: {
       const uint16_t* w = reinterpret_cast<const uint16_t*>(W.q());
-      run(pool, par, out, [&](int64_t o0, int64_t o1) { kt.gemm_bf16(w + o0 * in, o1 - o0, in, x, nrows, y + o0, out); });
+      run(pool, par, out,
+          [&](int64_t o0, int64_t o1) { kt.gemm_bf16(w + o0 * in, o1 - o0, in, x, nrows, y + o0, out); });
       return;
     }
     case WeightFormat::INT8:
@@ -83,10 +89,12 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
       thread_local std::vector<uint8_t> q;
       thread_local std::vector<float> scale;
       thread_local std::vector<int32_t> sum8;
-      const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)), bn = static_cast<size_t>(nrows * qacts_bstride(in));
+      const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)),
+                   bn = static_cast<size_t>(nrows * qacts_bstride(in));
       if (q.size() < qn) q.resize(qn);
       if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
-      const QActs a = quantize_acts(x, nrows, in, b4 ? kt.q4_layout : kt.q8_layout, q.data(), scale.data(), sum8.data());
+      const QActs a =
+          quantize_acts(x, nrows, in, b4 ? kt.q4_layout : kt.q8_layout, q.data(), scale.data(), sum8.data());
       QWeight qw;
       qw.q = W.q();
       qw.s = W.s();

@@ -36,9 +36,9 @@ enum class ActLayout : uint8_t {
 // whole superblocks, so kernels read x without tails.
 struct QActs {
   int64_t nrows = 0, cols = 0;
-  int64_t nblocks = 0;   // ceil(cols / 32)
-  int64_t qstride = 0;   // bytes per row of q (whole superblocks)
-  int64_t bstride = 0;   // entries per row of scale / sum8 (whole superblocks)
+  int64_t nblocks = 0;  // ceil(cols / 32)
+  int64_t qstride = 0;  // bytes per row of q (whole superblocks)
+  int64_t bstride = 0;  // entries per row of scale / sum8 (whole superblocks)
   const uint8_t* q = nullptr;
   const float* scale = nullptr;   // s_x per block; NaN where the block held a non-finite value
   const int32_t* sum8 = nullptr;  // 8 * sum of q per block (the int4 offset correction)
@@ -70,8 +70,7 @@ struct KernelTable {
   // y[r * ldy + o] = dot16(w row o, x row r) for o < nw, r < nrows; w rows
   // are `cols` apart, x rows too.
   void (*gemm_f32)(const float* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy);
-  void (*gemm_bf16)(const uint16_t* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
-                    int64_t ldy);
+  void (*gemm_bf16)(const uint16_t* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy);
   // y[r * ldy + o] for o < W.rows, r < a.nrows (integer formats above).
   void (*gemm_q8)(const QWeight& w, const QActs& a, float* y, int64_t ldy);
   void (*gemm_q4)(const QWeight& w, const QActs& a, float* y, int64_t ldy);

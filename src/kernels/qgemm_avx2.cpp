@@ -41,8 +41,7 @@ float k_dot_f32(const float* a, const float* b, int64_t n) {
     std::memcpy(ta, a + i, static_cast<size_t>(n - i) * 4);
     std::memcpy(tb, b + i, static_cast<size_t>(n - i) * 4);
     lo = _mm256_blendv_ps(lo, _mm256_fmadd_ps(_mm256_load_ps(ta), _mm256_load_ps(tb), lo), lane_mask(n - i, 0));
-    hi = _mm256_blendv_ps(hi, _mm256_fmadd_ps(_mm256_load_ps(ta + 8), _mm256_load_ps(tb + 8), hi),
-                          lane_mask(n - i, 8));
+    hi = _mm256_blendv_ps(hi, _mm256_fmadd_ps(_mm256_load_ps(ta + 8), _mm256_load_ps(tb + 8), hi), lane_mask(n - i, 8));
   }
   return tree16(lo, hi);
 }
@@ -177,7 +176,15 @@ void qgemm_tile(const QWeight& w, int64_t o, const QActs& a, int64_t r0, float* 
       std::memcpy(tail, wp, static_cast<size_t>(w.row_bytes - off));
       wp = tail;
     }
-    for (int j = 0; j < 16; ++j) wsb[j] = j < nb ? ws[m > 0 ? (b0 + j) / m : 0] : 0.0f;
+    if (m == 0) {
+      for (int j = 0; j < 16; ++j) wsb[j] = j < nb ? ws[0] : 0.0f;
+    } else {  // block b0 + j has weight scale (b0 + j) / m
+      int64_t g = b0 / m, k = b0 % m;
+      for (int j = 0; j < 16; ++j) {
+        wsb[j] = j < nb ? ws[g] : 0.0f;
+        if (++k == m) k = 0, ++g;
+      }
+    }
     if constexpr (BITS == 4) {
       for (int h = 0; h < 2; ++h) {  // blocks 8h .. 8h+7: weight bytes 128h .. 128h+127
         __m256i lo[4], hi[4];
@@ -232,8 +239,7 @@ void qgemm_tile(const QWeight& w, int64_t o, const QActs& a, int64_t r0, float* 
       }
       const float* sx = a.scale + (r0 + r) * a.bstride + b0;
       const __m256 n0 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i0), _mm256_mul_ps(w0, _mm256_loadu_ps(sx)), facc[r][0]);
-      const __m256 n1 =
-          _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(w1, _mm256_loadu_ps(sx + 8)), facc[r][1]);
+      const __m256 n1 = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i1), _mm256_mul_ps(w1, _mm256_loadu_ps(sx + 8)), facc[r][1]);
       facc[r][0] = full ? n0 : _mm256_blendv_ps(facc[r][0], n0, k0);
       facc[r][1] = full ? n1 : _mm256_blendv_ps(facc[r][1], n1, k1);
     }

@@ -175,8 +175,7 @@ inline WScales make_wscales(const QWeight& w) {
 // One weight row o against NR activation rows. BITS 4: the activations are
 // SplitNibble; BITS 8: Offset128 with VNNI, Plain without.
 template <int BITS, int NR>
-void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a, int64_t r0, float* y,
-                int64_t ldy) {
+void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a, int64_t r0, float* y, int64_t ldy) {
   const uint8_t* wrow = w.q + o * w.row_bytes;
   const float* ws = w.s + o * w.ngroups;
   const int64_t nsuper = a.bstride / 16;
@@ -204,8 +203,9 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
     __mmask64 neg[BITS == 8 && !kVnni ? NV : 1];
     for (int k = 0; k < NV; ++k) {
       if constexpr (BITS == 4) {
-        lo[k] = _mm512_xor_si512(_mm512_and_si512(wv[k], m4), x8);
-        hi[k] = _mm512_xor_si512(_mm512_and_si512(_mm512_srli_epi16(wv[k], 4), m4), x8);
+        // (w & 0x0f) ^ 0x08 in one vpternlogd (truth table 0x6a).
+        lo[k] = _mm512_ternarylogic_epi32(wv[k], m4, x8, 0x6a);
+        hi[k] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(wv[k], 4), m4, x8, 0x6a);
       } else if constexpr (kVnni) {
         const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), wv[k]);
         init[k] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));

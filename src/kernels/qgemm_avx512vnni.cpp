@@ -20,8 +20,9 @@ namespace {
 
 // Generic code from here: the table may be built on any CPU.
 const KernelTable& kernel_table_avx512vnni() {
-  static const KernelTable t{KernelPath::Avx512Vnni, k_dot_f32, k_gemm_f32,       k_gemm_bf16,
-                             k_gemm_q8,          k_gemm_q4, ActLayout::Offset128, ActLayout::SplitNibble};
+  static const KernelTable t{
+      KernelPath::Avx512Vnni, k_dot_f32, k_gemm_f32, k_gemm_bf16, k_gemm_q8, k_gemm_q4, ActLayout::Offset128,
+      ActLayout::SplitNibble};
   return t;
 }
 

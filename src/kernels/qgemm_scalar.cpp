@@ -128,8 +128,8 @@ QActs quantize_acts(const float* x, int64_t nrows, int64_t cols, ActLayout layou
 }
 
 const KernelTable& kernel_table_scalar() {
-  static const KernelTable t{KernelPath::Scalar, dot16,      gemm_f32,         gemm_bf16, gemm_q,
-                             gemm_q,             ActLayout::Plain, ActLayout::Plain};
+  static const KernelTable t{KernelPath::Scalar, dot16,           gemm_f32, gemm_bf16, gemm_q, gemm_q,
+                             ActLayout::Plain,   ActLayout::Plain};
   return t;
 }
 

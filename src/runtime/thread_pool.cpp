@@ -21,7 +21,7 @@ inline void cpu_relax() {
 template <typename Done>
 bool spin_until(int spin_us, const Done& done) {
   if (spin_us <= 0) return done();
-  for (int i = 0; i < 256; ++i) {
+  for (int i = 0; i < 16; ++i) {
     if (done()) return true;
     cpu_relax();
   }
@@ -70,7 +70,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   pending_.store(parts - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard<std::mutex> lk(mu_);
+    { std::lock_guard<std::mutex> lk(mu_); }  // a sleeper is now inside wait(): the notify reaches it
     cv_work_.notify_all();
   }
   int64_t b, e;
@@ -86,7 +86,9 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 }
 
 bool ThreadPool::wait_for_job(uint64_t* seen) {
-  auto ready = [&] { return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != *seen; };
+  auto ready = [&] {
+    return stop_.load(std::memory_order_relaxed) || generation_.load(std::memory_order_acquire) != *seen;
+  };
   if (!spin_until(spin_us_, ready)) {
     std::unique_lock<std::mutex> lk(mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
@@ -105,7 +107,7 @@ void ThreadPool::worker_loop(int id) {
     chunk(job_n_, size(), id, &b, &e);
     if (b < e) (*job_)(b, e);
     if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && caller_sleeping_.load(std::memory_order_seq_cst)) {
-      std::lock_guard<std::mutex> lk(mu_);
+      { std::lock_guard<std::mutex> lk(mu_); }
       cv_done_.notify_one();
     }
   }

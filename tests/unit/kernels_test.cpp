@@ -174,7 +174,8 @@ TEST(KernelGemm, FloatFormatsMatchScalarOnEveryPath) {
           for (int64_t o = 0; o < rows; ++o) {
             w.row_f32(o, row.data());
             for (int64_t r = 0; r < nrows; ++r)
-              ASSERT_TRUE(same(want[r * rows + o], kernel_table(KernelPath::Scalar).dot_f32(row.data(), x.data() + r * cols, cols)));
+              ASSERT_TRUE(same(want[r * rows + o],
+                               kernel_table(KernelPath::Scalar).dot_f32(row.data(), x.data() + r * cols, cols)));
           }
           for (KernelPath p : supported_paths())
             EXPECT_TRUE(all_same(want, run_matmul(w, x, nrows, p)))
@@ -217,8 +218,8 @@ TEST(KernelGemm, LargeShapesCrossTileAndRowBlockBoundaries) {
   for (const Weight& w : ws) {
     const auto want = run_matmul(w, x, nrows, KernelPath::Scalar);
     for (KernelPath p : supported_paths())
-      EXPECT_TRUE(all_same(want, run_matmul(w, x, nrows, p))) << weight_format_name(w.format) << " "
-                                                               << kernel_path_name(p);
+      EXPECT_TRUE(all_same(want, run_matmul(w, x, nrows, p)))
+          << weight_format_name(w.format) << " " << kernel_path_name(p);
   }
 }
 
