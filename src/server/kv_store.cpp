@@ -1,0 +1,366 @@
+#include "server/kv_store.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+
+#include "format/container.h"
+#include "kernels/matmul.h"
+#include "util/error.h"
+
+namespace strata::server {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'K', 'V'};
+constexpr uint32_t kVersion = 1;
+constexpr size_t kHeader = 64;
+constexpr size_t kCountAt = 24;
+constexpr size_t kRecHead = 16;  // token, zero, checksum
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+void pwrite_all(int fd, const void* p, size_t n, uint64_t off, const std::string& path) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t w = ::pwrite(fd, b, n, static_cast<off_t>(off));
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) fail("{}: write failed: {}", path, std::strerror(errno));
+    b += w, n -= static_cast<size_t>(w), off += static_cast<uint64_t>(w);
+  }
+}
+
+// False at end of file.
+bool pread_all(int fd, void* p, size_t n, uint64_t off) {
+  auto* b = static_cast<uint8_t*>(p);
+  while (n > 0) {
+    const ssize_t r = ::pread(fd, b, n, static_cast<off_t>(off));
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    b += r, n -= static_cast<size_t>(r), off += static_cast<uint64_t>(r);
+  }
+  return true;
+}
+
+void sync_or_fail(int fd, const std::string& path) {
+  if (::fdatasync(fd) != 0) fail("{}: fsync failed: {}", path, std::strerror(errno));
+}
+
+void sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd >= 0) {
+    ::fsync(fd);
+    ::close(fd);
+  }
+}
+
+}  // namespace
+
+uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f) {
+  std::string id;
+  if (m.manifest) {
+    id = manifest_to_json(*m.manifest).dump();
+  } else {
+    // A checkpoint: its config and the names and sizes of its files.
+    if (FILE* f = std::fopen((fs::path(m.dir) / "config.json").c_str(), "rb")) {
+      char b[4096];
+      for (size_t n; (n = std::fread(b, 1, sizeof b, f)) > 0;) id.append(b, n);
+      std::fclose(f);
+    }
+    std::vector<std::pair<std::string, uintmax_t>> files;
+    std::error_code ec;
+    for (const auto& e : fs::directory_iterator(m.dir, ec))
+      if (e.is_regular_file(ec)) files.emplace_back(e.path().filename().string(), e.file_size(ec));
+    std::sort(files.begin(), files.end());
+    for (const auto& [n, s] : files) id += "\n" + n + ":" + std::to_string(s);
+  }
+  id += "\nform=" + std::to_string(static_cast<int>(f.form));
+  id += " dense_attention=" + std::to_string(f.dense_attention ? 1 : 0);
+  id += " int_activations=" + std::to_string(static_cast<int>(int_activations()));
+  return XXH3_64bits(id.data(), id.size());
+}
+
+KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, int max_files, bool verbose)
+    : dir_(std::move(dir)),
+      fingerprint_(fingerprint),
+      max_files_(std::max(1, max_files)),
+      verbose_(verbose),
+      kv_lora_(c.kv_lora_rank),
+      rope_dim_(c.qk_rope_head_dim),
+      index_dim_(c.index_head_dim) {
+  size_t floats = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+    const size_t n = static_cast<size_t>(kv_lora_ + rope_dim_ + (c.indexer_full(l) ? index_dim_ : 0));
+    layer_floats_.push_back(n);
+    floats += n;
+  }
+  record_bytes_ = kRecHead + floats * sizeof(float);
+  std::error_code ec;
+  fs::create_directories(dir_, ec);
+  if (!fs::is_directory(dir_)) fail("--kv-dir {}: not a directory and cannot be created", dir_);
+  if (::access(dir_.c_str(), W_OK) != 0) fail("--kv-dir {}: not writable: {}", dir_, std::strerror(errno));
+
+  std::vector<std::pair<fs::file_time_type, std::string>> found;
+  for (const auto& e : fs::directory_iterator(dir_, ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.starts_with("conv-") && name.ends_with(".kv.tmp")) {
+      fs::remove(e.path(), ec);  // an unfinished first save: never part of the state
+      continue;
+    }
+    if (!name.starts_with("conv-") || !name.ends_with(".kv") || !e.is_regular_file(ec)) continue;
+    found.emplace_back(e.last_write_time(ec), e.path().string());
+    const std::string num = name.substr(5, name.size() - 8);
+    char* end = nullptr;
+    const long long v = std::strtoll(num.c_str(), &end, 10);
+    if (end && *end == 0 && v >= next_id_) next_id_ = v + 1;
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<uint8_t> head(kRecHead);
+  for (const auto& [when, path] : found) {
+    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    uint8_t h[kHeader];
+    struct stat st{};
+    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !pread_all(fd.get(), h, kHeader, 0)) {
+      if (verbose_) std::fprintf(stderr, "strata: kv: skipping %s: unreadable header\n", path.c_str());
+      continue;
+    }
+    uint32_t version = 0, rb = 0;
+    uint64_t fp = 0, count = 0;
+    std::memcpy(&version, h + 8, 4);
+    std::memcpy(&rb, h + 12, 4);
+    std::memcpy(&fp, h + 16, 8);
+    std::memcpy(&count, h + kCountAt, 8);
+    const char* why = nullptr;
+    if (std::memcmp(h, kMagic, 8) != 0) why = "not a strata KV file";
+    else if (version != kVersion) why = "another format version";
+    else if (rb != record_bytes_ || fp != fingerprint_) why = "saved by another model or with other engine options";
+    if (why) {
+      if (verbose_) std::fprintf(stderr, "strata: kv: skipping %s: %s\n", path.c_str(), why);
+      continue;
+    }
+    const uint64_t fits = (static_cast<uint64_t>(st.st_size) - kHeader) / record_bytes_;
+    if (count > fits) {
+      if (verbose_)
+        std::fprintf(stderr, "strata: kv: %s: count %llu but only %llu records present; using those\n", path.c_str(),
+                     static_cast<unsigned long long>(count), static_cast<unsigned long long>(fits));
+      count = fits;
+    }
+    Conv cv;
+    cv.path = path;
+    cv.tokens.reserve(count);
+    for (uint64_t i = 0; i < count; ++i) {
+      int32_t t = -1;
+      if (!pread_all(fd.get(), &t, 4, kHeader + i * record_bytes_) || t < 0 || t >= c.vocab_size) break;
+      cv.tokens.push_back(t);
+    }
+    if (cv.tokens.empty()) continue;
+    cv.id = static_cast<int64_t>(convs_.size());
+    cv.last_used = ++tick_;
+    convs_.push_back(std::move(cv));
+  }
+  // Ids must be unique: file numbers are only for naming.
+  evict();
+}
+
+KvStore::Conv* KvStore::by_id(int64_t id) {
+  for (Conv& c : convs_)
+    if (c.id == id) return &c;
+  return nullptr;
+}
+
+KvStore::Match KvStore::find(std::span<const int32_t> prompt, size_t limit) const {
+  Match best;
+  limit = std::min(limit, prompt.size());
+  for (const Conv& c : convs_) {
+    const size_t lim = std::min(limit, c.tokens.size());
+    size_t n = 0;
+    while (n < lim && c.tokens[n] == prompt[n]) ++n;
+    if (n > best.common) best = {c.id, n};
+  }
+  return best;
+}
+
+void KvStore::pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) const {
+  std::memset(rec, 0, kRecHead);
+  std::memcpy(rec, &token, 4);
+  auto* out = reinterpret_cast<float*>(rec + kRecHead);
+  for (size_t l = 0; l < layer_floats_.size(); ++l) {
+    const LayerCache& lc = s.layer(static_cast<int64_t>(l));
+    out = std::copy_n(lc.latent.data() + pos * kv_lora_, kv_lora_, out);
+    out = std::copy_n(lc.rope_key.data() + pos * rope_dim_, rope_dim_, out);
+    if (layer_floats_[l] > static_cast<size_t>(kv_lora_ + rope_dim_))
+      out = std::copy_n(lc.index_key.data() + pos * index_dim_, index_dim_, out);
+  }
+  const uint64_t h = XXH3_64bits(rec + kRecHead, record_bytes_ - kRecHead);
+  std::memcpy(rec + 8, &h, 8);
+}
+
+size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tokens) {
+  Conv* c = by_id(id);
+  tokens.clear();
+  s.n_past = 0;
+  s.mtp_n_past = 0;
+  if (!c) return 0;
+  n = std::min({n, c->tokens.size(), static_cast<size_t>(s.capacity())});
+  Fd fd(::open(c->path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) {
+    if (verbose_) std::fprintf(stderr, "strata: kv: %s: %s\n", c->path.c_str(), std::strerror(errno));
+    return 0;
+  }
+  const size_t per_chunk = std::max<size_t>(1, (4u << 20) / record_bytes_);
+  size_t done = 0;
+  while (done < n) {
+    const size_t k = std::min(per_chunk, n - done);
+    buf_.resize(k * record_bytes_);
+    if (!pread_all(fd.get(), buf_.data(), buf_.size(), kHeader + done * record_bytes_)) break;
+    size_t ok = 0;
+    for (; ok < k; ++ok) {
+      const uint8_t* rec = buf_.data() + ok * record_bytes_;
+      uint64_t h = 0;
+      int32_t t = 0;
+      std::memcpy(&t, rec, 4);
+      std::memcpy(&h, rec + 8, 8);
+      if (h != XXH3_64bits(rec + kRecHead, record_bytes_ - kRecHead) || t != c->tokens[done + ok]) break;
+      const auto* in = reinterpret_cast<const float*>(rec + kRecHead);
+      const int64_t pos = static_cast<int64_t>(done + ok);
+      for (size_t l = 0; l < layer_floats_.size(); ++l) {
+        LayerCache& lc = s.layer(static_cast<int64_t>(l));
+        std::copy_n(in, kv_lora_, lc.latent.data() + pos * kv_lora_);
+        in += kv_lora_;
+        std::copy_n(in, rope_dim_, lc.rope_key.data() + pos * rope_dim_);
+        in += rope_dim_;
+        if (layer_floats_[l] > static_cast<size_t>(kv_lora_ + rope_dim_)) {
+          std::copy_n(in, index_dim_, lc.index_key.data() + pos * index_dim_);
+          in += index_dim_;
+        }
+      }
+      tokens.push_back(t);
+    }
+    done += ok;
+    if (ok < k) {
+      if (verbose_)
+        std::fprintf(stderr, "strata: kv: %s: record %zu is damaged; resuming from the %zu before it\n",
+                     c->path.c_str(), done, done);
+      c->tokens.resize(done);  // never offered beyond the damage again
+      break;
+    }
+  }
+  s.n_past = static_cast<int64_t>(done);
+  c->last_used = ++tick_;
+  records_loaded_ += done;
+  return done;
+}
+
+void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> tokens) {
+  const std::string tmp = c.path + ".tmp";
+  try {
+    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) fail("{}: cannot create: {}", tmp, std::strerror(errno));
+    uint8_t h[kHeader] = {};
+    std::memcpy(h, kMagic, 8);
+    const uint32_t rb = static_cast<uint32_t>(record_bytes_);
+    std::memcpy(h + 8, &kVersion, 4);
+    std::memcpy(h + 12, &rb, 4);
+    std::memcpy(h + 16, &fingerprint_, 8);
+    const uint64_t count = tokens.size();
+    std::memcpy(h + kCountAt, &count, 8);
+    pwrite_all(fd.get(), h, kHeader, 0, tmp);
+    const size_t per_chunk = std::max<size_t>(1, (4u << 20) / record_bytes_);
+    for (size_t done = 0; done < tokens.size();) {
+      const size_t k = std::min(per_chunk, tokens.size() - done);
+      buf_.resize(k * record_bytes_);
+      for (size_t i = 0; i < k; ++i)
+        pack(s, static_cast<int64_t>(done + i), tokens[done + i], buf_.data() + i * record_bytes_);
+      pwrite_all(fd.get(), buf_.data(), buf_.size(), kHeader + done * record_bytes_, tmp);
+      done += k;
+    }
+    sync_or_fail(fd.get(), tmp);
+    if (::rename(tmp.c_str(), c.path.c_str()) != 0) fail("{}: rename failed: {}", c.path, std::strerror(errno));
+    sync_dir(dir_);
+  } catch (...) {
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  bytes_written_ += kHeader + tokens.size() * record_bytes_;
+  c.tokens.assign(tokens.begin(), tokens.end());
+}
+
+void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens) {
+  const size_t from = c.tokens.size();
+  Fd fd(::open(c.path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail("{}: cannot open: {}", c.path, std::strerror(errno));
+  const size_t per_chunk = std::max<size_t>(1, (4u << 20) / record_bytes_);
+  for (size_t done = from; done < tokens.size();) {
+    const size_t k = std::min(per_chunk, tokens.size() - done);
+    buf_.resize(k * record_bytes_);
+    for (size_t i = 0; i < k; ++i)
+      pack(s, static_cast<int64_t>(done + i), tokens[done + i], buf_.data() + i * record_bytes_);
+    pwrite_all(fd.get(), buf_.data(), buf_.size(), kHeader + done * record_bytes_, c.path);
+    done += k;
+  }
+  // The records are durable before the count that makes them visible.
+  sync_or_fail(fd.get(), c.path);
+  const uint64_t count = tokens.size();
+  pwrite_all(fd.get(), &count, 8, kCountAt, c.path);
+  sync_or_fail(fd.get(), c.path);
+  bytes_written_ += (tokens.size() - from) * record_bytes_ + 8;
+  c.tokens.assign(tokens.begin(), tokens.end());
+}
+
+int64_t KvStore::save(int64_t origin, const Session& s, std::span<const int32_t> tokens) {
+  tokens = tokens.first(std::min(tokens.size(), static_cast<size_t>(std::max<int64_t>(0, s.n_past))));
+  if (tokens.empty()) return origin;
+  Conv* c = by_id(origin);
+  if (c && c->tokens.size() <= tokens.size() && std::equal(c->tokens.begin(), c->tokens.end(), tokens.begin())) {
+    if (c->tokens.size() < tokens.size()) append(*c, s, tokens);
+    c->last_used = ++tick_;
+    return c->id;
+  }
+  // A new conversation, or a branch of a saved one: a file of its own.
+  Conv nc;
+  nc.id = convs_.empty() ? 0 : std::max_element(convs_.begin(), convs_.end(), [](const Conv& a, const Conv& b) {
+                                 return a.id < b.id;
+                               })->id + 1;
+  char name[40];
+  std::snprintf(name, sizeof name, "conv-%08lld.kv", static_cast<long long>(next_id_++));
+  nc.path = (fs::path(dir_) / name).string();
+  write_new(nc, s, tokens);
+  nc.last_used = ++tick_;
+  convs_.push_back(std::move(nc));
+  const int64_t id = convs_.back().id;
+  evict();
+  return id;
+}
+
+void KvStore::evict() {
+  while (static_cast<int>(convs_.size()) > max_files_) {
+    auto old = std::min_element(convs_.begin(), convs_.end(),
+                                [](const Conv& a, const Conv& b) { return a.last_used < b.last_used; });
+    std::error_code ec;
+    fs::remove(old->path, ec);
+    convs_.erase(old);
+  }
+}
+
+}  // namespace strata::server

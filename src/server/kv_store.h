@@ -1,0 +1,92 @@
+// Conversations that survive restarts (docs/server.md, "Persistent
+// conversations"): the KV state of finished turns, one file per conversation
+// under --kv-dir, resumed without re-prefill after a restart or a crash.
+//
+// File layout (little-endian):
+//   header, 64 bytes: magic "STRATAKV", version u32, record_bytes u32,
+//     fingerprint u64 (model + forward options), count u64 (at byte 24),
+//     the rest zero;
+//   records from byte 64, one per position, record_bytes each:
+//     token i32, zero u32, XXH3-64 of the data u64, then per decoder layer
+//     the normalised KV latent, the roped key and (full-indexer layers) the
+//     indexer key of that position, as f32 — exactly the Session's floats.
+// Saving appends records, fsyncs, then writes the count and fsyncs again:
+// a crash mid-append leaves bytes past `count` that loading ignores, so what
+// was saved before is never lost. A record whose checksum fails ends the
+// usable prefix there (the file is then reported and kept, not trusted).
+#pragma once
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "model/forward.h"
+#include "model/model.h"
+#include "runtime/session.h"
+
+namespace strata::server {
+
+// Identity of what produced a KV state: the container manifest (every
+// tensor's checksum) or a checkpoint's config and file sizes, plus the
+// forward options that change the floats.
+uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f);
+
+class KvStore {
+ public:
+  // Opens (creating) `dir` and indexes its conversation files: headers and
+  // token lists only. Files of another model or version are skipped with a
+  // note on stderr (never deleted); at most `max_files` are kept (the least
+  // recently saved beyond that are removed).
+  KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, int max_files = 64, bool verbose = true);
+
+  struct Match {
+    int64_t id = -1;  // conversation, -1 when none shares a token
+    size_t common = 0;
+  };
+  // The saved conversation sharing the longest prefix with `prompt`,
+  // counting at most `limit` tokens.
+  Match find(std::span<const int32_t> prompt, size_t limit) const;
+  // Reads positions [0, n) of conversation `id` into `s` (n_past = n) and
+  // their tokens into `tokens`; checks every record's checksum. Returns the
+  // positions actually loaded (fewer when a record is damaged).
+  size_t load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tokens);
+  // Saves the state of a finished turn: `s` holds `tokens` (n_past of them).
+  // `origin` is the conversation the session was resumed from (or -1): when
+  // its tokens are a prefix of `tokens`, only the new positions are
+  // appended; otherwise a new conversation file is written. Returns the id.
+  int64_t save(int64_t origin, const Session& s, std::span<const int32_t> tokens);
+
+  size_t conversations() const { return convs_.size(); }
+  size_t record_bytes() const { return record_bytes_; }
+  uint64_t bytes_written() const { return bytes_written_; }
+  uint64_t records_loaded() const { return records_loaded_; }
+  const std::string& dir() const { return dir_; }
+
+ private:
+  struct Conv {
+    int64_t id = -1;
+    std::string path;
+    std::vector<int32_t> tokens;  // the saved positions' tokens (count of them)
+    uint64_t last_used = 0;
+  };
+  Conv* by_id(int64_t id);
+  void pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) const;
+  void write_new(Conv& c, const Session& s, std::span<const int32_t> tokens);
+  void append(Conv& c, const Session& s, std::span<const int32_t> tokens);
+  void evict();
+
+  std::string dir_;
+  uint64_t fingerprint_;
+  int max_files_;
+  bool verbose_;
+  std::vector<size_t> layer_floats_;  // per decoder layer: latent, rope, index floats per position
+  int64_t kv_lora_, rope_dim_, index_dim_;
+  size_t record_bytes_ = 0;
+  std::vector<Conv> convs_;
+  int64_t next_id_ = 0;
+  uint64_t tick_ = 0;
+  uint64_t bytes_written_ = 0, records_loaded_ = 0;
+  std::vector<uint8_t> buf_;
+};
+
+}  // namespace strata::server
