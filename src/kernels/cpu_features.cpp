@@ -6,6 +6,20 @@
 #include <cpuid.h>
 #define STRATA_X86 1
 #endif
+#if defined(__aarch64__) && defined(__linux__)
+#include <sys/auxv.h>
+#define STRATA_ARM64 1
+// From the kernel's asm/hwcap.h (stable ABI), in case the headers are older.
+#ifndef HWCAP_ASIMD
+#define HWCAP_ASIMD (1UL << 1)
+#endif
+#ifndef HWCAP_ASIMDDP
+#define HWCAP_ASIMDDP (1UL << 20)
+#endif
+#ifndef HWCAP2_I8MM
+#define HWCAP2_I8MM (1UL << 13)
+#endif
+#endif
 
 namespace strata {
 
@@ -47,6 +61,12 @@ CpuFeatures detect() {
   f.amx_tile = tile_ok && ((d7 >> 24) & 1);
   f.amx_int8 = f.amx_tile && ((d7 >> 25) & 1);
 #endif
+#ifdef STRATA_ARM64
+  const unsigned long hw = getauxval(AT_HWCAP), hw2 = getauxval(AT_HWCAP2);
+  f.asimd = (hw & HWCAP_ASIMD) != 0;
+  f.asimddp = f.asimd && (hw & HWCAP_ASIMDDP) != 0;
+  f.i8mm = f.asimd && (hw2 & HWCAP2_I8MM) != 0;
+#endif
   return f;
 }
 
@@ -65,12 +85,15 @@ const char* kernel_path_name(KernelPath p) {
     case KernelPath::Avx2: return "avx2";
     case KernelPath::Avx512: return "avx512";
     case KernelPath::Avx512Vnni: return "avx512-vnni";
+    case KernelPath::Neon: return "neon";
+    case KernelPath::NeonDotprod: return "neon-dotprod";
+    case KernelPath::NeonI8mm: return "neon-i8mm";
   }
   return "?";
 }
 
 std::optional<KernelPath> parse_kernel_path(const std::string& name) {
-  for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512, KernelPath::Avx512Vnni})
+  for (KernelPath p : kAllKernelPaths)
     if (name == kernel_path_name(p)) return p;
   return std::nullopt;
 }
@@ -82,12 +105,23 @@ bool kernel_path_supported(KernelPath p) {
     case KernelPath::Avx2: return f.avx2 && f.fma;
     case KernelPath::Avx512: return f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq && f.fma;
     case KernelPath::Avx512Vnni: return kernel_path_supported(KernelPath::Avx512) && f.avx512vnni;
+    // The NEON kernels exist only in AArch64 builds (qgemm_neon*.cpp).
+#ifdef __aarch64__
+    case KernelPath::Neon: return f.asimd;
+    case KernelPath::NeonDotprod: return f.asimd && f.asimddp;
+    case KernelPath::NeonI8mm: return f.asimd && f.asimddp && f.i8mm;  // odd rows take the SDOT kernel
+#else
+    case KernelPath::Neon:
+    case KernelPath::NeonDotprod:
+    case KernelPath::NeonI8mm: return false;
+#endif
   }
   return false;
 }
 
 KernelPath best_kernel_path() {
-  for (KernelPath p : {KernelPath::Avx512Vnni, KernelPath::Avx512, KernelPath::Avx2})
+  for (KernelPath p : {KernelPath::Avx512Vnni, KernelPath::Avx512, KernelPath::Avx2, KernelPath::NeonI8mm,
+                       KernelPath::NeonDotprod, KernelPath::Neon})
     if (kernel_path_supported(p)) return p;
   return KernelPath::Scalar;
 }
@@ -111,7 +145,7 @@ std::string kernel_description() {
   const std::pair<bool, const char*> feats[] = {
       {f.avx2, "avx2"},         {f.fma, "fma"},           {f.avx512f, "avx512f"},       {f.avx512bw, "avx512bw"},
       {f.avx512vl, "avx512vl"}, {f.avx512dq, "avx512dq"}, {f.avx512vnni, "avx512vnni"}, {f.avx512bf16, "avx512bf16"},
-      {f.avxvnni, "avxvnni"}};
+      {f.avxvnni, "avxvnni"},   {f.asimd, "asimd"},       {f.asimddp, "asimddp"},       {f.i8mm, "i8mm"}};
   bool any = false;
   for (const auto& [has, name] : feats)
     if (has) {
@@ -119,7 +153,11 @@ std::string kernel_description() {
       any = true;
     }
   if (!any) s += " none";
+#ifdef STRATA_X86
   s += f.amx_int8 ? "; amx-int8: yes, unused)" : "; amx: no)";
+#else
+  s += ")";
+#endif
   return s;
 }
 

@@ -13,14 +13,23 @@ struct CpuFeatures {
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false, avxvnni = false;
   bool amx_tile = false, amx_int8 = false;  // reported only: no AMX kernel yet
+  // AArch64 (getauxval): Advanced SIMD, SDOT/UDOT (HWCAP_ASIMDDP), SMMLA (HWCAP2_I8MM).
+  bool asimd = false, asimddp = false, i8mm = false;
 };
 
 // The running CPU (cpuid with the OS's register-state support), detected once.
 const CpuFeatures& cpu_features();
 
-enum class KernelPath { Scalar, Avx2, Avx512, Avx512Vnni };
+enum class KernelPath { Scalar, Avx2, Avx512, Avx512Vnni, Neon, NeonDotprod, NeonI8mm };
 
-const char* kernel_path_name(KernelPath p);  // "scalar", "avx2", "avx512", "avx512-vnni"
+// Every path, whichever architecture this build is for (the others are
+// never supported()).
+inline constexpr KernelPath kAllKernelPaths[] = {KernelPath::Scalar,     KernelPath::Avx2,        KernelPath::Avx512,
+                                                 KernelPath::Avx512Vnni, KernelPath::Neon,        KernelPath::NeonDotprod,
+                                                 KernelPath::NeonI8mm};
+
+// "scalar", "avx2", "avx512", "avx512-vnni", "neon", "neon-dotprod", "neon-i8mm"
+const char* kernel_path_name(KernelPath p);
 std::optional<KernelPath> parse_kernel_path(const std::string& name);
 bool kernel_path_supported(KernelPath p);
 KernelPath best_kernel_path();
@@ -32,7 +41,8 @@ KernelPath active_kernel_path();
 bool force_kernel_path(KernelPath p);
 
 // One line for the start-up banner, e.g.
-// "kernels: avx512-vnni (cpu: avx2 fma avx512f avx512bw avx512vl avx512vnni avx512bf16; amx: no)".
+// "kernels: avx512-vnni (cpu: avx2 fma avx512f avx512bw avx512vl avx512vnni avx512bf16; amx: no)",
+// "kernels: neon-i8mm (cpu: asimd asimddp i8mm)" on AArch64.
 std::string kernel_description();
 
 }  // namespace strata

@@ -1,6 +1,7 @@
 // The kernels behind matmul: f32/bf16 dot products and int8/int4 weights
 // times int8-quantized activations, one table per CPU path (scalar reference,
-// AVX2, AVX-512, AVX-512 VNNI). Every path computes exactly the scalar
+// AVX2, AVX-512, AVX-512 VNNI; NEON, NEON + dotprod, NEON + i8mm on
+// AArch64). Every path computes exactly the scalar
 // reference's floats; docs/kernels.md states the arithmetic.
 //
 // The fixed order ("dot16") used everywhere: 16 f32 lanes, element i of a
@@ -85,5 +86,9 @@ const KernelTable& kernel_table_scalar();
 const KernelTable& kernel_table_avx2();
 const KernelTable& kernel_table_avx512();
 const KernelTable& kernel_table_avx512vnni();
+// AArch64 builds only (qgemm_neon*.cpp): baseline Advanced SIMD, + SDOT, + SMMLA.
+const KernelTable& kernel_table_neon();
+const KernelTable& kernel_table_neon_dotprod();
+const KernelTable& kernel_table_neon_i8mm();
 
 }  // namespace strata

@@ -134,10 +134,27 @@ const KernelTable& kernel_table_scalar() {
 }
 
 const KernelTable& kernel_table(KernelPath p) {
+  // Only this architecture's SIMD files are built (CMakeLists.txt); the
+  // other paths are never supported, so they cannot be asked for.
   switch (p) {
+#if defined(__x86_64__) || defined(__i386__)
     case KernelPath::Avx2: return kernel_table_avx2();
     case KernelPath::Avx512: return kernel_table_avx512();
     case KernelPath::Avx512Vnni: return kernel_table_avx512vnni();
+#else
+    case KernelPath::Avx2:
+    case KernelPath::Avx512:
+    case KernelPath::Avx512Vnni: break;
+#endif
+#if defined(__aarch64__)
+    case KernelPath::Neon: return kernel_table_neon();
+    case KernelPath::NeonDotprod: return kernel_table_neon_dotprod();
+    case KernelPath::NeonI8mm: return kernel_table_neon_i8mm();
+#else
+    case KernelPath::Neon:
+    case KernelPath::NeonDotprod:
+    case KernelPath::NeonI8mm: break;
+#endif
     case KernelPath::Scalar: break;
   }
   return kernel_table_scalar();

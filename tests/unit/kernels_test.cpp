@@ -29,7 +29,7 @@ namespace {
 
 std::vector<KernelPath> supported_paths() {
   std::vector<KernelPath> v;
-  for (KernelPath p : {KernelPath::Scalar, KernelPath::Avx2, KernelPath::Avx512, KernelPath::Avx512Vnni})
+  for (KernelPath p : kAllKernelPaths)  // x86 paths on x86, NEON paths on AArch64
     if (kernel_path_supported(p)) v.push_back(p);
   return v;
 }
@@ -122,7 +122,15 @@ TEST(KernelPaths, DetectionForcingAndDescription) {
     EXPECT_EQ(parse_kernel_path(kernel_path_name(p)), p);
   }
   EXPECT_TRUE(force_kernel_path(before));
-  EXPECT_FALSE(parse_kernel_path("neon").has_value());
+  EXPECT_FALSE(parse_kernel_path("sse4").has_value());
+  // Every path has a name, also the other architecture's (never supported there).
+  for (KernelPath p : kAllKernelPaths) EXPECT_EQ(parse_kernel_path(kernel_path_name(p)), p);
+#if defined(__x86_64__)
+  for (KernelPath p : {KernelPath::Neon, KernelPath::NeonDotprod, KernelPath::NeonI8mm}) {
+    EXPECT_FALSE(kernel_path_supported(p)) << kernel_path_name(p);
+    EXPECT_FALSE(force_kernel_path(p)) << kernel_path_name(p);
+  }
+#endif
   const std::string d = kernel_description();
   EXPECT_NE(d.find(kernel_path_name(before)), std::string::npos) << d;
   std::printf("  %s\n", d.c_str());
