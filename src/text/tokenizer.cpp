@@ -849,6 +849,17 @@ bool Tokenizer::is_special(int32_t id) const {
   return id >= 0 && static_cast<size_t>(id) < impl_->entries.size() && impl_->entries[id].special;
 }
 
+bool Tokenizer::is_added(int32_t id) const {
+  return id >= 0 && static_cast<size_t>(id) < impl_->entries.size() && impl_->entries[id].added;
+}
+
+bool Tokenizer::is_byte_level() const { return impl_->decoder == Impl::Decoder::ByteLevel; }
+
+std::string_view Tokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= impl_->entries.size() || !impl_->entries[id].known) return {};
+  return impl_->decoded_of(impl_->entries[id]);
+}
+
 int64_t Tokenizer::vocab_size() const { return static_cast<int64_t>(impl_->entries.size()); }
 
 StreamDecoder::StreamDecoder(const Tokenizer& tokenizer, bool skip_special)

@@ -54,6 +54,14 @@ class Tokenizer {
   // pieces, e.g. "Ġthe"); empty for an id out of range.
   std::string_view token_text(int32_t id) const;
   bool is_special(int32_t id) const;
+  // An added token (special or not): decoded as its content, never BPE-merged.
+  bool is_added(int32_t id) const;
+  // True when the decoder is ByteLevel: then token_bytes() are exactly the
+  // bytes a token adds to the streamed output.
+  bool is_byte_level() const;
+  // The bytes `id` decodes to on its own (added tokens: their content; BPE
+  // pieces: raw bytes, possibly partial UTF-8); empty for an unknown id.
+  std::string_view token_bytes(int32_t id) const;
   // One past the largest id the tokenizer knows (vocabulary and added tokens).
   int64_t vocab_size() const;
 

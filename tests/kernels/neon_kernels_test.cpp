@@ -1,0 +1,367 @@
+// Standalone exactness test of the AArch64 NEON kernel paths (no GoogleTest:
+// it is cross-compiled with only src/kernels and run under qemu-aarch64 by
+// tests/kernels/aarch64_qemu.sh). Every entry of every supported path's
+// KernelTable must equal the scalar reference bit for bit (any NaN equals any
+// NaN, as in tests/unit/kernels_test.cpp), and the dispatcher must pick the
+// path the (emulated) CPU allows.
+//
+//   neon_kernels_test [--expect-best PATH] [--expect-supported P1,P2,...]
+//
+// --expect-supported lists the NEON paths that must be supported; the other
+// NEON paths must not be.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/qgemm.h"
+
+using namespace strata;
+
+namespace {
+
+int g_checks = 0, g_failures = 0;
+
+uint32_t bits_of(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b); }
+
+void check(bool ok, const std::string& what) {
+  ++g_checks;
+  if (ok) return;
+  if (++g_failures <= 20) std::printf("FAIL: %s\n", what.c_str());
+}
+
+std::string diff(const std::vector<float>& want, const std::vector<float>& got) {
+  for (size_t i = 0; i < want.size(); ++i)
+    if (!same(want[i], got[i])) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, " element %zu: want %.9g (0x%08x), got %.9g (0x%08x)", i, want[i], bits_of(want[i]),
+                    got[i], bits_of(got[i]));
+      return buf;
+    }
+  return "";
+}
+
+std::vector<float> normals(std::mt19937& rng, int64_t n, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& f : v) f = d(rng);
+  return v;
+}
+
+uint16_t to_bf16(float f) { return static_cast<uint16_t>(bits_of(f) >> 16); }  // truncation is fine for a test
+
+// ---- float kernels ----
+
+void test_dot(const KernelTable& ref, const KernelTable& k, std::mt19937& rng) {
+  const std::string name = kernel_path_name(k.path);
+  for (int64_t n : {0, 1, 2, 3, 4, 5, 7, 8, 11, 15, 16, 17, 31, 32, 33, 63, 64, 65, 100, 127, 1000, 4099}) {
+    auto a = normals(rng, n), b = normals(rng, n, 3.0f);
+    for (int64_t i = 0; i < n; i += 5) a[i] = -0.0f;
+    const float want = ref.dot_f32(a.data(), b.data(), n), got = k.dot_f32(a.data(), b.data(), n);
+    check(same(want, got), name + " dot_f32 n=" + std::to_string(n) + diff({want}, {got}));
+  }
+  // All products -0: the lanes' signs must come out as the scalar's.
+  for (int64_t n : {1, 5, 16, 21}) {
+    std::vector<float> a(static_cast<size_t>(n), -0.0f), b(static_cast<size_t>(n), 1.0f);
+    const float want = ref.dot_f32(a.data(), b.data(), n), got = k.dot_f32(a.data(), b.data(), n);
+    check(same(want, got), name + " dot_f32 -0 n=" + std::to_string(n) + diff({want}, {got}));
+  }
+  std::vector<float> a(19, 1.0f), b(19, 1.0f);
+  a[17] = INFINITY;
+  check(k.dot_f32(a.data(), b.data(), 19) == INFINITY, name + " dot_f32 +inf");
+  a[3] = -INFINITY;
+  check(std::isnan(k.dot_f32(a.data(), b.data(), 19)), name + " dot_f32 inf-inf is NaN");
+  a[3] = NAN;
+  check(std::isnan(k.dot_f32(a.data(), b.data(), 19)), name + " dot_f32 NaN");
+}
+
+void test_fgemm(const KernelTable& ref, const KernelTable& k, std::mt19937& rng) {
+  const std::string name = kernel_path_name(k.path);
+  int cases = 0;
+  for (int64_t nw : {1, 2, 3, 5})
+    for (int64_t cols : {1, 3, 15, 16, 17, 33, 100, 515})
+      for (int64_t nrows = 1; nrows <= 9; ++nrows)
+        for (bool bf16 : {false, true}) {
+          const int64_t ldy = nw + 3;
+          const auto wf = normals(rng, nw * cols);
+          auto x = normals(rng, nrows * cols);
+          if (cases % 17 == 5) x[static_cast<size_t>(rng() % x.size())] = INFINITY;  // that row's outputs: inf or NaN
+          if (cases % 23 == 7) x[static_cast<size_t>(rng() % x.size())] = NAN;
+          std::vector<uint16_t> wb(wf.size());
+          for (size_t i = 0; i < wf.size(); ++i) wb[i] = to_bf16(wf[i]);
+          std::vector<float> want(static_cast<size_t>(nrows * ldy), 7.0f), got(want);
+          if (bf16) {
+            ref.gemm_bf16(wb.data(), nw, cols, x.data(), nrows, want.data(), ldy);
+            k.gemm_bf16(wb.data(), nw, cols, x.data(), nrows, got.data(), ldy);
+          } else {
+            ref.gemm_f32(wf.data(), nw, cols, x.data(), nrows, want.data(), ldy);
+            k.gemm_f32(wf.data(), nw, cols, x.data(), nrows, got.data(), ldy);
+          }
+          // The scalar result is dot16 of the rows (and the padding is untouched).
+          bool order_ok = true;
+          for (int64_t r = 0; r < nrows; ++r)
+            for (int64_t o = 0; o < ldy; ++o) {
+              if (o >= nw) {
+                order_ok = order_ok && want[r * ldy + o] == 7.0f;
+                continue;
+              }
+              std::vector<float> row(wf.begin() + o * cols, wf.begin() + (o + 1) * cols);
+              if (bf16)
+                for (int64_t c = 0; c < cols; ++c) {
+                  const uint32_t u = static_cast<uint32_t>(wb[o * cols + c]) << 16;
+                  std::memcpy(&row[c], &u, 4);
+                }
+              order_ok = order_ok && same(want[r * ldy + o], ref.dot_f32(row.data(), x.data() + r * cols, cols));
+            }
+          const std::string what = name + (bf16 ? " gemm_bf16" : " gemm_f32") + " nw=" + std::to_string(nw) +
+                                   " cols=" + std::to_string(cols) + " nrows=" + std::to_string(nrows);
+          check(order_ok, what + " (scalar is not dot16 of the rows)");
+          check(diff(want, got).empty(), what + diff(want, got));
+          ++cases;
+        }
+}
+
+// ---- integer kernels ----
+
+struct IntCase {
+  int bits = 8;
+  int64_t group = 0, rows = 1, cols = 1;
+  std::vector<uint8_t> q;
+  std::vector<float> s;
+  int64_t row_bytes() const { return bits == 8 ? cols : (cols + 1) / 2; }
+  int64_t ngroups() const { return group > 0 ? (cols + group - 1) / group : 1; }
+  QWeight view() const {
+    QWeight w;
+    w.q = q.data();
+    w.s = s.data();
+    w.rows = rows;
+    w.cols = cols;
+    w.row_bytes = row_bytes();
+    w.group = group;
+    w.ngroups = ngroups();
+    w.bits = bits;
+    return w;
+  }
+};
+
+IntCase random_int(std::mt19937& rng, int bits, int64_t group, int64_t rows, int64_t cols) {
+  IntCase c;
+  c.bits = bits;
+  c.group = group;
+  c.rows = rows;
+  c.cols = cols;
+  c.q.resize(static_cast<size_t>(rows * c.row_bytes()));
+  for (auto& b : c.q) b = static_cast<uint8_t>(rng());  // the full range, -128 and -8 included
+  c.s = normals(rng, rows * c.ngroups(), 0.01f);
+  for (size_t i = 0; i < c.s.size(); ++i) c.s[i] = i % 7 == 3 ? 0.0f : std::fabs(c.s[i]);
+  return c;
+}
+
+// y[nrows, ldy] of one table on x (quantized in that table's layout).
+std::vector<float> run_int(const KernelTable& t, const IntCase& w, const std::vector<float>& x, int64_t nrows) {
+  const ActLayout layout = w.bits == 4 ? t.q4_layout : t.q8_layout;
+  std::vector<uint8_t> q(static_cast<size_t>(nrows * qacts_qstride(w.cols)));
+  std::vector<float> scale(static_cast<size_t>(nrows * qacts_bstride(w.cols)));
+  std::vector<int32_t> sum8(scale.size());
+  const QActs a = quantize_acts(x.data(), nrows, w.cols, layout, q.data(), scale.data(), sum8.data());
+  const int64_t ldy = w.rows + 2;
+  std::vector<float> y(static_cast<size_t>(nrows * ldy), 7.0f);
+  (w.bits == 4 ? t.gemm_q4 : t.gemm_q8)(w.view(), a, y.data(), ldy);
+  return y;
+}
+
+std::string int_name(const KernelTable& k, const IntCase& w, int64_t nrows) {
+  return std::string(kernel_path_name(k.path)) + " int" + std::to_string(w.bits) + " group=" +
+         std::to_string(w.group) + " rows=" + std::to_string(w.rows) + " cols=" + std::to_string(w.cols) +
+         " nrows=" + std::to_string(nrows);
+}
+
+void compare_int(const KernelTable& ref, const KernelTable& k, const IntCase& w, const std::vector<float>& x,
+                 int64_t nrows) {
+  const auto want = run_int(ref, w, x, nrows), got = run_int(k, w, x, nrows);
+  bool pad_ok = true;
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t o = w.rows; o < w.rows + 2; ++o) pad_ok = pad_ok && got[r * (w.rows + 2) + o] == 7.0f;
+  check(pad_ok, int_name(k, w, nrows) + " wrote outside its outputs");
+  check(diff(want, got).empty(), int_name(k, w, nrows) + diff(want, got));
+}
+
+void test_qgemm(const KernelTable& ref, const KernelTable& k, std::mt19937& rng) {
+  // Groups x widths (odd, tails, several superblocks), weight and activation row counts varying.
+  int i = 0;
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 64, 96, 128, 256, 512})
+      for (int64_t cols : {1, 31, 32, 33, 63, 100, 127, 129, 511, 512, 513, 1000, 1537}) {
+        const int64_t rows = 1 + i % 5, nrows = 1 + (i * 7) % 9;
+        ++i;
+        const IntCase w = random_int(rng, bits, group, rows, cols);
+        auto x = normals(rng, nrows * cols);
+        for (int64_t c = 0; c < nrows * cols; c += 13) x[c] *= 50.0f;  // outliers
+        compare_int(ref, k, w, x, nrows);
+      }
+  // Every activation row count 1..9 against 1..4 weight rows (SMMLA pairs and leftovers).
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 64, 128})
+      for (int64_t rows = 1; rows <= 4; ++rows)
+        for (int64_t nrows = 1; nrows <= 9; ++nrows) {
+          const int64_t cols = bits == 8 ? 1000 : 777;
+          const IntCase w = random_int(rng, bits, group, rows, cols);
+          compare_int(ref, k, w, normals(rng, nrows * cols), nrows);
+        }
+}
+
+// Closed forms: every weight at the format's most negative (or positive)
+// code, every activation at +-127 after quantization (s_x = 1).
+void test_extremes(const KernelTable& k) {
+  const std::string name = kernel_path_name(k.path);
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 128})
+      for (float xv : {1.0f, -1.0f})
+        for (int64_t nrows : {1, 2, 3})
+          for (bool neg : {true, false}) {
+            IntCase w;
+            w.bits = bits;
+            w.group = group;
+            w.rows = 3;
+            w.cols = 4096;
+            const uint8_t code = bits == 8 ? (neg ? 0x80 : 0x7f) : (neg ? 0x88 : 0x77);
+            w.q.assign(static_cast<size_t>(w.rows * w.row_bytes()), code);
+            w.s.assign(static_cast<size_t>(w.rows * w.ngroups()), 1.0f);
+            const std::vector<float> x(static_cast<size_t>(nrows * w.cols), xv * 127.0f);
+            const float wq = bits == 8 ? (neg ? -128.0f : 127.0f) : (neg ? -8.0f : 7.0f);
+            const float want = wq * 127.0f * xv * static_cast<float>(w.cols);
+            const auto y = run_int(k, w, x, nrows);
+            bool ok = true;
+            for (int64_t r = 0; r < nrows; ++r)
+              for (int64_t o = 0; o < w.rows; ++o) ok = ok && y[r * (w.rows + 2) + o] == want;
+            check(ok, name + " extreme " + int_name(k, w, nrows) + " code " + std::to_string(code) + " x " +
+                          std::to_string(xv));
+          }
+}
+
+// Zero activation rows and zero scales give 0; a non-finite activation makes
+// only its own row NaN, exactly where the scalar reference does.
+void test_zero_and_nonfinite(const KernelTable& ref, const KernelTable& k, std::mt19937& rng) {
+  const std::string name = kernel_path_name(k.path);
+  for (int bits : {8, 4}) {
+    IntCase w = random_int(rng, bits, 32, 4, 200);
+    for (int64_t nrows : {1, 2, 3}) {
+      const std::vector<float> zero(static_cast<size_t>(nrows * 200), 0.0f);
+      const auto y = run_int(k, w, zero, nrows);
+      bool ok = true;
+      for (int64_t r = 0; r < nrows; ++r)
+        for (int64_t o = 0; o < 4; ++o) ok = ok && bits_of(y[r * 6 + o]) == 0;
+      check(ok, name + " zero rows give +0, int" + std::to_string(bits));
+    }
+    // One zero row among random ones.
+    auto x = normals(rng, 3 * 200);
+    std::fill(x.begin() + 200, x.begin() + 400, 0.0f);
+    compare_int(ref, k, w, x, 3);
+    std::fill(w.s.begin(), w.s.end(), 0.0f);
+    compare_int(ref, k, w, normals(rng, 3 * 200), 3);
+    // Non-finite activations.
+    w = random_int(rng, bits, 0, 5, 700);
+    for (auto& s : w.s) s = 1.0f;
+    for (float bad : {INFINITY, -INFINITY, NAN})
+      for (int64_t nrows : {2, 3, 5}) {
+        auto xb = normals(rng, nrows * 700);
+        xb[700 + 650] = bad;  // row 1, the last superblock's tail
+        const auto want = run_int(ref, w, xb, nrows), got = run_int(k, w, xb, nrows);
+        bool rows_ok = true;
+        for (int64_t o = 0; o < 5; ++o)
+          rows_ok = rows_ok && std::isfinite(got[o]) && std::isnan(got[7 + o]) && (nrows < 3 || std::isfinite(got[14 + o]));
+        check(rows_ok, name + " non-finite activation poisons only its row, int" + std::to_string(bits));
+        check(diff(want, got).empty(), name + " non-finite activation, int" + std::to_string(bits) + diff(want, got));
+      }
+    // Non-finite weight scales (a corrupt container): same as the scalar.
+    w = random_int(rng, bits, 64, 3, 300);
+    w.s[1] = INFINITY;
+    w.s[4] = NAN;
+    compare_int(ref, k, w, normals(rng, 4 * 300), 4);
+  }
+}
+
+// ---- dispatch ----
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> v;
+  size_t b = 0;
+  while (b <= s.size()) {
+    const size_t e = s.find(',', b);
+    const std::string t = s.substr(b, e == std::string::npos ? std::string::npos : e - b);
+    if (!t.empty()) v.push_back(t);
+    if (e == std::string::npos) break;
+    b = e + 1;
+  }
+  return v;
+}
+
+void test_dispatch(const std::string& expect_best, const std::string& expect_supported, bool have_supported) {
+  std::printf("%s\n", kernel_description().c_str());
+  for (KernelPath p : kAllKernelPaths) {
+    check(parse_kernel_path(kernel_path_name(p)) == p, std::string("parse_kernel_path(") + kernel_path_name(p) + ")");
+    if (!kernel_path_supported(p)) check(!force_kernel_path(p), std::string("forcing unsupported ") + kernel_path_name(p));
+  }
+  check(!parse_kernel_path("sve").has_value(), "parse_kernel_path(sve) must fail");
+  if (!expect_best.empty())
+    check(expect_best == kernel_path_name(best_kernel_path()),
+          "best path: want " + expect_best + ", got " + kernel_path_name(best_kernel_path()));
+  check(active_kernel_path() == best_kernel_path(), "the active path is the best one unless forced");
+  if (have_supported) {
+    const auto want = split(expect_supported);
+    for (KernelPath p : {KernelPath::Neon, KernelPath::NeonDotprod, KernelPath::NeonI8mm}) {
+      bool listed = false;
+      for (const auto& s : want) listed = listed || s == kernel_path_name(p);
+      check(kernel_path_supported(p) == listed,
+            std::string(kernel_path_name(p)) + (listed ? " must be supported" : " must not be supported"));
+    }
+  }
+  for (KernelPath p : {KernelPath::Avx2, KernelPath::Avx512, KernelPath::Avx512Vnni})
+    check(!kernel_path_supported(p), std::string(kernel_path_name(p)) + " on AArch64");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string expect_best, expect_supported;
+  bool have_supported = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--expect-best" && i + 1 < argc) {
+      expect_best = argv[++i];
+    } else if (a == "--expect-supported" && i + 1 < argc) {
+      expect_supported = argv[++i];
+      have_supported = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--expect-best PATH] [--expect-supported P1,P2,...]\n", argv[0]);
+      return 2;
+    }
+  }
+  test_dispatch(expect_best, expect_supported, have_supported);
+  const KernelTable& ref = kernel_table(KernelPath::Scalar);
+  int paths = 0;
+  for (KernelPath p : kAllKernelPaths) {
+    if (p == KernelPath::Scalar || !kernel_path_supported(p)) continue;
+    const KernelTable& k = kernel_table(p);
+    check(k.path == p, std::string("kernel_table(") + kernel_path_name(p) + ").path");
+    const int before = g_failures, checks = g_checks;
+    std::mt19937 rng(42);
+    test_dot(ref, k, rng);
+    test_fgemm(ref, k, rng);
+    test_qgemm(ref, k, rng);
+    test_extremes(k);
+    test_zero_and_nonfinite(ref, k, rng);
+    std::printf("%-13s %5d checks, %d failed\n", kernel_path_name(p), g_checks - checks, g_failures - before);
+    ++paths;
+  }
+  std::printf("%d SIMD paths checked against scalar: %d checks, %d failed\n", paths, g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
