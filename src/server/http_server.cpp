@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <ctime>
+#include <mutex>
 #include <random>
 
 #include "util/error.h"
@@ -107,9 +109,54 @@ struct Common {
   std::vector<std::string> stop;
   bool stream = false, include_usage = false, ignore_eos = false;
   int top_logprobs = -1;
+  std::shared_ptr<const JsonGrammar> json;  // response_format json_object / json_schema
 };
 
-Common parse_common(const Json& j, const GenerationConfig& gen, bool chat) {
+// response_format: {"type": "text"} | {"type": "json_object"} |
+// {"type": "json_schema", "json_schema": {"name", "description", "schema", "strict"}}.
+// `body`: the request text, parsed again keeping key order (properties are
+// generated in schema order).
+std::shared_ptr<const JsonGrammar> parse_response_format(const Json& rf, std::string_view body) {
+  if (!rf.is_object()) bad("response_format", "'response_format' must be an object", "invalid_type");
+  const Json* tv = field(rf, "type");
+  if (!tv) bad("response_format.type", "'response_format.type' is required", "missing_required_parameter");
+  if (!tv->is_string()) bad("response_format.type", "'response_format.type' must be a string", "invalid_type");
+  const std::string t = tv->get<std::string>();
+  if (t == "text") return nullptr;
+  if (t == "json_object") return JsonGrammar::any_object();
+  if (t != "json_schema")
+    bad("response_format.type", "'response_format.type' must be 'text', 'json_object' or 'json_schema'",
+        "invalid_value");
+  const Json* js = field(rf, "json_schema");
+  if (!js) bad("response_format.json_schema", "'response_format.json_schema' is required", "missing_required_parameter");
+  if (!js->is_object()) bad("response_format.json_schema", "'response_format.json_schema' must be an object", "invalid_type");
+  if (const Json* n = field(*js, "name")) {
+    if (!n->is_string()) bad("response_format.json_schema.name", "'response_format.json_schema.name' must be a string", "invalid_type");
+    const std::string name = n->get<std::string>();
+    const bool ok = !name.empty() && name.size() <= 64 && std::all_of(name.begin(), name.end(), [](char ch) {
+      return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-';
+    });
+    if (!ok) bad("response_format.json_schema.name", "'response_format.json_schema.name' must be 1 to 64 of a-z, A-Z, 0-9, _ and -");
+  }
+  if (const Json* d = field(*js, "description"); d && !d->is_string())
+    bad("response_format.json_schema.description", "'response_format.json_schema.description' must be a string", "invalid_type");
+  if (const Json* st = field(*js, "strict"); st && !st->is_boolean())
+    bad("response_format.json_schema.strict", "'response_format.json_schema.strict' must be a boolean", "invalid_type");
+  const Json* sc = field(*js, "schema");
+  if (!sc) bad("response_format.json_schema.schema", "'response_format.json_schema.schema' is required", "missing_required_parameter");
+  if (!sc->is_object())
+    bad("response_format.json_schema.schema", "'response_format.json_schema.schema' must be a JSON Schema object", "invalid_type");
+  try {
+    const nlohmann::ordered_json req = nlohmann::ordered_json::parse(body);
+    return JsonGrammar::from_schema(req.at("response_format").at("json_schema").at("schema"));
+  } catch (const Error& e) {
+    bad("response_format.json_schema.schema", e.what(), "unsupported_schema");
+  } catch (const std::exception& e) {
+    bad("response_format.json_schema.schema", e.what(), "invalid_value");
+  }
+}
+
+Common parse_common(const Json& j, const GenerationConfig& gen, bool chat, std::string_view body) {
   Common c;
   if (auto m = get_string(j, "model")) (void)m;
   if (auto n = get_int(j, "n", INT64_MIN, INT64_MAX); n && *n != 1)
@@ -164,14 +211,7 @@ Common parse_common(const Json& j, const GenerationConfig& gen, bool chat) {
   } else {
     if (auto lp = get_int(j, "logprobs", 0, 5)) c.top_logprobs = static_cast<int>(*lp);
   }
-  if (const Json* rf = field(j, "response_format")) {
-    if (!rf->is_object()) bad("response_format", "'response_format' must be an object", "invalid_type");
-    const std::string t = get_string(*rf, "type").value_or("");
-    if (t == "json_object" || t == "json_schema")
-      throw ApiError{400, fmt::format("response_format {} is not supported yet (no constrained decoding)", t),
-                     "response_format", "invalid_request_error", "unsupported_value"};
-    if (t != "text") bad("response_format", "'response_format.type' must be 'text', 'json_object' or 'json_schema'");
-  }
+  if (const Json* rf = field(j, "response_format")) c.json = parse_response_format(*rf, body);
   return c;
 }
 
@@ -361,8 +401,24 @@ struct Server::Impl {
     job->stop = c.stop;
     job->top_logprobs = c.top_logprobs;
     job->ignore_eos = c.ignore_eos;
+    if (c.json) job->constraint = std::make_shared<JsonConstraint>(c.json, json_vocab());
     job->deadline_ns = o.timeout_s > 0 ? now_ns() + static_cast<uint64_t>(o.timeout_s * 1e9) : 0;
     return job;
+  }
+
+  // Token bytes and trie for response_format, built on first use, shared.
+  mutable std::mutex json_vocab_mu;
+  mutable std::shared_ptr<const JsonVocab> json_vocab_;
+  std::shared_ptr<const JsonVocab> json_vocab() const {
+    std::lock_guard l(json_vocab_mu);
+    if (!json_vocab_) {
+      try {
+        json_vocab_ = JsonVocab::build(*m.tok, m.model->config.vocab_size);
+      } catch (const Error& e) {
+        bad("response_format", e.what());
+      }
+    }
+    return json_vocab_;
   }
 
   void submit(const std::shared_ptr<Job>& job) {
@@ -473,7 +529,7 @@ struct Server::Impl {
 
   void chat(const httplib::Request& req, httplib::Response& res) {
     const Json j = parse_body(req);
-    const Common c = parse_common(j, gen, true);
+    const Common c = parse_common(j, gen, true, req.body);
     std::vector<ChatMessage> msgs = parse_messages(j);
     OrderedJson tools = nullptr;
     if (const Json* t = field(j, "tools")) {
@@ -501,6 +557,8 @@ struct Server::Impl {
       if (auto e = get_bool(*kw, "enable_thinking")) ro.enable_thinking = *e;
       if (auto e = get_bool(*kw, "clear_thinking")) ro.clear_thinking = *e;
     }
+    // A JSON answer is the whole content: no reasoning block before it.
+    if (c.json) ro.enable_thinking = false;
     std::string prompt_text;
     try {
       prompt_text = tmpl.render(msgs, tools, ro);
@@ -510,7 +568,8 @@ struct Server::Impl {
     const bool raw = tmpl.dialect == ChatDialect::Raw;
     auto job = make_job(m.tok->encode(prompt_text, /*add_special=*/raw), c);
     const bool reasoning_open = tmpl.opens_reasoning(ro);
-    const bool glm = tmpl.dialect == ChatDialect::Glm;
+    // Constrained output is JSON as generated: not split by the GLM parser.
+    const bool glm = tmpl.dialect == ChatDialect::Glm && !c.json;
     submit(job);
     const std::string id = random_id("chatcmpl");
     if (!c.stream) {
@@ -605,7 +664,7 @@ struct Server::Impl {
 
   void completions(const httplib::Request& req, httplib::Response& res) {
     const Json j = parse_body(req);
-    const Common c = parse_common(j, gen, false);
+    const Common c = parse_common(j, gen, false, req.body);
     if (get_bool(j, "echo").value_or(false)) bad("echo", "'echo' is not supported yet");
     if (auto s = get_string(j, "suffix"); s && !s->empty()) bad("suffix", "'suffix' is not supported");
     const Json* p = field(j, "prompt");

@@ -275,6 +275,11 @@ bool Scheduler::on_logits(Seq& s, const float* logits) {
     lse = mx + std::log(sum);
   }
   const std::span<const int32_t> ban = j.ignore_eos ? std::span<const int32_t>(m_.stop_ids) : std::span<const int32_t>{};
+  // response_format: tokens that would leave the JSON language get -inf.
+  if (j.constraint && j.constraint->mask(work_, m_.stop_ids) == 0) {
+    end(s, Finish::Error, "response_format: no token can continue the JSON");
+    return false;
+  }
   const int32_t tok = s.sampler->sample(work_, ban);
   const uint64_t now = now_ns();
   if (!j.first_token_ns) {
@@ -286,6 +291,10 @@ bool Scheduler::on_logits(Seq& s, const float* logits) {
     return false;
   }
   s.sampler->accept(tok);
+  if (j.constraint && !j.constraint->advance(tok)) {
+    end(s, Finish::Error, "response_format: the sampled token does not continue the JSON");
+    return false;
+  }
   ++s.generated;
   ++generated_total_;
   if (j.top_logprobs >= 0) {
@@ -310,6 +319,10 @@ bool Scheduler::on_logits(Seq& s, const float* logits) {
   }
   j.cv.notify_all();
   if (s.stops->stopped()) {
+    end(s, Finish::Stop);
+    return false;
+  }
+  if (j.constraint && j.constraint->done()) {  // the JSON is complete and nothing may follow
     end(s, Finish::Stop);
     return false;
   }

@@ -20,6 +20,7 @@
 #include "experts/expert_store.h"
 #include "model/forward.h"
 #include "runtime/session.h"
+#include "text/json_constraint.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
@@ -79,6 +80,9 @@ struct Job {
   std::vector<std::string> stop;
   int top_logprobs = -1;  // -1: no logprobs
   bool ignore_eos = false;
+  // response_format: masks each step's logits, advanced by each token (the
+  // scheduler thread only touches it after submit).
+  std::shared_ptr<JsonConstraint> constraint;
   uint64_t deadline_ns = 0;  // 0: none
 
   std::atomic<bool> cancel{false};  // set by the HTTP side (client gone)

@@ -104,6 +104,59 @@ await check('errors come back as OpenAI errors', async () => {
   await assert.rejects(bad.models.list(), (e) => e instanceof OpenAI.AuthenticationError);
 });
 
+// response_format json_schema: the answer parses and validates (a hand-written
+// validator for this schema; every field forces the answer to end).
+const schema = {
+  type: 'object',
+  properties: {
+    color: { enum: ['red', 'green', 'blue'] },
+    count: { type: 'integer' },
+    ok: { type: 'boolean' },
+    name: { type: 'string', maxLength: 6 },
+    sizes: { type: 'array', items: { type: 'number' }, maxItems: 2 },
+  },
+  required: ['color', 'count', 'ok', 'name', 'sizes'],
+  additionalProperties: false,
+};
+function validate(v) {
+  assert.equal(typeof v, 'object');
+  assert.ok(v !== null && !Array.isArray(v));
+  assert.deepEqual(Object.keys(v), ['color', 'count', 'ok', 'name', 'sizes']);  // schema order
+  assert.ok(['red', 'green', 'blue'].includes(v.color), v.color);
+  assert.ok(Number.isInteger(v.count), String(v.count));
+  assert.equal(typeof v.ok, 'boolean');
+  assert.equal(typeof v.name, 'string');
+  assert.ok([...v.name].length <= 6, v.name);
+  assert.ok(Array.isArray(v.sizes) && v.sizes.length <= 2);
+  for (const x of v.sizes) assert.equal(typeof x, 'number');
+}
+const rf = { type: 'json_schema', json_schema: { name: 'thing', schema, strict: true } };
+await check('response_format json_schema: chat JSON and streaming, completions', async () => {
+  for (const seed of [1, 2]) {
+    const req = { model: 'tiny', messages: [{ role: 'user', content: 'describe a thing' }], max_tokens: 300,
+      temperature: 1, seed, response_format: rf };
+    const r = await client.chat.completions.create(req);
+    assert.equal(r.choices[0].finish_reason, 'stop');
+    const text = r.choices[0].message.content;
+    validate(JSON.parse(text));
+    const stream = await client.chat.completions.create({ ...req, stream: true });
+    let streamed = '';
+    for await (const c of stream) for (const ch of c.choices) streamed += ch.delta.content ?? '';
+    assert.equal(streamed, text);
+  }
+  const c = await client.completions.create({ model: 'tiny', prompt: 'thing:', max_tokens: 300, temperature: 1, seed: 3,
+    response_format: rf });
+  assert.equal(c.choices[0].finish_reason, 'stop');
+  validate(JSON.parse(c.choices[0].text));
+});
+await check('response_format errors', async () => {
+  await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }],
+    response_format: { type: 'json_schema', json_schema: { name: 'x', schema: { type: 'string', pattern: 'a+' } } } }),
+  (e) => e instanceof OpenAI.BadRequestError && /pattern/.test(e.message) && e.param === 'response_format.json_schema.schema');
+  await assert.rejects(client.chat.completions.create({ model: 'tiny', messages: [{ role: 'user', content: 'x' }],
+    response_format: { type: 'yaml' } }), (e) => e.status === 400);
+});
+
 server.kill('SIGTERM');
 await new Promise((r) => server.on('exit', r));
 clearTimeout(killer);

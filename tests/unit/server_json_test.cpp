@@ -1,0 +1,282 @@
+// response_format in strata serve, end to end on the bundled trained model
+// (models/glm5-strata-tiny, its own 4096-token tokenizer, the GLM chat
+// template): json_object and json_schema answers, JSON and SSE, chat and
+// completions, parse and validate; malformed response_formats get 400.
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "experts/expert_store.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "runtime/thread_pool.h"
+#include "server/http_server.h"
+#include "text/json_constraint.h"
+#include "text/generation_config.h"
+#include "text/tokenizer.h"
+#include "util/json.h"
+
+namespace strata {
+namespace {
+
+const std::string kTinyDir = std::string(STRATA_SOURCE_DIR) + "/models/glm5-strata-tiny";
+
+struct Tiny {
+  std::unique_ptr<Model> model = load_model(kTinyDir, LoadOptions{.load_mtp = false});
+  Tokenizer tok = Tokenizer::load(kTinyDir);
+  GenerationConfig gen = load_generation_config(kTinyDir);
+};
+Tiny& tiny() {
+  static Tiny t;
+  return t;
+}
+
+class TinyServer {
+ public:
+  TinyServer() {
+    Tiny& t = tiny();
+    server::ServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.sched.ctx = 512;
+    o.sched.parallel = 4;
+    o.model_id = "tiny";
+    pool_ = std::make_unique<ThreadPool>(1);
+    store_ = std::make_unique<ResidentExpertStore>(t.model->weights);
+    runner_ = std::make_unique<ModelRunner>(*t.model, *store_, *pool_);
+    server::ServerModel sm;
+    sm.model = t.model.get();
+    sm.runner = runner_.get();
+    sm.tok = &t.tok;
+    for (int64_t id : t.gen.eos_token_ids) sm.stop_ids.push_back(static_cast<int32_t>(id));
+    for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
+      if (auto id = t.tok.token_id(s)) sm.stop_ids.push_back(*id);
+    ChatTemplate glm;
+    glm.dialect = ChatDialect::Glm;
+    glm.source = "test";
+    srv_ = std::make_unique<server::Server>(sm, glm, t.gen, o);
+    port_ = srv_->bind();
+    thread_ = std::thread([this] { srv_->run(); });
+  }
+  ~TinyServer() {
+    srv_->stop();
+    thread_.join();
+  }
+  std::pair<int, std::string> post(const std::string& path, const std::string& body) const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    auto r = c.Post(path.c_str(), body, "application/json");
+    if (!r) return {0, "no response"};
+    return {r->status, r->body};
+  }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ExpertStore> store_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<server::Server> srv_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+// The schemas used: every one forces the answer to end.
+const Json kSchema = Json::parse(R"({
+  "type": "object",
+  "properties": {
+    "sentiment": {"enum": ["positive", "negative", "neutral"]},
+    "confident": {"type": "boolean"},
+    "stars": {"type": "integer"},
+    "summary": {"type": "string", "maxLength": 24},
+    "keywords": {"type": "array", "items": {"type": "string", "maxLength": 10}, "maxItems": 3},
+    "note": {"type": ["string", "null"], "maxLength": 8}
+  },
+  "required": ["sentiment", "confident", "stars", "summary", "keywords"],
+  "additionalProperties": false
+})");
+
+void expect_valid(const Json& v) {
+  ASSERT_TRUE(v.is_object()) << v.dump();
+  for (const char* k : {"sentiment", "confident", "stars", "summary", "keywords"}) ASSERT_TRUE(v.contains(k)) << v.dump();
+  const std::string s = v["sentiment"];
+  EXPECT_TRUE(s == "positive" || s == "negative" || s == "neutral") << s;
+  EXPECT_TRUE(v["confident"].is_boolean());
+  EXPECT_TRUE(v["stars"].is_number_integer());
+  ASSERT_TRUE(v["summary"].is_string());
+  size_t cps = 0;
+  for (unsigned char c : v["summary"].get<std::string>()) cps += (c & 0xC0) != 0x80;
+  EXPECT_LE(cps, 24u);
+  ASSERT_TRUE(v["keywords"].is_array());
+  EXPECT_LE(v["keywords"].size(), 3u);
+  for (const Json& k : v["keywords"]) EXPECT_TRUE(k.is_string());
+  if (v.contains("note")) {
+    EXPECT_TRUE(v["note"].is_string() || v["note"].is_null());
+  }
+  for (auto it = v.begin(); it != v.end(); ++it)
+    EXPECT_TRUE(kSchema["properties"].contains(it.key())) << it.key();
+}
+
+Json chat_body(const Json& rf, double temperature, uint64_t seed, bool stream) {
+  Json b = {{"messages", Json::array({Json{{"role", "user"}, {"content", "Review: the film was great. Answer in JSON."}}})},
+            {"max_tokens", 300},
+            {"temperature", temperature},
+            {"seed", seed},
+            {"response_format", rf}};
+  if (stream) b["stream"] = true;
+  return b;
+}
+
+// SSE body -> concatenated delta content (chat) or text (completions), and the finish reason.
+std::pair<std::string, std::string> sse_text(const std::string& body, bool chat, bool* saw_reasoning = nullptr) {
+  std::string text, finish;
+  size_t i = 0;
+  while (i < body.size()) {
+    const size_t e = body.find("\n\n", i);
+    if (e == std::string::npos) break;
+    const std::string ev = body.substr(i + 6, e - i - 6);
+    i = e + 2;
+    if (ev == "[DONE]") break;
+    const Json c = Json::parse(ev);
+    if (c.contains("error")) return {"", "error: " + ev};
+    if (c["choices"].empty()) continue;
+    const Json& ch = c["choices"][0];
+    if (chat) {
+      if (ch["delta"].contains("content")) text += ch["delta"]["content"].get<std::string>();
+      if (saw_reasoning && ch["delta"].contains("reasoning_content")) *saw_reasoning = true;
+    } else {
+      text += ch["text"].get<std::string>();
+    }
+    if (!ch["finish_reason"].is_null()) finish = ch["finish_reason"];
+  }
+  return {text, finish};
+}
+
+TEST(ServerJson, JsonSchemaChatAndCompletions) {
+  TinyServer s;
+  const Json rf = {{"type", "json_schema"}, {"json_schema", {{"name", "review"}, {"schema", kSchema}, {"strict", true}}}};
+  // Chat, JSON: greedy and sampled.
+  for (const auto& [temp, seed] : std::vector<std::pair<double, uint64_t>>{{0.0, 1}, {1.0, 7}, {1.0, 8}, {0.7, 9}}) {
+    const auto [status, body] = s.post("/v1/chat/completions", chat_body(rf, temp, seed, false).dump());
+    ASSERT_EQ(status, 200) << body;
+    const Json r = Json::parse(body);
+    const Json& msg = r["choices"][0]["message"];
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << body;
+    EXPECT_FALSE(msg.contains("reasoning_content")) << body;  // thinking is off for JSON answers
+    Json v;
+    ASSERT_NO_THROW(v = Json::parse(msg["content"].get<std::string>())) << body;
+    expect_valid(v);
+  }
+  // Chat, SSE: the same text as JSON for the same seed.
+  {
+    const auto [s1, b1] = s.post("/v1/chat/completions", chat_body(rf, 1.0, 7, false).dump());
+    const auto [s2, b2] = s.post("/v1/chat/completions", chat_body(rf, 1.0, 7, true).dump());
+    ASSERT_EQ(s2, 200) << b2;
+    bool reasoning = false;
+    const auto [text, finish] = sse_text(b2, true, &reasoning);
+    EXPECT_EQ(finish, "stop");
+    EXPECT_FALSE(reasoning);
+    EXPECT_EQ(text, Json::parse(b1)["choices"][0]["message"]["content"].get<std::string>());
+    Json v;
+    ASSERT_NO_THROW(v = Json::parse(text)) << text;
+    expect_valid(v);
+  }
+  // Completions, JSON and SSE.
+  for (bool stream : {false, true}) {
+    Json b = {{"prompt", "A product review as JSON:"}, {"max_tokens", 300}, {"temperature", 1.0}, {"seed", 3},
+              {"response_format", rf}, {"stream", stream}};
+    const auto [status, body] = s.post("/v1/completions", b.dump());
+    ASSERT_EQ(status, 200) << body;
+    std::string text, finish;
+    if (stream) {
+      std::tie(text, finish) = sse_text(body, false);
+    } else {
+      const Json r = Json::parse(body);
+      text = r["choices"][0]["text"];
+      finish = r["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(finish, "stop") << body;
+    Json v;
+    ASSERT_NO_THROW(v = Json::parse(text)) << text;
+    expect_valid(v);
+  }
+  // Small schemas: an enum alone, an integer array.
+  {
+    Json sc = {{"type", "json_schema"}, {"json_schema", {{"name", "pick"}, {"schema", {{"enum", {"red", "green", "blue"}}}}}}};
+    const auto [status, body] = s.post("/v1/chat/completions", chat_body(sc, 1.0, 5, false).dump());
+    ASSERT_EQ(status, 200) << body;
+    const std::string c = Json::parse(body)["choices"][0]["message"]["content"];
+    EXPECT_TRUE(c == "\"red\"" || c == "\"green\"" || c == "\"blue\"") << c;
+  }
+}
+
+TEST(ServerJson, JsonObjectMode) {
+  TinyServer s;
+  const Json rf = {{"type", "json_object"}};
+  int parsed = 0;
+  for (uint64_t seed : {1, 2, 3}) {
+    const auto [status, body] = s.post("/v1/chat/completions", chat_body(rf, 0.8, seed, false).dump());
+    ASSERT_EQ(status, 200) << body;
+    const Json r = Json::parse(body);
+    const std::string c = r["choices"][0]["message"]["content"];
+    ASSERT_FALSE(c.empty());
+    EXPECT_EQ(c[0], '{');
+    if (r["choices"][0]["finish_reason"] == "stop") {
+      Json v;
+      ASSERT_NO_THROW(v = Json::parse(c)) << c;
+      EXPECT_TRUE(v.is_object());
+      ++parsed;
+    } else {
+      EXPECT_EQ(r["choices"][0]["finish_reason"], "length");  // a free-form object may run past max_tokens
+      std::printf("[ json_object ] unfinished: %s\n", c.substr(0, 160).c_str());
+      auto g = JsonGrammar::any_object();
+      JsonState st(*g);
+      EXPECT_TRUE(st.feed(c)) << "not a JSON prefix: " << c;
+    }
+  }
+  std::printf("[ json_object ] %d of 3 answers complete within 300 tokens\n", parsed);
+}
+
+TEST(ServerJson, BadResponseFormats) {
+  TinyServer s;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"("json")", "response_format"},
+      {R"({})", "response_format.type"},
+      {R"({"type":5})", "response_format.type"},
+      {R"({"type":"xml"})", "response_format.type"},
+      {R"({"type":"json_schema"})", "response_format.json_schema"},
+      {R"({"type":"json_schema","json_schema":[]})", "response_format.json_schema"},
+      {R"({"type":"json_schema","json_schema":{}})", "response_format.json_schema.schema"},
+      {R"({"type":"json_schema","json_schema":{"name":"x","schema":"string"}})", "response_format.json_schema.schema"},
+      {R"({"type":"json_schema","json_schema":{"name":"a b","schema":{}}})", "response_format.json_schema.name"},
+      {R"({"type":"json_schema","json_schema":{"name":"x","strict":"yes","schema":{}}})",
+       "response_format.json_schema.strict"},
+      {R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}})",
+       "response_format.json_schema.schema"},
+      {R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"format":"date"}}}}})",
+       "response_format.json_schema.schema"},
+  };
+  for (const auto& [rf, param] : cases) {
+    const std::string body =
+        R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"response_format":)" + rf + "}";
+    const auto [status, reply] = s.post("/v1/chat/completions", body);
+    EXPECT_EQ(status, 400) << rf << " -> " << reply;
+    const Json e = Json::parse(reply);
+    ASSERT_TRUE(e.contains("error")) << reply;
+    EXPECT_EQ(e["error"]["param"], param) << rf << " -> " << reply;
+    EXPECT_EQ(e["error"]["type"], "invalid_request_error");
+    EXPECT_TRUE(e["error"].contains("code"));
+  }
+  // The unsupported keyword is named.
+  const auto [st, rep] = s.post("/v1/completions", R"({"prompt":"x","response_format":{"type":"json_schema",
+      "json_schema":{"name":"x","schema":{"type":"integer","minimum":3}}}})");
+  EXPECT_EQ(st, 400);
+  EXPECT_NE(rep.find("minimum"), std::string::npos) << rep;
+  // text is the default behaviour.
+  EXPECT_EQ(s.post("/v1/completions", R"({"prompt":"x","max_tokens":2,"response_format":{"type":"text"}})").first, 200);
+}
+
+}  // namespace
+}  // namespace strata
