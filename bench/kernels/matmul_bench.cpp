@@ -162,8 +162,13 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
 }
 
 const bool registered = [] {
+#if defined(__aarch64__)
+  const int paths[] = {-1, static_cast<int>(KernelPath::Scalar), static_cast<int>(KernelPath::Neon),
+                       static_cast<int>(KernelPath::NeonDotprod), static_cast<int>(KernelPath::NeonI8mm)};
+#else
   const int paths[] = {-1, static_cast<int>(KernelPath::Scalar), static_cast<int>(KernelPath::Avx2),
                        static_cast<int>(KernelPath::Avx512), static_cast<int>(KernelPath::Avx512Vnni)};
+#endif
   // Single-threaded rates are per CPU-second (the machine is shared); the
   // two-thread ones per wall-clock second.
   for (int fi = 0; fi < static_cast<int>(std::size(kFormats)); ++fi)
