@@ -768,6 +768,15 @@ bool JsonState::accepting() const {
   return depth_ == 2 && scalar_complete(t);
 }
 
+int64_t JsonState::string_room() const {
+  const Frame& t = fr_[static_cast<size_t>(depth_ - 1)];
+  if (t.kind != kStr || t.phase != S_BODY || (t.b & 0xff)) return -1;
+  if (t.flags & kStrIsKey) return INT64_MAX;
+  const uint32_t mx = g_->node(t.node).max_len;
+  if (mx == UINT32_MAX) return INT64_MAX;
+  return t.a >= mx ? 0 : static_cast<int64_t>(mx - t.a);
+}
+
 bool JsonState::can_continue() const {
   JsonState probe(*g_);
   for (int c = 0; c < 256; ++c) {
@@ -793,7 +802,7 @@ std::shared_ptr<const JsonVocab> JsonVocab::build(const Tokenizer& tok, int64_t 
     v->bytes_[static_cast<size_t>(i)] = std::string(tok.token_bytes(id));
     v->usable_[static_cast<size_t>(i)] = !v->bytes_[static_cast<size_t>(i)].empty();
   }
-  v->build_trie();
+  v->build_tries();
   return v;
 }
 
@@ -803,54 +812,104 @@ std::shared_ptr<const JsonVocab> JsonVocab::from_bytes(std::vector<std::string> 
   v->usable_.resize(bytes.size());
   for (size_t i = 0; i < bytes.size(); ++i) v->usable_[i] = !bytes[i].empty();
   v->bytes_ = std::move(bytes);
-  v->build_trie();
+  v->build_tries();
   return v;
 }
 
-void JsonVocab::build_trie() {
-  std::vector<int32_t> ids;
-  for (int64_t i = 0; i < size_; ++i)
-    if (usable_[static_cast<size_t>(i)]) ids.push_back(static_cast<int32_t>(i));
+namespace {
+// Code points of `s` if it is whole string characters with no '"', '\\' or
+// control byte (valid UTF-8 as JsonState reads it); -1 otherwise.
+int64_t plain_code_points(std::string_view s) {
+  int64_t n = 0;
+  for (size_t i = 0; i < s.size();) {
+    const uint8_t c = static_cast<uint8_t>(s[i]);
+    if (c < 0x80) {
+      if (c < 0x20 || c == '"' || c == '\\' || c == 0x7f) return -1;
+      ++i, ++n;
+      continue;
+    }
+    size_t need = 0;
+    uint8_t lo = 0x80, hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) need = 1;
+    else if (c == 0xE0) need = 2, lo = 0xA0;
+    else if (c == 0xED) need = 2, hi = 0x9F;
+    else if (c >= 0xE1 && c <= 0xEF) need = 2;
+    else if (c == 0xF0) need = 3, lo = 0x90;
+    else if (c >= 0xF1 && c <= 0xF3) need = 3;
+    else if (c == 0xF4) need = 3, hi = 0x8F;
+    else return -1;
+    if (i + need >= s.size()) return -1;
+    for (size_t k = 1; k <= need; ++k) {
+      const uint8_t d = static_cast<uint8_t>(s[i + k]);
+      if (d < (k == 1 ? lo : 0x80) || d > (k == 1 ? hi : 0xBF)) return -1;
+    }
+    i += need + 1;
+    ++n;
+  }
+  return n;
+}
+}  // namespace
+
+void JsonVocab::build_tries() {
+  std::vector<int32_t> all, rest;
+  std::vector<std::pair<uint32_t, int32_t>> plain;
+  for (int64_t i = 0; i < size_; ++i) {
+    std::string& b = bytes_[static_cast<size_t>(i)];
+    if (b.size() > 0xfff0) usable_[static_cast<size_t>(i)] = 0;
+    if (!usable_[static_cast<size_t>(i)]) continue;
+    const int32_t id = static_cast<int32_t>(i);
+    all.push_back(id);
+    max_len_ = std::max(max_len_, b.size());
+    const int64_t cps = plain_code_points(b);
+    if (cps > 0) plain.emplace_back(static_cast<uint32_t>(cps), id);
+    else rest.push_back(id);
+  }
+  std::sort(plain.begin(), plain.end());
+  plain_.clear();
+  plain_cps_.clear();
+  for (auto [n, id] : plain) {
+    plain_cps_.push_back(n);
+    plain_.push_back(id);
+  }
+  build_trie(all_, std::move(all));
+  build_trie(rest_, std::move(rest));
+}
+
+void JsonVocab::build_trie(Trie& t, std::vector<int32_t> ids) const {
   std::sort(ids.begin(), ids.end(), [&](int32_t a, int32_t b) {
     const std::string& x = bytes_[static_cast<size_t>(a)];
     const std::string& y = bytes_[static_cast<size_t>(b)];
     return x != y ? x < y : a < b;
   });
-  byte_.assign(1, 0);
-  depth_.assign(1, 0);
-  skip_.assign(1, 0);
-  tok_start_.assign(1, 0);
-  toks_.clear();
-  max_len_ = 0;
+  t.byte.assign(1, 0);
+  t.depth.assign(1, 0);
+  t.skip.assign(1, 0);
+  t.tok_start.assign(1, 0);
+  t.toks.clear();
   std::vector<uint32_t> path{0};  // node per depth
   std::string_view prev;
   for (int32_t id : ids) {
     const std::string& s = bytes_[static_cast<size_t>(id)];
-    if (s.size() > 0xfff0) {
-      usable_[static_cast<size_t>(id)] = 0;
-      continue;
-    }
     size_t l = 0;
     while (l < prev.size() && l < s.size() && prev[l] == s[l]) ++l;
-    const uint32_t count = static_cast<uint32_t>(byte_.size());
+    const uint32_t count = static_cast<uint32_t>(t.byte.size());
     while (path.size() > l + 1) {
-      skip_[path.back()] = count;
+      t.skip[path.back()] = count;
       path.pop_back();
     }
     for (size_t k = l; k < s.size(); ++k) {
-      path.push_back(static_cast<uint32_t>(byte_.size()));
-      byte_.push_back(static_cast<uint8_t>(s[k]));
-      depth_.push_back(static_cast<uint16_t>(k + 1));
-      skip_.push_back(0);
-      tok_start_.push_back(static_cast<uint32_t>(toks_.size()));
+      path.push_back(static_cast<uint32_t>(t.byte.size()));
+      t.byte.push_back(static_cast<uint8_t>(s[k]));
+      t.depth.push_back(static_cast<uint16_t>(k + 1));
+      t.skip.push_back(0);
+      t.tok_start.push_back(static_cast<uint32_t>(t.toks.size()));
     }
-    toks_.push_back(id);  // at the last node made (or the same node as prev)
-    max_len_ = std::max(max_len_, s.size());
+    t.toks.push_back(id);  // at the last node made (or the same node as prev)
     prev = s;
   }
-  const uint32_t count = static_cast<uint32_t>(byte_.size());
-  for (uint32_t p : path) skip_[p] = count;
-  tok_start_.push_back(static_cast<uint32_t>(toks_.size()));
+  const uint32_t count = static_cast<uint32_t>(t.byte.size());
+  for (uint32_t p : path) t.skip[p] = count;
+  t.tok_start.push_back(static_cast<uint32_t>(t.toks.size()));
 }
 
 // ---------------------------------------------------------------- constraint
@@ -860,25 +919,41 @@ JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> g, std::shared
   stack_.assign(vocab_->max_len() + 1, state_);
 }
 
+size_t JsonConstraint::walk(const JsonVocab::Trie& t, std::vector<uint8_t>& out) {
+  size_t count = 0;
+  stack_[0].assign(state_);
+  const uint32_t n = static_cast<uint32_t>(t.byte.size());
+  for (uint32_t i = 1; i < n;) {
+    const size_t d = t.depth[i];
+    JsonState& s = stack_[d];
+    s.assign(stack_[d - 1]);
+    if (!s.feed(t.byte[i])) {
+      i = t.skip[i];
+      continue;
+    }
+    for (uint32_t k = t.tok_start[i]; k < t.tok_start[i + 1]; ++k) {
+      out[static_cast<size_t>(t.toks[k])] = 1;
+      ++count;
+    }
+    ++i;
+  }
+  return count;
+}
+
 size_t JsonConstraint::allowed(std::vector<uint8_t>& out, std::span<const int32_t> stop_ids) {
   const JsonVocab& v = *vocab_;
   out.assign(static_cast<size_t>(v.size_), 0);
   size_t count = 0;
-  stack_[0].assign(state_);
-  const uint32_t n = static_cast<uint32_t>(v.byte_.size());
-  for (uint32_t i = 1; i < n;) {
-    const size_t d = v.depth_[i];
-    JsonState& s = stack_[d];
-    s.assign(stack_[d - 1]);
-    if (!s.feed(v.byte_[i])) {
-      i = v.skip_[i];
-      continue;
-    }
-    for (uint32_t k = v.tok_start_[i]; k < v.tok_start_[i + 1]; ++k) {
-      out[static_cast<size_t>(v.toks_[k])] = 1;
+  const int64_t room = state_.string_room();
+  if (room >= 0) {
+    // Plain tokens fit by length alone; walk only the others.
+    for (size_t k = 0; k < v.plain_.size() && v.plain_cps_[k] <= static_cast<uint64_t>(room); ++k) {
+      out[static_cast<size_t>(v.plain_[k])] = 1;
       ++count;
     }
-    ++i;
+    count += walk(v.rest_, out);
+  } else {
+    count += walk(v.all_, out);
   }
   const bool acc = state_.accepting();
   for (int32_t s : stop_ids) {

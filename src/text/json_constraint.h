@@ -128,6 +128,9 @@ class JsonState {
   // Complete and nothing may follow.
   bool done() const { return accepting() && !can_continue(); }
   int depth() const { return depth_; }
+  // Inside a string between characters (not in an escape or a UTF-8
+  // sequence): how many more code points it may take; -1 otherwise.
+  int64_t string_room() const;
 
  private:
   struct Frame {
@@ -161,6 +164,9 @@ class JsonState {
 // Token bytes and a byte trie in preorder (each node: its byte, its depth and
 // where its subtree ends), so a mask walks the trie once, feeding one byte per
 // node to a stack of states and skipping every subtree the grammar refuses.
+// Inside a string (most of the vocabulary is allowed there) "plain" tokens --
+// whole characters, none of them '"', '\' or a control byte -- are allowed
+// by their code-point count alone, and only the rest is walked (a second trie).
 class JsonVocab {
  public:
   // `vocab`: the model's vocabulary size (the length of a logits row). Only
@@ -176,21 +182,29 @@ class JsonVocab {
     return id >= 0 && id < size_ ? std::string_view(bytes_[static_cast<size_t>(id)]) : std::string_view();
   }
   bool usable(int32_t id) const { return id >= 0 && id < size_ && usable_[static_cast<size_t>(id)]; }
-  size_t trie_nodes() const { return byte_.size(); }
+  size_t trie_nodes() const { return all_.byte.size(); }
+  size_t plain_tokens() const { return plain_.size(); }
   size_t max_len() const { return max_len_; }
 
  private:
   friend class JsonConstraint;
-  void build_trie();
+  struct Trie {
+    std::vector<uint8_t> byte;
+    std::vector<uint16_t> depth;
+    std::vector<uint32_t> skip;       // first node after the subtree
+    std::vector<uint32_t> tok_start;  // tokens ending at node i: toks[tok_start[i], tok_start[i + 1])
+    std::vector<int32_t> toks;
+  };
+  void build_tries();
+  void build_trie(Trie& t, std::vector<int32_t> ids) const;
   int64_t size_ = 0;
   std::vector<std::string> bytes_;
   std::vector<uint8_t> usable_;
   size_t max_len_ = 0;
-  std::vector<uint8_t> byte_;
-  std::vector<uint16_t> depth_;
-  std::vector<uint32_t> skip_;       // first node after the subtree
-  std::vector<uint32_t> tok_start_;  // tokens ending at node i: toks_[tok_start_[i], tok_start_[i + 1])
-  std::vector<int32_t> toks_;
+  Trie all_;                         // every usable token
+  Trie rest_;                        // the usable tokens that are not plain
+  std::vector<int32_t> plain_;       // plain tokens by code-point count
+  std::vector<uint32_t> plain_cps_;  // their counts, ascending
 };
 
 class JsonConstraint {
@@ -215,6 +229,7 @@ class JsonConstraint {
   std::shared_ptr<const JsonGrammar> g_;
   std::shared_ptr<const JsonVocab> vocab_;
   JsonState state_;
+  size_t walk(const JsonVocab::Trie& t, std::vector<uint8_t>& out);
   std::vector<JsonState> stack_;  // one per trie depth
   std::vector<uint8_t> allowed_;
 };

@@ -450,6 +450,37 @@ std::vector<std::string> fake_vocab(size_t n) {
   return out;
 }
 
+// The string fast path (plain tokens by length, the rest walked) == brute force.
+TEST(JsonConstraint, MaskEqualsBruteForceLargeVocab) {
+  auto v = JsonVocab::from_bytes(fake_vocab(20000));
+  EXPECT_GT(v->plain_tokens(), 10000u);
+  auto g = schema(R"({"type":"object","properties":{"s":{"type":"string","maxLength":6},"t":{"type":"string"},
+      "m":{"type":"object","additionalProperties":{"type":"string","minLength":1,"maxLength":3}}},
+      "required":["s","t","m"]})");
+  std::mt19937_64 rng(9);
+  int checked = 0;
+  for (int run = 0; run < 4; ++run) {
+    JsonConstraint c(g, v);
+    std::vector<uint8_t> got;
+    std::string text;
+    for (int step = 0; step < 30 && !c.done(); ++step) {
+      c.allowed(got, {});
+      ASSERT_EQ(got, brute_mask(c, *v, {})) << text;
+      ++checked;
+      std::vector<int32_t> ok;
+      for (int32_t i = 0; i < v->size(); ++i)
+        if (got[static_cast<size_t>(i)]) ok.push_back(i);
+      ASSERT_FALSE(ok.empty()) << text;
+      // Prefer short tokens so the strings end sometimes.
+      int32_t t = ok[rng() % ok.size()];
+      for (int k = 0; k < 3 && v->bytes(t).size() > 1; ++k) t = ok[rng() % ok.size()];
+      ASSERT_TRUE(c.advance(t));
+      text += v->bytes(t);
+    }
+  }
+  EXPECT_GE(checked, 40);
+}
+
 void time_masks(const char* name, std::shared_ptr<const JsonVocab> v) {
   auto g = JsonGrammar::from_schema(nlohmann::ordered_json::parse(
       R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"number"},
@@ -462,8 +493,8 @@ void time_masks(const char* name, std::shared_ptr<const JsonVocab> v) {
       {"in array", "{\"name\":\"x\",\"n\":1,\"xs\":[\"ab\","},
   };
   std::vector<float> logits(static_cast<size_t>(v->size()), 0.f);
-  std::printf("[ mask cost ] %s: %lld tokens, %zu trie nodes\n", name, static_cast<long long>(v->size()),
-              v->trie_nodes());
+  std::printf("[ mask cost ] %s: %lld tokens, %zu trie nodes, %zu plain string tokens\n", name,
+              static_cast<long long>(v->size()), v->trie_nodes(), v->plain_tokens());
   for (const auto& [what, prefix] : states) {
     JsonConstraint c(g, v);
     JsonState st(c.state());
