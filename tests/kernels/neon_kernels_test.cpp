@@ -289,6 +289,27 @@ void test_zero_and_nonfinite(const KernelTable& ref, const KernelTable& k, std::
   }
 }
 
+// Wide rows: the kernels split the activation rows into L2-sized blocks (45
+// rows of 6001 columns: 8-row blocks for floats, 40-row blocks for integers,
+// so SMMLA pairs and leftovers meet block edges); results must not move.
+void test_large(const KernelTable& ref, const KernelTable& k, std::mt19937& rng) {
+  const std::string name = kernel_path_name(k.path);
+  const int64_t rows = 6, cols = 6001, nrows = 45;
+  const auto x = normals(rng, nrows * cols);
+  const auto wf = normals(rng, rows * cols);
+  std::vector<uint16_t> wb(wf.size());
+  for (size_t i = 0; i < wf.size(); ++i) wb[i] = to_bf16(wf[i]);
+  std::vector<float> want(static_cast<size_t>(nrows * rows)), got(want.size());
+  ref.gemm_f32(wf.data(), rows, cols, x.data(), nrows, want.data(), rows);
+  k.gemm_f32(wf.data(), rows, cols, x.data(), nrows, got.data(), rows);
+  check(diff(want, got).empty(), name + " gemm_f32 6001 x 45" + diff(want, got));
+  ref.gemm_bf16(wb.data(), rows, cols, x.data(), nrows, want.data(), rows);
+  k.gemm_bf16(wb.data(), rows, cols, x.data(), nrows, got.data(), rows);
+  check(diff(want, got).empty(), name + " gemm_bf16 6001 x 45" + diff(want, got));
+  compare_int(ref, k, random_int(rng, 8, 0, rows, cols), x, nrows);
+  compare_int(ref, k, random_int(rng, 4, 64, rows, cols), x, nrows);
+}
+
 // ---- dispatch ----
 
 std::vector<std::string> split(const std::string& s) {
@@ -359,6 +380,7 @@ int main(int argc, char** argv) {
     test_qgemm(ref, k, rng);
     test_extremes(k);
     test_zero_and_nonfinite(ref, k, rng);
+    test_large(ref, k, rng);
     std::printf("%-13s %5d checks, %d failed\n", kernel_path_name(p), g_checks - checks, g_failures - before);
     ++paths;
   }
