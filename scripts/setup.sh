@@ -20,6 +20,8 @@ pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-de
 # OpenBLAS so it runs at a useful speed, Node.js for the llama.cpp cross-check.
 if [ "$want_test" = 1 ]; then
   pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread tmux)
+  # The dashboard test drives Debian's Chromium with npm playwright-core.
+  pkgs+=(chromium)
   # The AArch64 NEON kernels: cross-compiled and run under qemu-user
   # (tests/kernels/aarch64_qemu.sh; qemu 7.2's -cpu max has dotprod and i8mm).
   if [ "$(uname -m)" = x86_64 ]; then pkgs+=(g++-aarch64-linux-gnu qemu-user); fi

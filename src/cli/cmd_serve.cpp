@@ -20,6 +20,8 @@ void add_serve_command(CLI::App& app, Runner& run) {
     std::string chat_template = "auto";
     int64_t ctx = 0;
     bool raw = false;
+    std::string kv_dir;
+    int kv_max_files = 64;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
@@ -44,6 +46,10 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->check(CLI::Range(0.0, 1e7));
   cmd->add_option("--ctx", f->ctx, "Context per request in tokens (default: min(4096, max_position_embeddings))")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+  cmd->add_option("--kv-dir", f->kv_dir,
+                  "Save each finished turn's KV state here and resume conversations from it after a restart");
+  cmd->add_option("--kv-max-files", f->kv_max_files, "Conversations kept in --kv-dir (least recently used removed)")
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--model-id", so.model_id, "Model name reported by /v1/models (default: the directory name)");
   cmd->add_option("--chat-template", f->chat_template, "auto, glm or raw (no template)")
       ->check(CLI::IsMember({"auto", "glm", "raw"}));
@@ -78,6 +84,14 @@ void add_serve_command(CLI::App& app, Runner& run) {
       sm.disk = e.disk;
       sm.heat = &heat;
 
+      std::unique_ptr<server::KvStore> kv;
+      if (!f->kv_dir.empty()) {
+        kv = std::make_unique<server::KvStore>(f->kv_dir, e.model->config, server::kv_fingerprint(*e.model, sm.forward),
+                                               f->kv_max_files, true);
+        sm.kv = kv.get();
+        std::fprintf(stderr, "strata: kv: %zu saved conversation(s) in %s (%zu bytes per position)\n",
+                     kv->conversations(), f->kv_dir.c_str(), kv->record_bytes());
+      }
       server::Server srv(sm, tm.tmpl, tm.gen, o);
       const int port = srv.bind();
       std::fprintf(stderr, "strata: serving %s on http://%s:%d (ctx %lld, parallel %d, queue %d%s)\n",

@@ -771,7 +771,19 @@ struct Server::Impl {
       mem["on_disk_bytes"] = m.disk->total_expert_bytes();
       mem["ram_budget_bytes"] = m.disk->budget_bytes();
     }
+    // What the process may hold: model, expert cache, and every session
+    // the scheduler may keep (active + idle), each sized to the context.
+    const ModelConfig& c = m.model->config;
+    uint64_t per_pos = 0;
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l)
+      per_pos += static_cast<uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim + (c.indexer_full(l) ? c.index_head_dim : 0));
+    const uint64_t per_session = per_pos * sizeof(float) * static_cast<uint64_t>(o.sched.ctx);
+    mem["session_budget_bytes"] = per_session * static_cast<uint64_t>(o.sched.parallel + o.sched.keep_sessions);
     j["memory"] = mem;
+    j["kv_store"] = {{"enabled", m.kv != nullptr},
+                     {"conversations", s.kv_conversations},
+                     {"bytes_written", s.kv_bytes_written},
+                     {"positions_loaded", s.kv_positions_loaded}};
     j["expert_heat"] = s.heat;
     return j;
   }

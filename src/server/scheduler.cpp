@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 
 namespace strata::server {
 
@@ -58,6 +59,7 @@ Scheduler::Scheduler(const ServerModel& m, const SchedulerOptions& o)
   opts_.keep_sessions = std::max(0, opts_.keep_sessions);
   opts_.prefill_chunk = std::max<int64_t>(1, opts_.prefill_chunk);
   work_.resize(static_cast<size_t>(vocab_));
+  if (m_.kv) stats_.kv_conversations = m_.kv->conversations();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -165,13 +167,41 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
       if (idle_[i].last_used < idle_[best].last_used) best = i;
     best_common = 0;
   }
+  // A conversation saved on disk (--kv-dir) that shares more: its records
+  // are read into a session instead of prefilling them again.
+  KvStore::Match saved;
+  if (m_.kv && p.size() > 1) saved = m_.kv->find(p, p.size() - 1);
+  const bool from_disk = saved.id >= 0 && saved.common > best_common;
+  if (from_disk && best == idle_.size() && !idle_.empty() &&
+      static_cast<int64_t>(active_.size() + idle_.size()) >= opts_.parallel + opts_.keep_sessions) {
+    best = 0;
+    for (size_t i = 1; i < idle_.size(); ++i)
+      if (idle_[i].last_used < idle_[best].last_used) best = i;
+  }
   if (best < idle_.size()) {
     s.session = std::move(idle_[best].session);
     s.tokens = std::move(idle_[best].tokens);
+    s.conv = idle_[best].conv;
     idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(best));
     s.session->truncate(static_cast<int64_t>(best_common));
     s.tokens.resize(best_common);
-  } else {
+  }
+  if (from_disk) {
+    try {
+      if (!s.session) s.session = std::make_unique<Session>(m_.model->config, opts_.ctx, false);
+      best_common = m_.kv->load(saved.id, saved.common, *s.session, s.tokens);
+      s.conv = saved.id;
+      std::lock_guard l(mu_);
+      stats_.kv_positions_loaded += best_common;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata: kv: resuming failed (%s); prefilling instead\n", e.what());
+      if (s.session) s.session->truncate(0);
+      s.tokens.clear();
+      s.conv = -1;
+      best_common = 0;
+    }
+  }
+  if (!s.session) {
     try {
       s.session = std::make_unique<Session>(m_.model->config, opts_.ctx, false);
     } catch (const std::bad_alloc&) {
@@ -358,6 +388,18 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
       stats_.last_ttft_s = static_cast<double>(ttft) / 1e9;
     }
   }
+  // A finished turn is saved before the client hears of its end, so an
+  // answer the client has seen is one a restarted server resumes from.
+  if (m_.kv && s.session && (f == Finish::Stop || f == Finish::Length)) {
+    try {
+      s.conv = m_.kv->save(s.conv, *s.session, s.tokens);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata: kv: saving the conversation failed: %s\n", e.what());
+    }
+    std::lock_guard l(mu_);
+    stats_.kv_conversations = m_.kv->conversations();
+    stats_.kv_bytes_written = m_.kv->bytes_written();
+  }
   {
     std::lock_guard l(job->mu);
     job->text += tail;
@@ -368,7 +410,7 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
   }
   job->cv.notify_all();
   if (s.session && opts_.keep_sessions > 0 && f != Finish::Error) {
-    idle_.push_back({std::move(s.session), std::move(s.tokens), ++tick_});
+    idle_.push_back({std::move(s.session), std::move(s.tokens), ++tick_, s.conv});
     if (static_cast<int64_t>(idle_.size()) > opts_.keep_sessions) {
       size_t old = 0;
       for (size_t i = 1; i < idle_.size(); ++i)

@@ -20,6 +20,7 @@
 #include "experts/expert_store.h"
 #include "model/forward.h"
 #include "runtime/session.h"
+#include "server/kv_store.h"
 #include "text/json_constraint.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
@@ -51,6 +52,7 @@ struct ServerModel {
   std::vector<int32_t> stop_ids;  // end-of-turn ids: end the answer, never shown
   const DiskExpertStore* disk = nullptr;          // for the memory tiers; may be null
   const CountingExpertStore* heat = nullptr;      // may be null
+  KvStore* kv = nullptr;  // conversations saved to disk (--kv-dir); may be null
 };
 
 struct SchedulerOptions {
@@ -110,6 +112,7 @@ struct SchedulerStats {
   double last_ttft_s = 0;
   int64_t queued = 0, active = 0, idle_sessions = 0;
   uint64_t session_bytes = 0;
+  uint64_t kv_conversations = 0, kv_bytes_written = 0, kv_positions_loaded = 0;  // --kv-dir
   ExpertStoreStats experts{};
   std::vector<std::vector<uint64_t>> heat;  // per layer, per expert (empty for dense layers)
 };
@@ -133,6 +136,7 @@ class Scheduler {
     std::shared_ptr<Job> job;
     std::unique_ptr<Session> session;
     std::vector<int32_t> tokens;  // what the session holds, in order
+    int64_t conv = -1;            // the saved conversation it continues (KvStore), -1: none
     std::unique_ptr<Sampler> sampler;
     std::unique_ptr<StreamDecoder> decoder;
     std::unique_ptr<StopStrings> stops;
@@ -144,6 +148,7 @@ class Scheduler {
     std::unique_ptr<Session> session;
     std::vector<int32_t> tokens;
     uint64_t last_used = 0;
+    int64_t conv = -1;
   };
 
   void loop();

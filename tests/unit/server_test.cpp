@@ -17,6 +17,8 @@
 #include "model/model.h"
 #include "runtime/thread_pool.h"
 #include "server/http_server.h"
+#include "server/kv_store.h"
+#include "test_util.h"
 #include "text/tokenizer.h"
 #include "util/json.h"
 
@@ -39,7 +41,8 @@ Shared& shared() {
 // One server with its own runner, pool and scheduler, serving on a thread.
 class TestServer {
  public:
-  explicit TestServer(server::ServerOptions o = {}, ChatDialect dialect = ChatDialect::Raw) {
+  explicit TestServer(server::ServerOptions o = {}, ChatDialect dialect = ChatDialect::Raw,
+                      server::KvStore* kv = nullptr) {
     Shared& s = shared();
     o.host = "127.0.0.1";
     o.port = 0;
@@ -55,6 +58,7 @@ class TestServer {
     sm.tok = &s.tok;
     sm.stop_ids = {253, 254, 255};
     sm.heat = heat_.get();
+    sm.kv = kv;
     ChatTemplate raw;
     raw.dialect = dialect;
     raw.source = "test";
@@ -474,6 +478,46 @@ TEST(Server, PrefixReuse) {
   const Json k = post(s, "/v1/completions", second).json();
   EXPECT_EQ(k["usage"]["prompt_tokens_details"]["cached_tokens"], 10);
   EXPECT_EQ(k["choices"][0].dump(), fresh);
+}
+
+// --kv-dir: a finished turn is saved; a new server over the same directory
+// resumes from it (no re-prefill of the saved positions) and answers exactly
+// as a server that never stopped.
+TEST(Server, ConversationSurvivesRestart) {
+  const std::string first = R"({"prompt":[5,6,7,8,9,10,11,12],"max_tokens":5,"temperature":0,"ignore_eos":true})";
+  const std::string second =
+      R"({"prompt":[5,6,7,8,9,10,11,12,40,41,42],"max_tokens":6,"temperature":0,"ignore_eos":true,"logprobs":1})";
+  std::string uninterrupted;
+  {
+    server::ServerOptions o;
+    o.sched.keep_sessions = 2;
+    TestServer s(o);
+    ASSERT_EQ(post(s, "/v1/completions", first).status, 200);
+    uninterrupted = post(s, "/v1/completions", second).json()["choices"][0].dump();
+  }
+  test_util::TempDir d;
+  const uint64_t fp = server::kv_fingerprint(*shared().model, ForwardOptions{});
+  {
+    server::KvStore kv(d.str(), shared().model->config, fp, 8, false);
+    server::ServerOptions o;
+    o.sched.keep_sessions = 0;  // nothing kept in memory: only the disk can help
+    TestServer s(o, ChatDialect::Raw, &kv);
+    ASSERT_EQ(post(s, "/v1/completions", first).status, 200);
+    const Json st = get(s, "/v1/stats").json();
+    EXPECT_EQ(st["kv_store"]["conversations"], 1);
+    EXPECT_GT(st["kv_store"]["bytes_written"].get<uint64_t>(), 0u);
+  }
+  server::KvStore kv(d.str(), shared().model->config, fp, 8, false);  // the restart
+  ASSERT_EQ(kv.conversations(), 1u);
+  server::ServerOptions o;
+  o.sched.keep_sessions = 0;
+  TestServer s(o, ChatDialect::Raw, &kv);
+  const Json j = post(s, "/v1/completions", second).json();
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"], 8);
+  EXPECT_EQ(j["choices"][0].dump(), uninterrupted);
+  const Json st = get(s, "/v1/stats").json();
+  EXPECT_EQ(st["prefilled_tokens"], 3);  // only 40, 41, 42
+  EXPECT_EQ(st["kv_store"]["positions_loaded"], 8);
 }
 
 }  // namespace
