@@ -202,7 +202,17 @@ TEST(ServerJson, JsonSchemaChatAndCompletions) {
     ASSERT_NO_THROW(v = Json::parse(text)) << text;
     expect_valid(v);
   }
-  // Small schemas: an enum alone, an integer array.
+  // ignore_eos does not keep a finished JSON answer going.
+  {
+    Json b = chat_body(rf, 1.0, 11, false);
+    b["ignore_eos"] = true;
+    const auto [status, body] = s.post("/v1/chat/completions", b.dump());
+    ASSERT_EQ(status, 200) << body;
+    const Json r = Json::parse(body);
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << body;
+    expect_valid(Json::parse(r["choices"][0]["message"]["content"].get<std::string>()));
+  }
+  // Small schemas: an enum alone.
   {
     Json sc = {{"type", "json_schema"}, {"json_schema", {{"name", "pick"}, {"schema", {{"enum", {"red", "green", "blue"}}}}}}};
     const auto [status, body] = s.post("/v1/chat/completions", chat_body(sc, 1.0, 5, false).dump());
