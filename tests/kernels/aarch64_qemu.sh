@@ -5,8 +5,11 @@
 #   -cpu max         SDOT and SMMLA: neon, neon-dotprod, neon-i8mm; picks neon-i8mm
 #   -cpu cortex-a76  SDOT, no i8mm:  neon, neon-dotprod;            picks neon-dotprod
 #   -cpu cortex-a53  ARMv8.0:        neon;                          picks neon
-# Every supported path must equal the scalar reference bit for bit. Timings
-# under qemu mean nothing, so none are taken.
+# Every supported path must equal the scalar reference bit for bit. Then the
+# same test built for the host (x86: scalar, avx2, avx512, avx512-vnni) and
+# the AArch64 build print a fingerprint of every path's outputs on a fixed
+# suite (--digest): all must be equal, x86 and AArch64 alike. Timings under
+# qemu mean nothing, so none are taken.
 # Usage: tests/kernels/aarch64_qemu.sh [BUILD_DIR]   (exit 77: tools missing, skipped)
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -37,5 +40,24 @@ run() {  # CPU, expected best path, the NEON paths it must support
 run max neon-i8mm neon,neon-dotprod,neon-i8mm
 run cortex-a76 neon-dotprod neon,neon-dotprod
 run cortex-a53 neon neon
-[ "$fail" = 0 ] && echo "== all NEON paths bit-identical to scalar; dispatch as expected"
+
+if [ "$(uname -m)" = x86_64 ]; then
+  echo "== the same bits on x86 and AArch64 (--digest)"
+  host="$out/host_digest_test"
+  srcs=("$root/tests/kernels/neon_kernels_test.cpp" "$root"/src/kernels/{qgemm_scalar,cpu_features,qgemm_avx2,qgemm_avx512,qgemm_avx512vnni}.cpp)
+  stale=1
+  if [ -x "$host" ]; then
+    stale=0
+    for f in "${srcs[@]}" "$root"/src/kernels/*.h; do [ "$f" -nt "$host" ] && stale=1; done
+  fi
+  # The engine's kernel flags (CMakeLists.txt); the SIMD files carry their ISA in target pragmas.
+  [ "$stale" = 1 ] && c++ -std=c++20 -O3 -ffp-contract=off -w -I"$root/src" "${srcs[@]}" -o "$host"
+  digests="$("$host" --digest; for c in max cortex-a76 cortex-a53; do qemu-aarch64 -cpu "$c" "$bin" --digest; done)"
+  echo "$digests" | sort | uniq -c
+  if [ "$(echo "$digests" | awk '{print $3}' | sort -u | wc -l)" != 1 ]; then
+    echo "FAILED: the paths' outputs differ between x86 and AArch64"
+    fail=1
+  fi
+fi
+[ "$fail" = 0 ] && echo "== all NEON paths bit-identical to scalar and to x86; dispatch as expected"
 exit "$fail"

@@ -6,9 +6,12 @@
 // path the (emulated) CPU allows.
 //
 //   neon_kernels_test [--expect-best PATH] [--expect-supported P1,P2,...]
+//   neon_kernels_test --digest
 //
 // --expect-supported lists the NEON paths that must be supported; the other
-// NEON paths must not be.
+// NEON paths must not be. --digest prints a fingerprint of each supported
+// path's outputs on a fixed suite; it builds on x86 too, where the script
+// runs it to show that x86 and AArch64 give the same bits.
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -310,6 +313,65 @@ void test_large(const KernelTable& ref, const KernelTable& k, std::mt19937& rng)
   compare_int(ref, k, random_int(rng, 4, 64, rows, cols), x, nrows);
 }
 
+// ---- the same bits on every architecture ----
+
+// A fingerprint of one table's outputs on a fixed suite whose inputs are
+// built from integers only (no libm), so they are the same on every machine:
+// the script compares the NEON paths' fingerprints under qemu with the x86
+// paths' (and both scalar references') on the host.
+struct Fnv {
+  uint64_t h = 1469598103934665603ull;
+  void add(float f) {
+    const uint32_t u = std::isnan(f) ? 0x7fc00000u : bits_of(f);  // NaN payloads are not part of the contract
+    for (int i = 0; i < 4; ++i) h = (h ^ ((u >> (8 * i)) & 0xff)) * 1099511628211ull;
+  }
+};
+
+std::vector<float> int_floats(std::mt19937& rng, int64_t n) {  // exact: a 24-bit integer times 2^-20
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& f : v) f = static_cast<float>(static_cast<int32_t>(rng() >> 8) - (1 << 23)) * (1.0f / (1 << 20));
+  return v;
+}
+
+uint64_t digest(const KernelTable& k) {
+  std::mt19937 rng(11);
+  Fnv h;
+  for (int64_t n : {1, 7, 16, 33, 100, 1000, 4099}) {
+    const auto a = int_floats(rng, n), b = int_floats(rng, n);
+    h.add(k.dot_f32(a.data(), b.data(), n));
+  }
+  for (int64_t cols : {1, 17, 100, 515})
+    for (bool bf16 : {false, true}) {
+      const int64_t nw = 3, nrows = 5;
+      const auto wf = int_floats(rng, nw * cols), x = int_floats(rng, nrows * cols);
+      std::vector<uint16_t> wb(wf.size());
+      for (size_t i = 0; i < wf.size(); ++i) wb[i] = to_bf16(wf[i]);
+      std::vector<float> y(static_cast<size_t>(nrows * nw));
+      if (bf16)
+        k.gemm_bf16(wb.data(), nw, cols, x.data(), nrows, y.data(), nw);
+      else
+        k.gemm_f32(wf.data(), nw, cols, x.data(), nrows, y.data(), nw);
+      for (float v : y) h.add(v);
+    }
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 128})
+      for (int64_t cols : {33, 513, 1537}) {
+        IntCase w;
+        w.bits = bits;
+        w.group = group;
+        w.rows = 3;
+        w.cols = cols;
+        w.q.resize(static_cast<size_t>(w.rows * w.row_bytes()));
+        for (auto& b : w.q) b = static_cast<uint8_t>(rng());
+        w.s = int_floats(rng, w.rows * w.ngroups());
+        for (auto& v : w.s) v = std::fabs(v) * (1.0f / 64);
+        auto x = int_floats(rng, 3 * cols);
+        for (int64_t c = 0; c < 3 * cols; c += 13) x[c] *= 64.0f;  // outliers
+        for (float v : run_int(k, w, x, 3)) h.add(v);
+      }
+  return h.h;
+}
+
 // ---- dispatch ----
 
 std::vector<std::string> split(const std::string& s) {
@@ -356,13 +418,20 @@ int main(int argc, char** argv) {
   bool have_supported = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
+    if (a == "--digest") {  // one line per supported path, nothing else
+      for (KernelPath p : kAllKernelPaths)
+        if (kernel_path_supported(p))
+          std::printf("digest %s %016llx\n", kernel_path_name(p),
+                      static_cast<unsigned long long>(digest(kernel_table(p))));
+      return 0;
+    }
     if (a == "--expect-best" && i + 1 < argc) {
       expect_best = argv[++i];
     } else if (a == "--expect-supported" && i + 1 < argc) {
       expect_supported = argv[++i];
       have_supported = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--expect-best PATH] [--expect-supported P1,P2,...]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--expect-best PATH] [--expect-supported P1,P2,...] | --digest\n", argv[0]);
       return 2;
     }
   }
