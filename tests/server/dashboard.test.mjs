@@ -5,13 +5,14 @@
 // every memory tier, one heat row per MoE layer with one cell per expert and
 // some heat, no script errors; without the key it must say 401.
 // Usage: node tests/server/dashboard.test.mjs path/to/strata [screenshot.png]
-import { spawn, execFileSync } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import { chromium } from 'playwright-core';
+import { startServer } from './serve.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -30,18 +31,9 @@ execFileSync(strata, ['convert', '--in', path.join(root, 'models/glm5-strata-tin
 const cfg = JSON.parse(fs.readFileSync(path.join(root, 'models/glm5-strata-tiny/config.json'), 'utf8'));
 const moeLayers = cfg.num_hidden_layers - (cfg.first_k_dense_replace || 0);
 
-const server = spawn(strata, ['serve', '--model', container, '--port', '0', '--threads', '1', '--api-key', 'k3y',
-  '--ram', '0.004', '--no-autopin', '--ctx', '512'], { stdio: ['ignore', 'ignore', 'pipe'] });
-let err = '';
-const port = await new Promise((resolve, reject) => {
-  server.stderr.on('data', (d) => {
-    err += d;
-    const m = err.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) resolve(Number(m[1]));
-  });
-  server.on('exit', (code, sig) => reject(new Error(`strata serve exited (${code ?? sig}): ${err}`)));
-});
-const base = `http://127.0.0.1:${port}`;
+const server = await startServer(strata, ['--model', container, '--threads', '1', '--api-key', 'k3y',
+  '--ram', '0.004', '--no-autopin', '--ctx', '512']);
+const base = server.base;
 
 let failed = 0;
 const browser = await chromium.launch({ executablePath: chromiumPath,
@@ -106,9 +98,7 @@ try {
   console.log(`not ok - ${e.stack || e}`);
 } finally {
   await browser.close();
-  const exited = new Promise((r) => server.once('exit', r));
-  server.kill('SIGTERM');
-  await exited;
+  await server.stop();
   fs.rmSync(tmp, { recursive: true, force: true });
   clearTimeout(watchdog);
 }

@@ -7,11 +7,11 @@
 // budget it states in /v1/stats (resident model + expert cache + every
 // session it may keep) plus a fixed allowance for code, heap and threads.
 // Usage: node tests/server/load.test.mjs path/to/strata [model dir]
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import path from 'node:path';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
+import { startServer } from './serve.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -22,20 +22,11 @@ const clients = Number(process.env.LOAD_CLIENTS || 64);
 const allowanceMB = 64;   // code, tokenizer, allocator, HTTP threads and buffers
 const watchdog = setTimeout(() => { console.error('not ok - timeout'); process.exit(1); }, (seconds + 120) * 1000);
 
-const server = spawn(strata, ['serve', '--model', model, '--port', '0', '--threads', '2', '--ctx', '512',
-  '--parallel', '4', '--queue', '16', '--timeout', '60'], { stdio: ['ignore', 'ignore', 'pipe'] });
-let err = '';
-const port = await new Promise((resolve, reject) => {
-  server.stderr.on('data', (d) => {
-    err += d;
-    const m = err.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-    if (m) resolve(Number(m[1]));
-  });
-  server.on('exit', (code, sig) => reject(new Error(`strata serve exited (${code ?? sig}): ${err}`)));
-});
-const base = `http://127.0.0.1:${port}`;
+const server = await startServer(strata, ['--model', model, '--threads', '2', '--ctx', '512',
+  '--parallel', '4', '--queue', '16', '--timeout', '60']);
+const base = server.base;
 function vm(field) {
-  const m = fs.readFileSync(`/proc/${server.pid}/status`, 'utf8').match(new RegExp(`${field}:\\s+(\\d+) kB`));
+  const m = fs.readFileSync(`/proc/${server.proc.pid}/status`, 'utf8').match(new RegExp(`${field}:\\s+(\\d+) kB`));
   return m ? Number(m[1]) * 1024 : 0;
 }
 
@@ -125,6 +116,6 @@ try {
   failed++;
   console.log(`not ok - ${e.stack || e}`);
 }
-server.kill('SIGTERM');
+await server.stop();
 clearTimeout(watchdog);
 process.exit(failed ? 1 : 0);

@@ -7,12 +7,12 @@
 //    the reference, with the saved positions loaded from disk (cached_tokens,
 //    prefilled_tokens and positions_loaded checked) instead of prefilled.
 // Usage: node tests/server/persist_kill9.test.mjs path/to/strata [model dir]
-import { spawn } from 'node:child_process';
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
+import { startServer } from './serve.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -21,25 +21,7 @@ const model = process.argv[3] || path.join(root, 'models/glm5-strata-tiny');
 const kvDir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-kv-'));
 const watchdog = setTimeout(() => { console.error('not ok - timeout'); process.exit(1); }, 240000);
 
-function start(extra) {
-  const proc = spawn(strata, ['serve', '--model', model, '--port', '0', '--threads', '1', '--ctx', '1024', ...extra],
-    { stdio: ['ignore', 'ignore', 'pipe'] });
-  let err = '';
-  const port = new Promise((resolve, reject) => {
-    proc.stderr.on('data', (d) => {
-      err += d;
-      const m = err.match(/http:\/\/127\.0\.0\.1:(\d+)/);
-      if (m) resolve(Number(m[1]));
-    });
-    proc.on('exit', (code, sig) => reject(new Error(`strata serve exited (${code ?? sig}): ${err}`)));
-  });
-  return { proc, port, stderr: () => err };
-}
-async function stop(s, signal = 'SIGTERM') {
-  const done = new Promise((r) => s.proc.once('exit', r));
-  s.proc.kill(signal);
-  await done;
-}
+const start = (extra) => startServer(strata, ['--model', model, '--threads', '1', '--ctx', '1024', ...extra]);
 async function chat(port, messages, stream = false) {
   const r = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
     method: 'POST',
@@ -56,37 +38,37 @@ const next = (a1) => [...turn1, { role: 'assistant', content: a1 }, { role: 'use
 let failed = 0;
 try {
   // 1. The reference: one server, both turns.
-  const ref = start([]);
-  const rport = await ref.port;
+  const ref = await start([]);
+  const rport = ref.port;
   const r1 = await chat(rport, turn1);
   const a1 = r1.choices[0].message.content;
   const r2 = await chat(rport, next(a1));
-  await stop(ref);
+  await ref.stop();
   console.log(`reference: turn 1 ${r1.usage.prompt_tokens} prompt tokens; turn 2 ${r2.usage.prompt_tokens} prompt ` +
               `tokens, ${r2.usage.prompt_tokens_details.cached_tokens} reused from memory`);
 
   // 2. Turn 1 saved, then kill -9 in the middle of turn 2.
-  const s1 = start(['--kv-dir', kvDir]);
-  const p1 = await s1.port;
+  const s1 = await start(['--kv-dir', kvDir]);
+  const p1 = s1.port;
   const t1 = await chat(p1, turn1);
   assert.equal(t1.choices[0].message.content, a1, 'turn 1 differs from the reference');
   const streaming = await chat(p1, next(a1), true);
   const reader = streaming.body.getReader();
   const first = await reader.read();
   assert.ok(!first.done && first.value.length > 0, 'no streamed chunk before the kill');
-  await stop(s1, 'SIGKILL');
+  await s1.stop('SIGKILL');
   console.log('ok - killed with SIGKILL after the first streamed chunk of turn 2');
 
   // 3. Restart over the same directory: turn 2 again.
-  const s2 = start(['--kv-dir', kvDir]);
-  const p2 = await s2.port;
+  const s2 = await start(['--kv-dir', kvDir]);
+  const p2 = s2.port;
   const before = await stats(p2);
   assert.ok(before.kv_store.conversations >= 1, `no saved conversation found: ${JSON.stringify(before.kv_store)}`);
   const t0 = performance.now();
   const t2 = await chat(p2, next(a1));
   const ms = performance.now() - t0;
   const after = await stats(p2);
-  await stop(s2);
+  await s2.stop();
   assert.equal(t2.choices[0].message.content, r2.choices[0].message.content, 'turn 2 differs from the reference');
   assert.equal(t2.choices[0].finish_reason, r2.choices[0].finish_reason);
   const cached = t2.usage.prompt_tokens_details.cached_tokens;
