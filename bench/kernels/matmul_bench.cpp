@@ -17,6 +17,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/qgemm.h"
 #include "kernels/numeric.h"
 #include "quant/quant.h"
 #include "runtime/thread_pool.h"
@@ -132,7 +133,10 @@ void legacy_matmul(const Weight& W, const float* x, int64_t nrows, float* y, Thr
 }
 
 // path < 0: the legacy path.
-void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int threads, bool hot) {
+// single_row: int8 calls of several rows take the single-row kernel (the
+// baseline of the multi-row one).
+void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int threads, bool hot,
+               bool single_row = false) {
   if (path >= 0 && !kernel_path_supported(static_cast<KernelPath>(path))) {
     state.SkipWithError("this CPU lacks the path");
     return;
@@ -145,6 +149,7 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : x) v = nd(rng);
   size_t i = 0;
+  set_int8_multi_row(!single_row);
   for (auto _ : state) {
     const Weight& w = ws[i++ % ws.size()];
     if (path < 0)
@@ -155,6 +160,7 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
     benchmark::ClobberMemory();
   }
   const double it = static_cast<double>(state.iterations());
+  set_int8_multi_row(true);
   state.counters["GB/s"] =
       benchmark::Counter(static_cast<double>(ws[0].bytes()) * it / 1e9, benchmark::Counter::kIsRate);
   state.counters["GMAC/s"] =
@@ -178,9 +184,14 @@ const bool registered = [] {
           const std::string pn = path < 0 ? "legacy" : kernel_path_name(static_cast<KernelPath>(path));
           const std::string name = std::string("Matmul/") + kFormats[fi].name + (hot ? "/hot" : "/mem") + "/S" +
                                    std::to_string(s) + "/" + pn;
-          benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, fi, path, s, 1, hot)->Unit(benchmark::kMillisecond);
+          benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, fi, path, s, 1, hot, false)
+              ->Unit(benchmark::kMillisecond);
+          if (s > 1 && path >= 0 && kernel_table(static_cast<KernelPath>(path)).gemm_q8_multi &&
+              std::string(kFormats[fi].name) == "int8")
+            benchmark::RegisterBenchmark((name + "/single-row-kernel").c_str(), BM_Matmul, fi, path, s, 1, hot, true)
+                ->Unit(benchmark::kMillisecond);
           if (!hot && s == 1 && (path < 0 || path == static_cast<int>(best_kernel_path())))
-            benchmark::RegisterBenchmark((name + "/2threads").c_str(), BM_Matmul, fi, path, s, 2, hot)
+            benchmark::RegisterBenchmark((name + "/2threads").c_str(), BM_Matmul, fi, path, s, 2, hot, false)
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
         }

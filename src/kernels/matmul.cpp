@@ -40,6 +40,7 @@ void expand_row(const Weight& W, int64_t r, float* out) {
 }
 
 std::atomic<IntActivations> g_int_acts{IntActivations::Int8};
+std::atomic<bool> g_multi_row{true};
 
 template <typename Body>
 void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
@@ -56,6 +57,8 @@ void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
 
 IntActivations int_activations() { return g_int_acts.load(std::memory_order_relaxed); }
 void set_int_activations(IntActivations a) { g_int_acts.store(a, std::memory_order_relaxed); }
+bool int8_multi_row() { return g_multi_row.load(std::memory_order_relaxed); }
+void set_int8_multi_row(bool on) { g_multi_row.store(on, std::memory_order_relaxed); }
 
 float dot_f32(const float* a, const float* b, int64_t n) { return kernel_table(active_kernel_path()).dot_f32(a, b, n); }
 
@@ -93,8 +96,10 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
                    bn = static_cast<size_t>(nrows * qacts_bstride(in));
       if (q.size() < qn) q.resize(qn);
       if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
-      const QActs a =
-          quantize_acts(x, nrows, in, b4 ? kt.q4_layout : kt.q8_layout, q.data(), scale.data(), sum8.data());
+      const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && int8_multi_row();
+      const ActLayout layout = b4 ? kt.q4_layout : multi ? kt.q8_multi_layout : kt.q8_layout;
+      const QActs a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q.data(), scale.data(),
+                                                                 sum8.data());
       QWeight qw;
       qw.q = W.q();
       qw.s = W.s();
@@ -104,7 +109,7 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
       qw.row_bytes = quant_row_bytes(b4 ? QuantBits::Int4 : QuantBits::Int8, in);
       qw.group = W.group;
       qw.ngroups = quant_groups(in, W.group);
-      const auto gemm = b4 ? kt.gemm_q4 : kt.gemm_q8;
+      const auto gemm = b4 ? kt.gemm_q4 : multi ? kt.gemm_q8_multi : kt.gemm_q8;
       run(pool, par, out, [&](int64_t o0, int64_t o1) {
         QWeight part = qw;
         part.q += o0 * qw.row_bytes;

@@ -32,6 +32,10 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
 enum class IntActivations : uint8_t { Int8, F32 };
 IntActivations int_activations();
 void set_int_activations(IntActivations a);
+// Benchmarks: false makes int8 calls of 2+ rows use the single-row kernel
+// (the same results bit for bit; the multi-row kernel is only faster).
+bool int8_multi_row();
+void set_int8_multi_row(bool on);
 
 // Fixed-order dot product (16 lanes, lane i % 16 accumulating with fused
 // multiply-adds, then a fixed tree): the order every caller relies on.

@@ -30,7 +30,12 @@ constexpr int64_t kQSuper = 16 * kQBlock;
 enum class ActLayout : uint8_t {
   Plain,       // q[c]
   Offset128,   // q[c] + 128 as uint8 (VNNI int8: vpdpbusd wants one unsigned operand)
-  SplitNibble  // per 128 columns: the 64 even columns, then the 64 odd ones (int4)
+  SplitNibble,  // per 128 columns: the 64 even columns, then the 64 odd ones (int4)
+  // q[c] + 128 as uint8, each superblock of 16 blocks stored dword-major:
+  // byte 64 k + 4 j + t holds column 4 k + t of block j (k < 8, j < 16,
+  // t < 4), so one 64-byte vector holds dword k of all 16 blocks (int8
+  // multi-row kernels: block j's sum accumulates in lane j, no reduction).
+  Offset128Dword
 };
 
 // Quantized activations of one matmul call. Rows are padded with zeros to
@@ -76,6 +81,13 @@ struct KernelTable {
   void (*gemm_q8)(const QWeight& w, const QActs& a, float* y, int64_t ldy);
   void (*gemm_q4)(const QWeight& w, const QActs& a, float* y, int64_t ldy);
   ActLayout q8_layout, q4_layout;
+  // Optional: an int8 kernel for calls with at least 2 activation rows, with
+  // its own activation layout (same values, same results bit for bit).
+  void (*gemm_q8_multi)(const QWeight& w, const QActs& a, float* y, int64_t ldy) = nullptr;
+  ActLayout q8_multi_layout = ActLayout::Plain;
+  // Optional: quantize_acts in SIMD, the same bytes and floats.
+  QActs (*quantize)(const float* x, int64_t nrows, int64_t cols, ActLayout layout, uint8_t* q, float* scale,
+                    int32_t* sum8) = nullptr;
 };
 
 // The table of a path; the path must be supported (kernel_path_supported).

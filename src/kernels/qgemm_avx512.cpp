@@ -21,7 +21,8 @@ namespace {
 // Generic code from here: the table may be built on any CPU.
 const KernelTable& kernel_table_avx512() {
   static const KernelTable t{KernelPath::Avx512, k_dot_f32, k_gemm_f32,       k_gemm_bf16,
-                             k_gemm_q8,          k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
+                             k_gemm_q8,          k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble,
+                             nullptr,            ActLayout::Plain, k_quantize_acts};
   return t;
 }
 

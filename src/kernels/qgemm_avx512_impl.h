@@ -268,5 +268,178 @@ void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   }
 }
 
+// ---- activation quantization (quantize_acts' bytes and floats, 32 columns a step) ----
+//
+// The same arithmetic as the scalar: amax of |x| (exact), s = amax / 127,
+// q = nearbyint(clamp(x / s, -127, 127)) with an IEEE division; a block with
+// a non-finite value gets s = NaN and q = 0. Columns past the end read as 0
+// and quantize to 0, which is what the scalar leaves there, so whole blocks
+// are stored.
+QActs k_quantize_acts(const float* x, int64_t nrows, int64_t cols, ActLayout layout, uint8_t* q, float* scale,
+                      int32_t* sum8) {
+  QActs a;
+  a.nrows = nrows;
+  a.cols = cols;
+  a.nblocks = (cols + kQBlock - 1) / kQBlock;
+  a.qstride = qacts_qstride(cols);
+  a.bstride = qacts_bstride(cols);
+  const bool offset = layout == ActLayout::Offset128 || layout == ActLayout::Offset128Dword;
+  const __m512i off = _mm512_set1_epi32(offset ? 128 : 0);
+  const __m512 lo = _mm512_set1_ps(-127.0f), hi = _mm512_set1_ps(127.0f);
+  const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+  for (int64_t r = 0; r < nrows; ++r) {
+    const float* xr = x + r * cols;
+    uint8_t* qr = q + r * a.qstride;
+    float* sr = scale + r * a.bstride;
+    int32_t* mr = sum8 + r * a.bstride;
+    const __m512i fill = _mm512_set1_epi8(static_cast<char>(offset ? 128 : 0));
+    for (int64_t i = 0; i < a.qstride; i += 64) _mm512_storeu_si512(qr + i, fill);
+    for (int64_t b = 0; b < a.bstride; b += 16) {
+      _mm512_storeu_ps(sr + b, _mm512_setzero_ps());
+      _mm512_storeu_si512(mr + b, _mm512_setzero_si512());
+    }
+    for (int64_t b = 0; b < a.nblocks; ++b) {
+      const int64_t c0 = b * kQBlock, n = cols - c0;
+      const __mmask16 m0 = lanes16(n), m1 = n > 16 ? lanes16(n - 16) : __mmask16(0);
+      const __m512 x0 = _mm512_maskz_loadu_ps(m0, xr + c0), x1 = _mm512_maskz_loadu_ps(m1, xr + c0 + 16);
+      if ((_mm512_fpclass_ps_mask(x0, 0x99) | _mm512_fpclass_ps_mask(x1, 0x99)) != 0) {  // NaN or +-Inf
+        sr[b] = __builtin_nanf("");
+        continue;
+      }
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+      const float s = amax / 127.0f;
+      sr[b] = s;
+      if (s == 0.0f) continue;
+      const __m512 sv = _mm512_set1_ps(s);
+      constexpr int kNear = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+      const __m512i v0 = _mm512_cvtps_epi32(
+          _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(_mm512_div_ps(x0, sv), lo), hi), kNear));
+      const __m512i v1 = _mm512_cvtps_epi32(
+          _mm512_roundscale_ps(_mm512_min_ps(_mm512_max_ps(_mm512_div_ps(x1, sv), lo), hi), kNear));
+      mr[b] = 8 * _mm512_reduce_add_epi32(_mm512_add_epi32(v0, v1));
+      const __m512i u0 = _mm512_add_epi32(v0, off), u1 = _mm512_add_epi32(v1, off);
+      if (layout == ActLayout::SplitNibble) {
+        const int64_t i0 = c0 % 128, base = c0 - i0 + i0 / 2;
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + base), _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(u0, ev, u1)));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + base + 64),
+                         _mm512_cvtepi32_epi8(_mm512_permutex2var_epi32(u0, od, u1)));
+      } else if (layout == ActLayout::Offset128Dword) {
+        alignas(16) uint32_t d[8];
+        _mm_store_si128(reinterpret_cast<__m128i*>(d), _mm512_cvtepi32_epi8(u0));
+        _mm_store_si128(reinterpret_cast<__m128i*>(d + 4), _mm512_cvtepi32_epi8(u1));
+        const int64_t i = c0 % kQSuper, j = i / kQBlock;
+        uint8_t* base = qr + (c0 - i) + 4 * j;
+        for (int k = 0; k < 8; ++k) __builtin_memcpy(base + 64 * k, d + k, 4);
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + c0), _mm512_cvtepi32_epi8(u0));
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + c0 + 16), _mm512_cvtepi32_epi8(u1));
+      }
+    }
+  }
+  a.q = q;
+  a.scale = scale;
+  a.sum8 = sum8;
+  return a;
+}
+
+// ---- int8, several activation rows: weights turned dword-major in registers ----
+//
+// A superblock of a weight row is 8 vectors V[v] (v = block / 2), lane
+// l = 8 (block % 2) + dword. Three rounds of vpermt2d over pairs of vectors
+// turn it into T[k], lane j = dword k of block j: the activations' layout
+// (ActLayout::Offset128Dword). Then block j's sum builds up in lane j over
+// the 8 vpdpbusd of a row, with no per-row reduction; the transposition (24
+// permutes) is shared by the NR rows of a tile. Integer sums are exact, so
+// the result is the scalar reference's bit for bit.
+struct DwordTranspose {
+  __m512i idx[3][2];
+  DwordTranspose() {
+    alignas(64) int32_t t[16];
+    for (int c = 0; c < 2; ++c) {
+      // Rounds 0, 1: vector bit s (block bit s + 1) trades places with lane
+      // bit s (dword bit s); round 2 also puts the lanes in block order.
+      for (int s = 0; s < 2; ++s) {
+        for (int i = 0; i < 16; ++i) t[i] = (((i >> s) & 1) ? 16 : 0) + ((i & ~(1 << s)) | (c << s));
+        idx[s][c] = _mm512_load_si512(t);
+      }
+      for (int i = 0; i < 16; ++i)
+        t[i] = (((i >> 3) & 1) ? 16 : 0) + (((i & 1) << 3) | (c << 2) | (((i >> 2) & 1) << 1) | ((i >> 1) & 1));
+      idx[2][c] = _mm512_load_si512(t);
+    }
+  }
+  void run(__m512i v[8]) const {
+    for (int s = 0; s < 3; ++s) {
+      const int bit = 1 << s;
+      for (int v0 = 0; v0 < 8; ++v0) {
+        if (v0 & bit) continue;
+        const __m512i a = v[v0], b = v[v0 | bit];
+        v[v0] = _mm512_permutex2var_epi32(a, idx[s][0], b);
+        v[v0 | bit] = _mm512_permutex2var_epi32(a, idx[s][1], b);
+      }
+    }
+  }
+};
+
+template <int NR>
+void qgemm8_dword_tile(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int64_t o, const QActs& a,
+                       int64_t r0, float* y, int64_t ldy) {
+  const uint8_t* wrow = w.q + o * w.row_bytes;
+  const float* ws = w.s + o * w.ngroups;
+  const int64_t nsuper = a.bstride / 16;
+  const __m512i ones = _mm512_set1_epi8(1);
+  __m512 facc[NR];
+  for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsuper; ++sb) {
+    const int64_t b0 = sb * 16, nb = a.nblocks - b0;
+    const __mmask16 bm = lanes16(nb);
+    const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
+    const int64_t off = sb * kQSuper;
+    const bool full = off + kQSuper <= w.row_bytes;
+    __m512i t[8];
+    for (int k = 0; k < 8; ++k)
+      t[k] = full ? _mm512_loadu_si512(wrow + off + 64 * k)
+                  : _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - off - 64 * k), wrow + off + 64 * k);
+    tr.run(t);
+    // (x + 128) * w summed, minus 128 * sum(w): start at -128 * sum(w) per block.
+    __m512i wsum = _mm512_setzero_si512();
+    for (int k = 0; k < 8; ++k) wsum = _mm512_dpbusd_epi32(wsum, ones, t[k]);
+    const __m512i init = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(wsum, 7));
+    __m512i acc[NR];
+    for (int r = 0; r < NR; ++r) acc[r] = init;
+    for (int k = 0; k < 8; ++k)
+      for (int r = 0; r < NR; ++r)
+        acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_loadu_si512(a.q + (r0 + r) * a.qstride + off + 64 * k), t[k]);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 d = _mm512_mul_ps(wsv, _mm512_loadu_ps(a.scale + (r0 + r) * a.bstride + b0));
+      facc[r] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), d, facc[r], bm);
+    }
+  }
+  for (int r = 0; r < NR; ++r) y[(r0 + r) * ldy + o] = tree16(facc[r]);
+}
+
+[[maybe_unused]] void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
+  static const DwordTranspose tr;
+  const WScales wsc = make_wscales(w);
+  const int64_t rb = row_block(a.qstride) / 8 * 8 < 8 ? 8 : row_block(a.qstride) / 8 * 8;
+  for (int64_t rb0 = 0; rb0 < a.nrows; rb0 += rb) {
+    const int64_t rb1 = a.nrows - rb0 < rb ? a.nrows : rb0 + rb;
+    for (int64_t o = 0; o < w.rows; ++o) {
+      int64_t r = rb0;
+      for (; r + 8 <= rb1; r += 8) qgemm8_dword_tile<8>(w, wsc, tr, o, a, r, y, ldy);
+      switch (rb1 - r) {
+        case 7: qgemm8_dword_tile<7>(w, wsc, tr, o, a, r, y, ldy); break;
+        case 6: qgemm8_dword_tile<6>(w, wsc, tr, o, a, r, y, ldy); break;
+        case 5: qgemm8_dword_tile<5>(w, wsc, tr, o, a, r, y, ldy); break;
+        case 4: qgemm8_dword_tile<4>(w, wsc, tr, o, a, r, y, ldy); break;
+        case 3: qgemm8_dword_tile<3>(w, wsc, tr, o, a, r, y, ldy); break;
+        case 2: qgemm8_dword_tile<2>(w, wsc, tr, o, a, r, y, ldy); break;
+        case 1: qgemm8_dword_tile<1>(w, wsc, tr, o, a, r, y, ldy); break;
+        default: break;
+      }
+    }
+  }
+}
+
 void k_gemm_q8(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<8>(w, a, y, ldy); }
 void k_gemm_q4(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<4>(w, a, y, ldy); }

@@ -84,7 +84,8 @@ QActs quantize_acts(const float* x, int64_t nrows, int64_t cols, ActLayout layou
   a.nblocks = (cols + kQBlock - 1) / kQBlock;
   a.qstride = qacts_qstride(cols);
   a.bstride = qacts_bstride(cols);
-  const uint8_t zero = layout == ActLayout::Offset128 ? 128 : 0;
+  const bool offset = layout == ActLayout::Offset128 || layout == ActLayout::Offset128Dword;
+  const uint8_t zero = offset ? 128 : 0;
   for (int64_t r = 0; r < nrows; ++r) {
     const float* xr = x + r * cols;
     uint8_t* qr = q + r * a.qstride;
@@ -115,8 +116,11 @@ QActs quantize_acts(const float* x, int64_t nrows, int64_t cols, ActLayout layou
         if (layout == ActLayout::SplitNibble) {
           const int64_t i = c % 128;
           pos = c - i + (i % 2 ? 64 : 0) + i / 2;
+        } else if (layout == ActLayout::Offset128Dword) {
+          const int64_t i = c % kQSuper, j = i / kQBlock, k = (i % kQBlock) / 4, t = i % 4;
+          pos = c - i + 64 * k + 4 * j + t;
         }
-        qr[pos] = static_cast<uint8_t>(layout == ActLayout::Offset128 ? v + 128 : v);
+        qr[pos] = static_cast<uint8_t>(offset ? v + 128 : v);
       }
       mr[b] = 8 * sum;
     }
