@@ -149,7 +149,7 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : x) v = nd(rng);
   size_t i = 0;
-  set_int8_multi_row(!single_row);
+  set_multi_row_kernels(!single_row);
   for (auto _ : state) {
     const Weight& w = ws[i++ % ws.size()];
     if (path < 0)
@@ -160,7 +160,7 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
     benchmark::ClobberMemory();
   }
   const double it = static_cast<double>(state.iterations());
-  set_int8_multi_row(true);
+  set_multi_row_kernels(true);
   state.counters["GB/s"] =
       benchmark::Counter(static_cast<double>(ws[0].bytes()) * it / 1e9, benchmark::Counter::kIsRate);
   state.counters["GMAC/s"] =
@@ -179,15 +179,19 @@ const bool registered = [] {
   // two-thread ones per wall-clock second.
   for (int fi = 0; fi < static_cast<int>(std::size(kFormats)); ++fi)
     for (bool hot : {false, true})
-      for (int64_t s : {1, 8})
+      for (int64_t s : {1, 8, 64})
         for (int path : paths) {
+          if (s == 64 && (!hot || path < 0 || path == static_cast<int>(KernelPath::Scalar))) continue;  // prefill-sized, cache-resident only
           const std::string pn = path < 0 ? "legacy" : kernel_path_name(static_cast<KernelPath>(path));
           const std::string name = std::string("Matmul/") + kFormats[fi].name + (hot ? "/hot" : "/mem") + "/S" +
                                    std::to_string(s) + "/" + pn;
           benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, fi, path, s, 1, hot, false)
               ->Unit(benchmark::kMillisecond);
-          if (s > 1 && path >= 0 && kernel_table(static_cast<KernelPath>(path)).gemm_q8_multi &&
-              std::string(kFormats[fi].name) == "int8")
+          const KernelTable* kt = path >= 0 && kernel_path_supported(static_cast<KernelPath>(path))
+                                      ? &kernel_table(static_cast<KernelPath>(path))
+                                      : nullptr;
+          const bool has_multi = kt && kFormats[fi].format == WeightFormat::INT8 && kt->gemm_q8_multi != nullptr;
+          if (s > 1 && has_multi)
             benchmark::RegisterBenchmark((name + "/single-row-kernel").c_str(), BM_Matmul, fi, path, s, 1, hot, true)
                 ->Unit(benchmark::kMillisecond);
           if (!hot && s == 1 && (path < 0 || path == static_cast<int>(best_kernel_path())))

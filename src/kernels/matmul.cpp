@@ -57,8 +57,8 @@ void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
 
 IntActivations int_activations() { return g_int_acts.load(std::memory_order_relaxed); }
 void set_int_activations(IntActivations a) { g_int_acts.store(a, std::memory_order_relaxed); }
-bool int8_multi_row() { return g_multi_row.load(std::memory_order_relaxed); }
-void set_int8_multi_row(bool on) { g_multi_row.store(on, std::memory_order_relaxed); }
+bool multi_row_kernels() { return g_multi_row.load(std::memory_order_relaxed); }
+void set_multi_row_kernels(bool on) { g_multi_row.store(on, std::memory_order_relaxed); }
 
 float dot_f32(const float* a, const float* b, int64_t n) { return kernel_table(active_kernel_path()).dot_f32(a, b, n); }
 
@@ -96,7 +96,7 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
                    bn = static_cast<size_t>(nrows * qacts_bstride(in));
       if (q.size() < qn) q.resize(qn);
       if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
-      const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && int8_multi_row();
+      const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && multi_row_kernels();
       const ActLayout layout = b4 ? kt.q4_layout : multi ? kt.q8_multi_layout : kt.q8_layout;
       const QActs a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q.data(), scale.data(),
                                                                  sum8.data());

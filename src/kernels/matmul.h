@@ -34,8 +34,8 @@ IntActivations int_activations();
 void set_int_activations(IntActivations a);
 // Benchmarks: false makes int8 calls of 2+ rows use the single-row kernel
 // (the same results bit for bit; the multi-row kernel is only faster).
-bool int8_multi_row();
-void set_int8_multi_row(bool on);
+bool multi_row_kernels();
+void set_multi_row_kernels(bool on);
 
 // Fixed-order dot product (16 lanes, lane i % 16 accumulating with fused
 // multiply-adds, then a fixed tree): the order every caller relies on.

@@ -212,19 +212,20 @@ TEST(KernelQGemm, IntFormatsMatchScalarOnEveryPath) {
   EXPECT_EQ(cases, 2 * 7 * 13);
 }
 
-TEST(KernelQGemm, MultiRowInt8KernelMatchesScalarForEveryTileSize) {
-  // Paths with a multi-row int8 kernel (its own activation layout) take it
-  // from 2 rows on: 1..17 rows cover every tile size and remainder.
+TEST(KernelQGemm, MultiRowKernelsMatchScalarForEveryTileSize) {
+  // Paths with multi-row int8/int4 kernels (their own activation layouts)
+  // take them from 2 rows on: 1..17 rows cover every tile size and remainder.
   std::mt19937 rng(11);
+  for (int bits : {8, 4})
   for (int64_t group : {0, 32, 128})
     for (int64_t cols : {32, 500, 1024, 1537})
       for (int64_t nrows = 1; nrows <= 17; ++nrows) {
-        const Weight w = make_int_weight(8, group, 3, cols, rng);
+        const Weight w = make_int_weight(bits, group, 3, cols, rng);
         auto x = random_floats(rng, nrows * cols);
         const auto want = run_matmul(w, x, nrows, KernelPath::Scalar);
         for (KernelPath p : supported_paths())
           ASSERT_TRUE(all_same(want, run_matmul(w, x, nrows, p)))
-              << kernel_path_name(p) << " group " << group << " cols " << cols << " nrows " << nrows;
+              << kernel_path_name(p) << " int" << bits << " group " << group << " cols " << cols << " nrows " << nrows;
       }
 }
 
