@@ -42,7 +42,7 @@ constexpr const char* kArch = "glm-dsa";
 struct ExportOptions {
   std::string model_dir;
   std::string out_path;
-  std::string type = "f32";          // matrices: f32 | f16 | bf16
+  std::string type = "f32";          // matrices: f32 | f16 | bf16 | q8_0 | q4_0
   std::string kv_b_type;             // attn_k_b / attn_v_b; empty = same as `type`
   bool no_mtp = false;               // leave out the MTP (nextn) layer
   bool quiet = false;
@@ -52,7 +52,9 @@ GgmlType parse_type(const std::string& s, const char* flag) {
   if (s == "f32") return GgmlType::F32;
   if (s == "f16") return GgmlType::F16;
   if (s == "bf16") return GgmlType::BF16;
-  fail("{} must be f32, f16 or bf16, got \"{}\"", flag, s);
+  if (s == "q8_0") return GgmlType::Q8_0;
+  if (s == "q4_0") return GgmlType::Q4_0;
+  fail("{} must be f32, f16, bf16, q8_0 or q4_0, got \"{}\"", flag, s);
 }
 
 // Converts f32 values to `type` and hands them to the sink.
@@ -62,6 +64,16 @@ class RowEncoder {
   void emit(const GgufWriter::Sink& sink, const float* v, size_t n) {
     if (type_ == GgmlType::F32) {
       sink(v, n * sizeof(float));
+      return;
+    }
+    if (type_ == GgmlType::Q8_0 || type_ == GgmlType::Q4_0) {
+      if (n % 32 != 0) fail("a row of {} values is not a multiple of {}'s block of 32", n, ggml_type_name(type_));
+      bytes_.resize(n / 32 * ggml_type_size(type_));
+      if (type_ == GgmlType::Q8_0)
+        quantize_row_q8_0(v, static_cast<int64_t>(n), bytes_.data());
+      else
+        quantize_row_q4_0(v, static_cast<int64_t>(n), bytes_.data());
+      sink(bytes_.data(), bytes_.size());
       return;
     }
     half_.resize(n);
@@ -80,6 +92,7 @@ class RowEncoder {
  private:
   GgmlType type_;
   std::vector<uint16_t> half_;
+  std::vector<uint8_t> bytes_;
 };
 
 class Exporter {
@@ -140,8 +153,13 @@ class Exporter {
     std::string name = std::filesystem::path(ck_.dir()).lexically_normal().filename().string();
     if (name.empty() || name == ".") name = std::filesystem::path(ck_.dir()).lexically_normal().parent_path().filename().string();
     w_.add_string("general.name", name.empty() ? "glm_moe_dsa" : name);
-    // llama_ftype: 0 = all f32, 1 = mostly f16, 32 = mostly bf16.
-    w_.add_u32("general.file_type", mat_type_ == GgmlType::F32 ? 0u : mat_type_ == GgmlType::F16 ? 1u : 32u);
+    // llama_ftype: 0 = all f32, 1 = mostly f16, 2 = mostly q4_0, 7 = mostly q8_0, 32 = mostly bf16.
+    const uint32_t ftype = mat_type_ == GgmlType::F32    ? 0u
+                           : mat_type_ == GgmlType::F16  ? 1u
+                           : mat_type_ == GgmlType::Q4_0 ? 2u
+                           : mat_type_ == GgmlType::Q8_0 ? 7u
+                                                         : 32u;
+    w_.add_u32("general.file_type", ftype);
 
     w_.add_u32(key("block_count"), static_cast<uint32_t>(blocks()));
     w_.add_u32(key("context_length"), static_cast<uint32_t>(c_.max_position_embeddings));
@@ -221,11 +239,14 @@ class Exporter {
   }
 
   // A 2-D nn.Linear-style weight [rows, cols] (any checkpoint format).
-  void mat(const std::string& gguf_name, const std::string& hf_name, int64_t rows, int64_t cols) {
+  // `keep_float`: a block-quantized export (q8_0/q4_0) writes this one as f32
+  // (the router, as llama.cpp's quantizer leaves it).
+  void mat(const std::string& gguf_name, const std::string& hf_name, int64_t rows, int64_t cols,
+           bool keep_float = false) {
     check_shape(hf_name, {rows, cols});
     const Checkpoint* ck = &ck_;
     const int64_t br = c_.fp8_block_rows, bc = c_.fp8_block_cols;
-    const GgmlType type = mat_type_;
+    const GgmlType type = keep_float && ggml_block_elems(mat_type_) > 1 ? GgmlType::F32 : mat_type_;
     w_.add_tensor(gguf_name, {rows, cols}, type, [=](const GgufWriter::Sink& sink) {
       Weight wt = load_weight(*ck, hf_name, rows, cols, br, bc);
       emit_rows(wt, type, sink);
@@ -348,7 +369,7 @@ class Exporter {
       return;
     }
     const int64_t E = c_.n_routed_experts, ff = c_.moe_intermediate_size, sff = ff * c_.n_shared_experts;
-    mat(blk(i, "ffn_gate_inp.weight"), hf(i, "mlp.gate.weight"), E, d);
+    mat(blk(i, "ffn_gate_inp.weight"), hf(i, "mlp.gate.weight"), E, d, /*keep_float=*/true);
     vec(blk(i, "exp_probs_b.bias"), hf(i, "mlp.gate.e_score_correction_bias"), E);
     experts(blk(i, "ffn_gate_exps.weight"), i, "gate_proj", ff, d);
     experts(blk(i, "ffn_up_exps.weight"), i, "up_proj", ff, d);
@@ -402,8 +423,10 @@ void add_export_gguf_command(CLI::App& app, Runner& run) {
       "export-gguf", "Convert a glm_moe_dsa checkpoint to a GGUF file for llama.cpp (architecture glm-dsa)");
   cmd->add_option("--model", opt->model_dir, "Checkpoint directory (config.json + safetensors)")->required();
   cmd->add_option("--out", opt->out_path, "Output .gguf file (written atomically)")->required();
-  cmd->add_option("--type", opt->type, "Storage type of weight matrices: f32 (default), f16 or bf16")
-      ->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  cmd->add_option("--type", opt->type,
+                  "Storage type of weight matrices: f32 (default), f16, bf16, q8_0 or q4_0 (llama.cpp's 32-element "
+                  "blocks; the router stays f32)")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "q8_0", "q4_0"}));
   cmd->add_option("--kv-b-type", opt->kv_b_type,
                   "Storage type of attn_k_b/attn_v_b only (default: --type); bf16 avoids an abort in "
                   "llama.cpp's AMX CPU backend")

@@ -21,5 +21,6 @@ void add_detokenize_command(CLI::App& app, Runner& run);
 void add_run_command(CLI::App& app, Runner& run);
 void add_chat_command(CLI::App& app, Runner& run);
 void add_serve_command(CLI::App& app, Runner& run);
+void add_bench_command(CLI::App& app, Runner& run);
 
 }  // namespace strata::cli

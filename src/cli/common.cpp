@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "kernels/cpu_features.h"
 #include "util/json.h"
 
 #include "util/error.h"
@@ -26,6 +27,18 @@ void EngineFlags::add(CLI::App* cmd) {
   cmd->add_flag("--no-prefetch", no_prefetch, "Containers: do not read the predicted next-layer experts ahead");
   cmd->add_flag("--stats", stats, "Print speed, expert-cache and time-split statistics at the end (stderr)");
   cmd->add_flag("--stats-json", stats_json, "Print the statistics as one JSON line (stderr)");
+  cmd->add_option("--kernels", kernels,
+                  "Kernel path: auto (the best this CPU runs), scalar, avx2, avx512, avx512vnni (docs/kernels.md)");
+  cmd->add_flag("-q,--quiet", quiet, "No start-up lines on stderr (kernel path, expert cache)");
+}
+
+void apply_kernels_flag(const std::string& name) {
+  if (name.empty() || name == "auto") return;
+  const std::optional<KernelPath> p = parse_kernel_path(name == "avx512vnni" ? "avx512-vnni" : name);
+  if (!p) fail("--kernels {}: unknown path; expected auto or a path name such as scalar, avx2, avx512, avx512vnni", name);
+  if (!force_kernel_path(*p))
+    fail("--kernels {}: this CPU cannot run it (best available: {}; {})", name, kernel_path_name(best_kernel_path()),
+         kernel_description());
 }
 
 ForwardOptions EngineFlags::forward_options() const {
@@ -37,6 +50,8 @@ ForwardOptions EngineFlags::forward_options() const {
 
 Engine open_engine(const EngineFlags& f, bool load_mtp) {
   Engine e;
+  apply_kernels_flag(f.kernels);
+  if (!f.quiet) std::fprintf(stderr, "strata: %s\n", kernel_description().c_str());
   LoadOptions lo;
   lo.load_mtp = load_mtp;
   e.model = load_model(f.model, lo);
@@ -59,7 +74,7 @@ Engine open_engine(const EngineFlags& f, bool load_mtp) {
     o.prefetch = !f.no_prefetch;
     auto disk = std::make_unique<DiskExpertStore>(*e.model, o);
     e.disk = disk.get();
-    std::fprintf(stderr, "strata: %s\n", disk->describe().c_str());
+    if (!f.quiet) std::fprintf(stderr, "strata: %s\n", disk->describe().c_str());
     e.store = std::move(disk);
   } else {
     e.store = std::make_unique<ResidentExpertStore>(e.model->weights);
@@ -73,9 +88,9 @@ uint64_t now_ns() {
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
 }
 
-void finish_engine(Engine& e, const EngineFlags& f) {
+void finish_engine(Engine& e, const EngineFlags& f, bool save_usage) {
   std::fflush(stdout);
-  if (e.disk) e.disk->save_usage();
+  if (e.disk && save_usage) e.disk->save_usage();
   if (!f.stats && !f.stats_json) return;
   const PhaseStats& ps = e.runner->stats();
   struct rusage ru {};

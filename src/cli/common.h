@@ -27,6 +27,8 @@ struct EngineFlags {
   bool no_direct_io = false;
   bool no_prefetch = false;
   bool stats = false, stats_json = false;
+  std::string kernels = "auto";  // auto | scalar | avx2 | avx512 | avx512vnni
+  bool quiet = false;            // no start-up lines (kernel path, expert cache)
   void add(CLI::App* cmd);
   ForwardOptions forward_options() const;
 };
@@ -43,7 +45,9 @@ struct Engine {
 };
 Engine open_engine(const EngineFlags& f, bool load_mtp);
 // Prints --stats / --stats-json (stderr) and saves the routing usage.
-void finish_engine(Engine& e, const EngineFlags& f);
+void finish_engine(Engine& e, const EngineFlags& f, bool save_usage = true);
+// --kernels: forces the kernel path (fails naming the flag if the CPU lacks it).
+void apply_kernels_flag(const std::string& name);
 uint64_t now_ns();
 
 // "1,2,3" -> ids, each checked against the vocabulary.

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   strata::cli::add_run_command(app, run);
   strata::cli::add_chat_command(app, run);
   strata::cli::add_serve_command(app, run);
+  strata::cli::add_bench_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

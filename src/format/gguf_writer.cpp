@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <limits>
@@ -21,8 +22,41 @@ size_t ggml_type_size(GgmlType t) {
     case GgmlType::F32: return 4;
     case GgmlType::F16: return 2;
     case GgmlType::BF16: return 2;
+    case GgmlType::Q8_0: return 34;
+    case GgmlType::Q4_0: return 18;
   }
   return 0;
+}
+
+int64_t ggml_block_elems(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 ? 32 : 1; }
+
+void quantize_row_q8_0(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, out += 34) {
+    float amax = 0.0f;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+    const float d = amax / 127.0f;
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = f32_to_f16(d);
+    std::memcpy(out, &h, 2);
+    for (int j = 0; j < 32; ++j) out[2 + j] = static_cast<uint8_t>(static_cast<int8_t>(std::lround(x[j] * inv)));
+  }
+}
+
+void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out) {
+  for (int64_t b = 0; b < n / 32; ++b, x += 32, out += 18) {
+    float amax = 0.0f, extreme = 0.0f;
+    for (int j = 0; j < 32; ++j)
+      if (std::fabs(x[j]) > amax) {
+        amax = std::fabs(x[j]);
+        extreme = x[j];
+      }
+    const float d = extreme / -8.0f;
+    const float inv = d != 0.0f ? 1.0f / d : 0.0f;
+    const uint16_t h = f32_to_f16(d);
+    std::memcpy(out, &h, 2);
+    auto q = [&](float v) { return static_cast<uint8_t>(std::clamp(static_cast<int>(v * inv + 8.5f), 0, 15)); };
+    for (int j = 0; j < 16; ++j) out[2 + j] = static_cast<uint8_t>(q(x[j]) | (q(x[j + 16]) << 4));
+  }
 }
 
 const char* ggml_type_name(GgmlType t) {
@@ -30,6 +64,8 @@ const char* ggml_type_name(GgmlType t) {
     case GgmlType::F32: return "f32";
     case GgmlType::F16: return "f16";
     case GgmlType::BF16: return "bf16";
+    case GgmlType::Q8_0: return "q8_0";
+    case GgmlType::Q4_0: return "q4_0";
   }
   return "?";
 }
@@ -234,7 +270,14 @@ void GgufWriter::add_array_string(std::string_view key, const std::vector<std::s
 
 uint64_t GgufWriter::tensor_bytes(const std::vector<int64_t>& shape, GgmlType type) {
   uint64_t n = ggml_type_size(type);
-  for (int64_t d : shape) {
+  const int64_t block = ggml_block_elems(type);
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t d = shape[i];
+    if (i + 1 == shape.size() && block > 1) {
+      if (d % block != 0)
+        fail("GGUF tensor: innermost dimension {} is not a multiple of {}'s block of {}", d, ggml_type_name(type), block);
+      d /= block;
+    }
     if (d < 1 || static_cast<uint64_t>(d) > std::numeric_limits<uint64_t>::max() / n)
       fail("GGUF tensor dimension {} is invalid or too large", d);
     n *= static_cast<uint64_t>(d);
@@ -267,6 +310,7 @@ void GgufWriter::add_tensor(std::string name, std::vector<int64_t> shape, GgmlTy
 }
 
 void GgufWriter::add_tensor_f32(std::string name, std::vector<int64_t> shape, GgmlType type, std::vector<float> values) {
+  if (ggml_block_elems(type) != 1) fail("GGUF tensor \"{}\": add_tensor_f32 takes float types only", name);
   auto data = std::make_shared<std::vector<float>>(std::move(values));
   if (data->size() * ggml_type_size(type) != tensor_bytes(shape, type))
     fail("GGUF tensor \"{}\": {} values given, shape needs {}", name, data->size(),

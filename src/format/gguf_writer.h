@@ -27,9 +27,18 @@ enum class GgufType : uint32_t {
 };
 
 // The ggml tensor types this writer produces (ggml.h `enum ggml_type`).
-enum class GgmlType : uint32_t { F32 = 0, F16 = 1, BF16 = 30 };
+enum class GgmlType : uint32_t { F32 = 0, F16 = 1, Q4_0 = 2, Q8_0 = 8, BF16 = 30 };
 
+// Bytes of one block, and elements per block (1 for the float types; 32 for
+// Q8_0 and Q4_0, whose blocks run along the innermost dimension).
 size_t ggml_type_size(GgmlType t);
+int64_t ggml_block_elems(GgmlType t);
+// One row of n floats (n a multiple of 32) as ggml blocks:
+// Q8_0: f16 d = amax/127, 32 x int8 round(x/d);
+// Q4_0: f16 d = (the value of largest magnitude)/-8, 16 bytes of nibbles
+// clamp(floor(x/d + 8.5), 0, 15), element j in the low nibble of byte j, element j+16 in its high nibble.
+void quantize_row_q8_0(const float* x, int64_t n, uint8_t* out);
+void quantize_row_q4_0(const float* x, int64_t n, uint8_t* out);
 const char* ggml_type_name(GgmlType t);
 
 // f32 -> IEEE half, round to nearest even; overflow to inf, NaN kept NaN.

@@ -30,16 +30,25 @@ void quantize_row(QuantBits b, int64_t group, const float* w, int64_t cols, uint
 }
 
 void dequantize_row(QuantBits b, int64_t group, const uint8_t* q, const float* scales, int64_t cols, float* out) {
+  // Group by group, so the inner loops have no division and vectorise (the
+  // attention's absorbed form dequantizes kv_b rows with this every token).
+  // Groups are 0 (one per row) or multiples of 32, so every int4 group starts
+  // on a whole byte. The same one multiply per value as before.
   const int64_t g = group > 0 ? group : cols;
-  if (b == QuantBits::Int8) {
-    for (int64_t c = 0; c < cols; ++c) out[c] = static_cast<float>(static_cast<int8_t>(q[c])) * scales[c / g];
-  } else {
-    for (int64_t c = 0; c < cols; ++c) {
-      const uint8_t byte = q[c / 2];
-      const int nib = (c % 2 == 0) ? (byte & 0x0f) : (byte >> 4);
-      const int v = nib >= 8 ? nib - 16 : nib;
-      out[c] = static_cast<float>(v) * scales[c / g];
+  for (int64_t c0 = 0; c0 < cols; c0 += g) {
+    const float s = scales[c0 / g];
+    const int64_t e = std::min(cols, c0 + g);
+    if (b == QuantBits::Int8) {
+      for (int64_t c = c0; c < e; ++c) out[c] = static_cast<float>(static_cast<int8_t>(q[c])) * s;
+      continue;
     }
+    int64_t c = c0;
+    for (; c + 1 < e; c += 2) {
+      const uint8_t byte = q[c / 2];
+      out[c] = static_cast<float>(((byte & 0x0f) ^ 8) - 8) * s;
+      out[c + 1] = static_cast<float>(((byte >> 4) ^ 8) - 8) * s;
+    }
+    if (c < e) out[c] = static_cast<float>(((q[c / 2] & 0x0f) ^ 8) - 8) * s;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <string>
 
+#include "kernels/cpu_features.h"
 #include "test_util.h"
 
 namespace strata {
@@ -173,6 +174,37 @@ TEST_F(CliErrorsTest, MissingCheckpoint) {
   const RunResult r = score();
   expect_clean_failure(r);
   EXPECT_THAT(r.err, AllOf(HasSubstr(model_dir()), HasSubstr("no model.safetensors")));
+}
+
+// --kernels: a path this CPU cannot run is refused before anything loads,
+// naming the flag; an unknown name too; a path it can run is used and printed
+// on the start-up line (which -q silences).
+TEST_F(CliErrorsTest, KernelsFlagRefusesAPathTheCpuLacks) {
+  const std::string fixture = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-bf16";
+  std::string missing;
+  for (const char* name : {"avx2", "avx512", "avx512-vnni", "neon", "neon-dotprod", "neon-i8mm"}) {
+    const auto p = parse_kernel_path(name);
+    if (p && !kernel_path_supported(*p)) {
+      missing = name;
+      break;
+    }
+  }
+  if (!missing.empty()) {
+    const RunResult r = run_strata("score --model " + quoted(fixture) + " --ids 1,2 --kernels " + missing, tmp);
+    expect_clean_failure(r);
+    EXPECT_THAT(r.err, AllOf(HasSubstr("--kernels " + missing), HasSubstr("cannot run")));
+  }
+  const RunResult bad = run_strata("score --model " + quoted(fixture) + " --ids 1,2 --kernels avx9000", tmp);
+  expect_clean_failure(bad);
+  EXPECT_THAT(bad.err, HasSubstr("--kernels avx9000"));
+
+  const RunResult ok = run_strata("score --model " + quoted(fixture) + " --ids 1,2 --kernels scalar --json", tmp);
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_THAT(ok.err, HasSubstr("kernels: scalar ("));
+  const RunResult quiet = run_strata("score --model " + quoted(fixture) + " --ids 1,2 -q --json", tmp);
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_THAT(quiet.err, Not(HasSubstr("kernels:")));
+  EXPECT_EQ(quiet.out, ok.out);  // the path never changes a result
 }
 
 }  // namespace

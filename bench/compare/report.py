@@ -1,0 +1,167 @@
+"""Table, docs/benchmarks.md and docs/benchmarks.png from bench/compare/run.py's results.
+
+    /usr/bin/python3 bench/compare/report.py /work/benchdata/compare-results.json   # re-render
+"""
+import json
+import os
+import statistics
+import sys
+
+
+def med(rs, key):
+    return statistics.median(r[key] for r in rs) if rs else float("nan")
+
+
+def rows_of(results):
+    out = []
+    for key, c in results["configs"].items():
+        s, l = c["runs"]["strata"], c["runs"]["llama.cpp"]
+        phases = ("decode",) if key == "capped" else ("prefill", "decode")
+        for ph in phases:
+            k = ph + "_tok_s"
+            ms, ml = med(s, k), med(l, k)
+            out.append({"config": key, "label": c["label"], "phase": ph, "strata": ms, "llama": ml,
+                        "ratio": ms / ml if ml else float("nan"),
+                        "strata_reps": [r[k] for r in s], "llama_reps": [r[k] for r in l]})
+    return out
+
+
+def strata_decode_detail(results, key):
+    c = results["configs"].get(key)
+    if not c:
+        return None
+    runs = c["runs"]["strata"]
+    dec = [r["raw"]["decode"] for r in runs]
+    mem = [r["raw"]["memory_bandwidth"]["gb_s"] for r in runs if "memory_bandwidth" in r["raw"]]
+    disk = [r["raw"]["disk_read"]["gb_s"] for r in runs if "disk_read" in r["raw"]]
+    pre = [r["raw"]["prefill"] for r in runs]
+    ph = {k: statistics.median(d["ms_per_token"][k] for d in dec) for k in dec[0]["ms_per_token"]}
+    pph = {k: statistics.median(p["ms_per_token"][k] for p in pre) for k in pre[0]["ms_per_token"]}
+    return {"bytes": dec[0]["weight_bytes_per_token"], "gb_s": statistics.median(d["weight_gb_s"] for d in dec),
+            "mem": statistics.median(mem) if mem else 0.0, "disk": statistics.median(disk) if disk else 0.0,
+            "frac": statistics.median(d["mem_bw_fraction"] for d in dec) if mem else 0.0, "phases": ph,
+            "prefill_phases": pph, "disk_per_tok": statistics.median(d["disk_bytes_per_token"] for d in dec),
+            "disk_wait_gb_s": statistics.median(d["disk_gb_s_during_wait"] for d in dec),
+            "hit": statistics.median(d["expert_hit_rate"] for d in dec), "kernels": runs[0]["raw"]["config"]["kernels"]}
+
+
+def fmt_phases(p):
+    t = p["total"] or 1.0
+    return ", ".join(f"{k.replace('_', ' ')} {p[k]:.1f} ms ({100 * p[k] / t:.0f}%)"
+                     for k in ("attention", "router", "expert_wait", "expert_matmul", "other"))
+
+
+def table(results):
+    lines = ["| configuration | phase | strata tok/s (median) | llama.cpp tok/s (median) | strata / llama.cpp | "
+             "strata runs | llama.cpp runs |", "|---|---|---|---|---|---|---|"]
+    for r in rows_of(results):
+        lines.append(f"| {r['label']} | {r['phase']} | {r['strata']:.2f} | {r['llama']:.2f} | **{r['ratio']:.2f}×** | "
+                     f"{', '.join(f'{x:.2f}' for x in r['strata_reps'])} | "
+                     f"{', '.join(f'{x:.2f}' for x in r['llama_reps'])} |")
+    return "\n".join(lines)
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    rows = rows_of(results)
+    fig, ax = plt.subplots(figsize=(9, 4.2))
+    x = range(len(rows))
+    w = 0.38
+    ax.bar([i - w / 2 for i in x], [r["strata"] for r in rows], w, label="strata", color="#2a7ab9")
+    ax.bar([i + w / 2 for i in x], [r["llama"] for r in rows], w, label="llama.cpp (node-llama-cpp 3.21.1)",
+           color="#c9772b")
+    for i, r in zip(x, rows):
+        ax.text(i, max(r["strata"], r["llama"]) * 1.05 + 0.05, f"{r['ratio']:.2f}×", ha="center", fontsize=9)
+    ax.set_xticks(list(x))
+    ax.set_xticklabels([f"{r['label']}\n{r['phase']}" for r in rows], fontsize=7.5)
+    ax.set_yscale("log")
+    ax.set_ylabel("tokens/s (log scale, median)")
+    m = results["machine"]
+    ax.set_title(f"GLM-5.2-shaped slice, {m['cores']} threads, {m['cpu']} — {m['date_utc']}", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def write(results, a, root):
+    print(table(results))
+    det = strata_decode_detail(results, "int8")
+    det4 = strata_decode_detail(results, "int4")
+    if det:
+        print(f"strata int8 resident decode: {det['bytes'] / 1e9:.3f} GB/token, {det['gb_s']:.1f} GB/s = "
+              f"{100 * det['frac']:.0f}% of {det['mem']:.1f} GB/s")
+    if not getattr(a, "write_docs", False):
+        return
+    plot(results, os.path.join(root, "docs", "benchmarks.png"))
+    tmpl = os.path.join(os.path.dirname(os.path.abspath(__file__)), "benchmarks.md.in")
+    with open(tmpl) as f:
+        doc = f.read()
+    m = results["machine"]
+    cap = results["configs"].get("capped", {})
+    capdet = strata_decode_detail(results, "capped")
+    loads = [r["load_before"] for c in results["configs"].values() for e in c["runs"].values() for r in e]
+    gg8 = results["configs"].get("int8", {}).get("gguf", {})
+    gg4 = results["configs"].get("int4", {}).get("gguf", {})
+    lb = [r["raw"]["llama"]["cpu_backend"] for c in results["configs"].values() for r in c["runs"]["llama.cpp"]]
+    rep = [f'{k}: {c["runs"]["llama.cpp"][0]["raw"]["llama"].get("repack_mib")} MiB' for k, c in results["configs"].items()
+           if c["runs"]["llama.cpp"]]
+    fa = [r["raw"]["llama"].get("flash_attention") for c in results["configs"].values() for r in c["runs"]["llama.cpp"]]
+    subs = {
+        "TABLE": table(results),
+        "DATE": m["date_utc"], "CPU": m["cpu"], "FLAGS": m["flags"], "CORES": str(m["cores"]),
+        "RAM": f"{m['ram_gib']} GiB", "KERNEL": m["kernel"],
+        "LOAD": f"{min(loads):.1f}–{max(loads):.1f} (median {statistics.median(loads):.1f})" if loads else "?",
+        "ROUNDS": str(a.rounds), "THREADS": str(a.threads), "PROMPT": str(a.prompt_tokens), "GEN": str(a.gen_tokens),
+        "CPROMPT": str(a.capped_prompt_tokens), "CGEN": str(a.capped_gen_tokens),
+        "MEMBW": f"{det['mem']:.1f}" if det else "?",
+        "DISKBW": f"{capdet['disk']:.2f}" if capdet and capdet["disk"] else (f"{det['disk']:.2f}" if det else "?"),
+        "S8_BYTES": f"{det['bytes'] / 1e9:.3f}" if det else "?", "S8_GBS": f"{det['gb_s']:.1f}" if det else "?",
+        "S8_FRAC": f"{100 * det['frac']:.0f}" if det else "?",
+        "S4_BYTES": f"{det4['bytes'] / 1e9:.3f}" if det4 else "?", "S4_GBS": f"{det4['gb_s']:.1f}" if det4 else "?",
+        "S4_FRAC": f"{100 * det4['frac']:.0f}" if det4 else "?",
+        "L8_BYTES": f"{gg8.get('per_token', 0) / 1e9:.3f}", "L4_BYTES": f"{gg4.get('per_token', 0) / 1e9:.3f}",
+        "S8_PHASES": fmt_phases(det["phases"]) if det else "?",
+        "S8_PPHASES": fmt_phases(det["prefill_phases"]) if det else "?",
+        "S4_PHASES": fmt_phases(det4["phases"]) if det4 else "?",
+        "S4_PPHASES": fmt_phases(det4["prefill_phases"]) if det4 else "?",
+        "C_PHASES": fmt_phases(capdet["phases"]) if capdet else "?",
+        "C_LIMIT": f"{cap.get('limit_bytes', 0) / 1e9:.2f}", "C_RAM": f"{cap.get('strata_ram_bytes', 0) / 1e9:.2f}",
+        "C_DISKTOK": f"{capdet['disk_per_tok'] / 1e9:.3f}" if capdet else "?",
+        "C_WAITBW": f"{capdet['disk_wait_gb_s']:.2f}" if capdet else "?",
+        "C_HIT": f"{100 * capdet['hit']:.0f}" if capdet else "?",
+        "KERNELS": det["kernels"] if det else "?",
+        "LLAMA_BACKEND": ", ".join(sorted(set(str(x) for x in lb))),
+        "LLAMA_REPACK": "; ".join(rep),
+        "LLAMA_FA": ", ".join(sorted(set(str(x) for x in fa))),
+    }
+    an = os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis.md")
+    doc = doc.replace("{{ANALYSIS}}", open(an).read() if os.path.exists(an) else "")
+    tag = {("int8", "prefill"): "8P", ("int8", "decode"): "8D", ("int4", "prefill"): "4P", ("int4", "decode"): "4D",
+           ("capped", "decode"): "CD"}
+    for r in rows_of(results):
+        t = tag[(r["config"], r["phase"])]
+        subs["R" + t], subs["S" + t], subs["L" + t] = f"{r['ratio']:.2f}", f"{r['strata']:.2f}", f"{r['llama']:.2f}"
+    for name, dd in (("S8", det), ("S4", det4), ("C", capdet)):
+        if dd:
+            for k in ("attention", "expert_wait", "expert_matmul", "other"):
+                subs[f"{name}_{k.upper()}_MS"] = f"{dd['phases'][k]:.0f}"
+                subs[f"{name}_{k.upper()}_PCT"] = f"{100 * dd['phases'][k] / dd['phases']['total']:.0f}"
+                subs[f"{name}_P{k.upper()}_PCT"] = f"{100 * dd['prefill_phases'][k] / dd['prefill_phases']['total']:.0f}"
+    subs["ALLOW"] = f"{a.cap_allowance_gb:.1f}"
+    subs["MEMBW_ALL"] = ", ".join(f"{r['raw']['memory_bandwidth']['gb_s']:.1f}" for c in results["configs"].values()
+                                  for r in c["runs"]["strata"] if "memory_bandwidth" in r["raw"])
+    for k, v in subs.items():
+        doc = doc.replace("{{" + k + "}}", v)
+    with open(os.path.join(root, "docs", "benchmarks.md"), "w") as f:
+        f.write(doc)
+    print("wrote docs/benchmarks.md and docs/benchmarks.png")
+
+
+if __name__ == "__main__":
+    import argparse
+    res = json.load(open(sys.argv[1]))
+    ns = argparse.Namespace(**res["args"])
+    ns.write_docs = "--write-docs" in sys.argv
+    write(res, ns, os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")))

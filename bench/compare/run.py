@@ -1,0 +1,336 @@
+#!/usr/bin/python3
+"""strata vs llama.cpp on the GLM-5.2-shaped slice, side by side (docs/benchmarks.md).
+
+    /usr/bin/python3 bench/compare/run.py [--data /work/benchdata] [--rounds 3] [--write-docs]
+
+Runs, alternately and after one warm-up invocation of each, `strata bench` and llama.cpp
+(bench/compare/llama_bench.mjs, npm node-llama-cpp) on the same prompt token ids:
+  resident  int8 container (--pin all) vs Q8_0 GGUF, and int4-gs32 container vs Q4_0 GGUF:
+            prefill of --prompt-tokens and decode of --gen-tokens after it;
+  capped    memory capped (cgroup v1 child of this process's memory cgroup) at the non-expert
+            bytes + 25% of the expert pool: strata int8 with --ram, llama.cpp Q8_0 with mmap
+            (Q4_0 cannot stream in llama.cpp: it repacks experts into anonymous memory). The
+            model files are dropped from the page cache (posix_fadvise DONTNEED) before each run.
+Prints a table of medians and strata/llama.cpp ratios; --write-docs writes docs/benchmarks.md and
+docs/benchmarks.png. Every raw result goes to DATA/compare-results.json.
+"""
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import struct
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def fixed_ids(n, vocab, seed):
+    """Pseudo-random prompt ids (splitmix64), the same formula as `strata bench --seed`."""
+    M = (1 << 64) - 1
+    out = []
+    for i in range(n):
+        z = (seed * 0x9E3779B97F4A7C15 + (i + 1) * 0xBF58476D1CE4E5B9) & M
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M
+        z ^= z >> 31
+        out.append(1 + z % (vocab - 1))
+    return out
+
+
+# --- GGUF header: tensor names, types and sizes (for bytes touched per token) ---
+GGML_BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18)}  # type: (elements, bytes)
+
+
+def gguf_tensors(path):
+    with open(path, "rb") as f:
+        data = f.read(64 << 20)
+    off = 0
+
+    def take(fmt):
+        nonlocal off
+        v = struct.unpack_from("<" + fmt, data, off)
+        off += struct.calcsize("<" + fmt)
+        return v[0]
+
+    def string():
+        nonlocal off
+        n = take("Q")
+        s = data[off:off + n].decode()
+        off += n
+        return s
+
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+
+    def value(t):
+        if t == 8:
+            return string()
+        if t == 9:
+            et, n = take("I"), take("Q")
+            return [value(et) for _ in range(n)]
+        return take(scalar[t])
+
+    assert data[:4] == b"GGUF"
+    off = 4
+    take("I")
+    nt, nkv = take("Q"), take("Q")
+    kv = {}
+    for _ in range(nkv):
+        k = string()
+        kv[k] = value(take("I"))
+    tensors = {}
+    for _ in range(nt):
+        name = string()
+        dims = [take("Q") for _ in range(take("I"))]
+        t = take("I")
+        take("Q")
+        n = 1
+        for d in dims:
+            n *= d
+        el, by = GGML_BLOCK[t]
+        tensors[name] = (dims, n // el * by)
+    return kv, tensors
+
+
+def gguf_bytes_per_token(path):
+    """Weight bytes one decoded token reads in llama.cpp: every matrix but the embedding table (one row) and
+    routed experts (top-k of n per MoE layer); the MTP block is not run."""
+    kv, ts = gguf_tensors(path)
+    arch = kv["general.architecture"]
+    k, n = kv[arch + ".expert_used_count"], kv[arch + ".expert_count"]
+    dense = experts = pool = 0
+    vocab = kv[arch + ".vocab_size"] if arch + ".vocab_size" in kv else len(kv["tokenizer.ggml.tokens"])
+    for name, (dims, b) in ts.items():
+        if "_exps." in name:
+            experts += b * k // n
+            pool += b
+        elif name == "token_embd.weight":
+            dense += b // vocab
+        else:
+            dense += b
+    total = sum(b for _, b in ts.values())
+    return {"dense": dense, "experts": experts, "per_token": dense + experts, "expert_pool": pool,
+            "non_expert": total - pool, "file": os.path.getsize(path)}
+
+
+# --- running things ---
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return float(f.read().split()[0])
+
+
+def drop_cache(paths):
+    for p in paths:
+        files = [p] if os.path.isfile(p) else [os.path.join(p, f) for f in os.listdir(p)]
+        for fn in files:
+            if os.path.isfile(fn):
+                fd = os.open(fn, os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+
+
+class MemCgroup:
+    """A cgroup-v1 memory child under this process's own memory cgroup."""
+
+    def __init__(self, limit_bytes):
+        rel = None
+        with open("/proc/self/cgroup") as f:
+            for line in f:
+                _, ctrl, p = line.rstrip("\n").split(":", 2)
+                if "memory" in ctrl.split(","):
+                    rel = p
+        if rel is None:
+            raise RuntimeError("no cgroup-v1 memory controller in /proc/self/cgroup")
+        self.path = os.path.join("/sys/fs/cgroup/memory" + rel, f"strata-bench-{os.getpid()}")
+        os.mkdir(self.path)
+        with open(os.path.join(self.path, "memory.limit_in_bytes"), "w") as f:
+            f.write(str(int(limit_bytes)))
+        self.limit = int(limit_bytes)
+
+    def wrap(self, argv):
+        # The child shell moves itself into the cgroup, then becomes the engine.
+        procs = os.path.join(self.path, "cgroup.procs")
+        return ["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh"] + argv
+
+    def stat(self, key):
+        with open(os.path.join(self.path, key)) as f:
+            return int(f.read())
+
+    def reset_peak(self):
+        with open(os.path.join(self.path, "memory.max_usage_in_bytes"), "w") as f:
+            f.write("0")
+
+    def close(self):
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except OSError:
+                time.sleep(0.2)
+        log(f"warning: could not remove {self.path}")
+
+
+def run_json(argv, timeout=3600):
+    t0 = time.time()
+    la = loadavg()
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:6])} ... exited {p.returncode}:\n{p.stderr[-3000:]}")
+    lines = [json.loads(l) for l in p.stdout.splitlines() if l.startswith("{")]
+    return lines, {"wall_s": time.time() - t0, "load_before": la, "load_after": loadavg(), "stderr": p.stderr[-2000:]}
+
+
+def strata_run(a, model, ids, gen, extra, wrap=None, warmup_tokens=0):
+    argv = [a.strata, "bench", "--model", model, "--ids", ",".join(map(str, ids)), "--gen-tokens", str(gen),
+            "--threads", str(a.threads), "--reps", "1", "--warmup", "1", "--warmup-tokens", str(warmup_tokens),
+            "--json", "--no-autopin"] + extra
+    lines, meta = run_json(wrap(argv) if wrap else argv)
+    by = {l["bench"]: l for l in lines}
+    r = {"engine": "strata", "prefill_tok_s": by["prefill"]["tok_s"], "decode_tok_s": by["decode"]["tok_s"],
+         "raw": by, **meta}
+    r["kernels_line"] = next((l for l in meta["stderr"].splitlines() if "kernels:" in l), "")
+    return r
+
+
+def llama_run(a, gguf, ids, gen, wrap=None, warmup_tokens=0):
+    argv = ["node", os.path.join(HERE, "llama_bench.mjs"), "--gguf", gguf, "--ids", ",".join(map(str, ids)),
+            "--gen", str(gen), "--threads", str(a.threads), "--ctx", "4096", "--batch", "512", "--reps", "1",
+            "--warmup", "1", "--warmup-tokens", str(warmup_tokens)]
+    lines, meta = run_json(wrap(argv) if wrap else argv)
+    j = lines[-1]
+    return {"engine": "llama.cpp", "prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"], "raw": j,
+            **meta}
+
+
+def alternate(a, name, fs, fl, warm=None, before=None):
+    """Warm-up invocation of each (`warm` = (strata, llama) callables, discarded), then a.rounds rounds, the
+    engine order alternating."""
+    res = {"strata": [], "llama.cpp": []}
+    if warm:
+        log(f"[{name}] warm-up")
+        for w in warm:
+            r = w()
+            log(f"[{name}] warm-up {r['engine']}: prefill {r['prefill_tok_s']:.2f}, decode {r['decode_tok_s']:.2f} tok/s")
+    for i in range(a.rounds):
+        order = [("strata", fs), ("llama.cpp", fl)] if i % 2 == 0 else [("llama.cpp", fl), ("strata", fs)]
+        for eng, fn in order:
+            if before:
+                before()
+            r = fn()
+            res[eng].append(r)
+            log(f"[{name}] round {i + 1} {eng}: prefill {r['prefill_tok_s']:.2f} tok/s, decode "
+                f"{r['decode_tok_s']:.2f} tok/s (load {r['load_before']:.1f}, {r['wall_s']:.0f} s)")
+    return res
+
+
+def med(rs, key):
+    return statistics.median(r[key] for r in rs)
+
+
+def machine_info():
+    info = {"date_utc": datetime.datetime.utcnow().strftime("%Y-%m-%d %H:%M UTC"), "kernel": platform.release()}
+    with open("/proc/cpuinfo") as f:
+        txt = f.read()
+    for line in txt.splitlines():
+        if line.startswith("model name") and "cpu" not in info:
+            info["cpu"] = line.split(":", 1)[1].strip()
+        if line.startswith("flags") and "flags" not in info:
+            fl = line.split(":", 1)[1].split()
+            info["flags"] = " ".join(x for x in fl if x.startswith(("avx", "amx", "fma", "f16c")))
+    info["cores"] = os.cpu_count()
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal"):
+                info["ram_gib"] = round(int(line.split()[1]) / 2**20, 1)
+    return info
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--data", default="/work/benchdata")
+    ap.add_argument("--strata", default=os.path.join(ROOT, "build-bench", "strata"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-tokens", type=int, default=512)
+    ap.add_argument("--gen-tokens", type=int, default=32)
+    ap.add_argument("--warmup-tokens", type=int, default=32, help="prompt tokens of the in-process warm-up repetition")
+    ap.add_argument("--capped-prompt-tokens", type=int, default=32)
+    ap.add_argument("--capped-gen-tokens", type=int, default=8)
+    ap.add_argument("--capped-warmup-tokens", type=int, default=8)
+    ap.add_argument("--cap-allowance-gb", type=float, default=0.5,
+                    help="added to the cgroup limit for each engine's own buffers (KV, scratch)")
+    ap.add_argument("--only", default="int8,int4,capped")
+    ap.add_argument("--write-docs", action="store_true")
+    a = ap.parse_args()
+    d = a.data
+    models = {
+        "int8": (os.path.join(d, "slice-int8"), os.path.join(d, "slice-q8_0.gguf"), "int8 (gs32) vs Q8_0"),
+        "int4": (os.path.join(d, "slice-int4"), os.path.join(d, "slice-q4_0.gguf"), "int4 gs32 vs Q4_0"),
+    }
+    with open(os.path.join(d, "slice-bf16", "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    ids = fixed_ids(a.prompt_tokens, vocab, 1)
+    cids = ids[: a.capped_prompt_tokens]
+    info = machine_info()
+    results = {"machine": info, "args": vars(a), "configs": {}}
+    only = a.only.split(",")
+    for key in ("int8", "int4"):
+        if key not in only:
+            continue
+        cont, gguf, label = models[key]
+        gb = gguf_bytes_per_token(gguf)
+        res = alternate(
+            a, key,
+            lambda: strata_run(a, cont, ids, a.gen_tokens, ["--pin", "all", "--ram", "1000"], warmup_tokens=a.warmup_tokens),
+            lambda: llama_run(a, gguf, ids, a.gen_tokens, warmup_tokens=a.warmup_tokens),
+            warm=(lambda: strata_run(a, cont, ids[:32], 4, ["--pin", "all", "--ram", "1000", "--membw-mib", "0",
+                                                             "--disk-mib", "0"]),
+                  lambda: llama_run(a, gguf, ids[:32], 4)))
+        results["configs"][key] = {"label": label, "gguf": gb, "runs": res}
+    if "capped" in only:
+        cont, gguf, _ = models["int8"]
+        gb = gguf_bytes_per_token(gguf)
+        probe, _ = run_json([a.strata, "bench", "--model", cont, "--prompt-tokens", "1", "--gen-tokens", "0",
+                             "--reps", "1", "--warmup", "0", "--json", "--membw-mib", "0", "--disk-mib", "0",
+                             "--no-autopin", "-q", "--ram", "1"])
+        cfg = next(l for l in probe if l["bench"] == "config")
+        s_pool, s_dense = cfg["expert_pool_bytes"], cfg["resident_bytes"]
+        ram = 0.25 * s_pool
+        limit = max(s_dense, gb["non_expert"]) + 0.25 * max(s_pool, gb["expert_pool"]) + a.cap_allowance_gb * 1e9
+        cg = MemCgroup(limit)
+        log(f"[capped] cgroup {cg.path}: limit {limit / 1e9:.2f} GB; strata --ram {ram / 1e9:.2f} GB")
+        try:
+            res = alternate(
+                a, "capped",
+                lambda: strata_run(a, cont, cids, a.capped_gen_tokens,
+                                   ["--ram", f"{ram / 1e9:.3f}", "--membw-mib", "0", "--disk-mib", "1024"], cg.wrap,
+                                   warmup_tokens=a.capped_warmup_tokens),
+                lambda: llama_run(a, gguf, cids, a.capped_gen_tokens, cg.wrap, warmup_tokens=a.capped_warmup_tokens),
+                before=lambda: drop_cache([cont, gguf]))
+        finally:
+            cg.close()
+        results["configs"]["capped"] = {"label": "int8 vs Q8_0, memory capped", "gguf": gb, "runs": res,
+                                        "limit_bytes": limit, "strata_ram_bytes": ram}
+    with open(os.path.join(d, "compare-results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    report(results, a)
+
+
+def report(results, a):
+    sys.path.insert(0, HERE)
+    import report as R  # noqa: E402
+    R.write(results, a, ROOT)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,388 @@
+// strata bench: prefill and decode speed of a model, where the time goes, how
+// many weight bytes each decoded token touches, and how that compares with
+// the machine's own memory and disk bandwidth measured in the same process
+// (docs/cli.md, docs/benchmarks.md).
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "format/container.h"
+#include "kernels/cpu_features.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace strata::cli {
+
+namespace {
+
+struct BenchFlags {
+  EngineFlags engine;
+  int prompt_tokens = 512;
+  int gen_tokens = 32;
+  int reps = 3;
+  int warmup = 1;
+  int warmup_tokens = 0;  // prompt tokens of a warm-up repetition (0: the whole prompt)
+  std::string ids;  // explicit prompt ids (overrides --prompt-tokens)
+  uint64_t seed = 1;
+  int membw_mib = 1024;  // 0: skip
+  int disk_mib = 1024;   // 0: skip
+  bool json = false;
+};
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Fixed pseudo-random prompt: ids[i] = 1 + (splitmix64(seed, i) mod (vocab - 1)).
+std::vector<int32_t> fixed_ids(int64_t n, int64_t vocab, uint64_t seed) {
+  std::vector<int32_t> out(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t z = seed * 0x9E3779B97F4A7C15ull + static_cast<uint64_t>(i + 1) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    z ^= z >> 31;
+    out[static_cast<size_t>(i)] = static_cast<int32_t>(1 + z % static_cast<uint64_t>(vocab - 1));
+  }
+  return out;
+}
+
+// Multi-threaded streaming read of a buffer much larger than the LLC, 64-byte
+// vectors with four independent accumulators per thread; best of `tries`, GB/s.
+double memory_read_gb_s(size_t bytes, int threads, int tries) {
+  using V = long long __attribute__((vector_size(64)));
+  const size_t nvec = bytes / sizeof(V);
+  V* buf = static_cast<V*>(std::aligned_alloc(4096, nvec * sizeof(V)));
+  if (!buf) fail("bench: cannot allocate {} MiB for the memory-bandwidth test", bytes >> 20);
+  std::memset(buf, 1, nvec * sizeof(V));  // fault every page in first
+  std::atomic<long long> sink{0};
+  double best = 0.0;
+  for (int t = 0; t < tries; ++t) {
+    std::vector<std::thread> th;
+    std::atomic<int> ready{0};
+    std::atomic<bool> go{false};
+    uint64_t t0 = 0;
+    for (int k = 0; k < threads; ++k)
+      th.emplace_back([&, k] {
+        const size_t per = nvec / static_cast<size_t>(threads) / 4 * 4;
+        const V* p = buf + per * static_cast<size_t>(k);
+        V a0{}, a1{}, a2{}, a3{};
+        ready.fetch_add(1);
+        while (!go.load(std::memory_order_acquire)) {
+        }
+        for (size_t i = 0; i < per; i += 4) {
+          a0 += p[i];
+          a1 += p[i + 1];
+          a2 += p[i + 2];
+          a3 += p[i + 3];
+        }
+        const V s = a0 + a1 + a2 + a3;
+        long long r = 0;
+        for (int j = 0; j < 8; ++j) r += s[j];
+        sink.fetch_add(r);
+      });
+    while (ready.load() < threads) std::this_thread::yield();
+    t0 = now_ns();
+    go.store(true, std::memory_order_release);
+    for (auto& x : th) x.join();
+    const uint64_t dt = now_ns() - t0;
+    const size_t read = nvec / static_cast<size_t>(threads) / 4 * 4 * static_cast<size_t>(threads) * sizeof(V);
+    best = std::max(best, static_cast<double>(read) / static_cast<double>(dt));
+  }
+  std::free(buf);
+  if (sink.load() == 42) std::fprintf(stderr, " ");  // keep the reads
+  return best;
+}
+
+struct DiskResult {
+  double gb_s = 0.0;
+  uint64_t bytes = 0;
+  bool direct = false;
+  std::string file;
+};
+
+// Sequential read of the container's largest expert file, 8 MiB requests,
+// O_DIRECT where the filesystem allows (no page cache in the way).
+DiskResult disk_read(const Model& m, uint64_t max_bytes) {
+  DiskResult r;
+  if (!m.manifest || m.manifest->expert_layers.empty()) return r;
+  uint64_t best_size = 0;
+  for (const auto& rec : m.manifest->expert_layers) {
+    struct stat st {};
+    const std::string p = m.dir + "/" + rec.file;
+    if (::stat(p.c_str(), &st) == 0 && static_cast<uint64_t>(st.st_size) > best_size) {
+      best_size = static_cast<uint64_t>(st.st_size);
+      r.file = p;
+    }
+  }
+  if (r.file.empty()) return r;
+  int fd = ::open(r.file.c_str(), O_RDONLY | O_DIRECT);
+  r.direct = fd >= 0;
+  if (fd < 0) fd = ::open(r.file.c_str(), O_RDONLY);
+  if (fd < 0) fail("bench: cannot open {}: {}", r.file, std::strerror(errno));
+  constexpr size_t kReq = 8u << 20;
+  void* buf = std::aligned_alloc(4096, kReq);
+  const uint64_t want = std::min(best_size / 4096 * 4096, max_bytes);
+  const uint64_t t0 = now_ns();
+  uint64_t off = 0;
+  while (off < want) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(kReq, want - off));
+    const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(off));
+    if (got <= 0) break;
+    off += static_cast<uint64_t>(got);
+  }
+  const uint64_t dt = now_ns() - t0;
+  std::free(buf);
+  ::close(fd);
+  r.bytes = off;
+  r.gb_s = dt ? static_cast<double>(off) / static_cast<double>(dt) : 0.0;
+  return r;
+}
+
+// Weight bytes one decoded token reads: every resident matrix on its path
+// (attention, indexer where the layer has one, dense MLP or router + shared
+// expert, lm_head; one embedding row) plus top-k routed experts per MoE layer.
+struct TokenBytes {
+  uint64_t dense = 0, experts = 0;
+};
+TokenBytes bytes_per_token(const Model& m) {
+  const ModelConfig& c = m.config;
+  TokenBytes t;
+  t.dense = m.weights.lm_head.bytes() + m.weights.embed.bytes() / static_cast<uint64_t>(std::max<int64_t>(1, c.vocab_size));
+  for (int64_t L = 0; L < c.num_hidden_layers; ++L) {
+    const LayerWeights& l = m.weights.layers[static_cast<size_t>(L)];
+    const AttentionWeights& a = l.attn;
+    t.dense += a.q_a.bytes() + a.q_b.bytes() + a.kv_a.bytes() + a.kv_b.bytes() + a.o.bytes();
+    if (a.has_indexer) t.dense += a.indexer.wq_b.bytes() + a.indexer.wk.bytes() + a.indexer.weights_proj.bytes();
+    if (!l.is_moe) {
+      t.dense += l.dense.bytes();
+      continue;
+    }
+    t.dense += l.router.gate.bytes() + (l.has_shared ? l.shared.bytes() : 0);
+    uint64_t one = 0;
+    if (m.manifest)
+      for (const auto& rec : m.manifest->expert_layers)
+        if (rec.layer == L) one = rec.blob_bytes;
+    if (!one && static_cast<size_t>(L) < m.weights.experts.size() && !m.weights.experts[static_cast<size_t>(L)].empty())
+      one = m.weights.experts[static_cast<size_t>(L)][0].bytes();
+    t.experts += one * static_cast<uint64_t>(c.num_experts_per_tok);
+  }
+  return t;
+}
+
+struct Phase {
+  double total = 0, attention = 0, router = 0, expert_wait = 0, expert_matmul = 0, other = 0;
+  void add(const PhaseStats& a, const PhaseStats& b) {  // b - a, seconds
+    auto s = [](uint64_t x, uint64_t y) { return static_cast<double>(y - x) / 1e9; };
+    total += s(a.total_ns, b.total_ns);
+    attention += s(a.attention_ns, b.attention_ns);
+    router += s(a.router_ns, b.router_ns);
+    expert_wait += s(a.expert_wait_ns, b.expert_wait_ns);
+    expert_matmul += s(a.expert_ns, b.expert_ns);
+    other += s(a.other_ns(), b.other_ns());
+  }
+  Json per_token_ms(double tokens) const {
+    const double k = tokens > 0 ? 1e3 / tokens : 0.0;
+    return Json{{"total", total * k},         {"attention", attention * k},         {"router", router * k},
+                {"expert_wait", expert_wait * k}, {"expert_matmul", expert_matmul * k}, {"other", other * k}};
+  }
+  std::string line(double tokens) const {
+    const double k = tokens > 0 ? 1e3 / tokens : 0.0;
+    auto pct = [&](double x) { return total > 0 ? 100.0 * x / total : 0.0; };
+    char b[320];
+    std::snprintf(b, sizeof b,
+                  "%.2f ms/tok = attention %.2f (%.0f%%) + router %.2f (%.0f%%) + expert wait %.2f (%.0f%%) + "
+                  "expert matmul %.2f (%.0f%%) + other %.2f (%.0f%%)",
+                  total * k, attention * k, pct(attention), router * k, pct(router), expert_wait * k,
+                  pct(expert_wait), expert_matmul * k, pct(expert_matmul), other * k, pct(other));
+    return b;
+  }
+};
+
+int run_bench(const BenchFlags& f) {
+  Engine e = open_engine(f.engine, false);
+  const ModelConfig& c = e.model->config;
+  const std::vector<int32_t> prompt = f.ids.empty() ? fixed_ids(f.prompt_tokens, c.vocab_size, f.seed)
+                                                    : parse_ids(f.ids, c.vocab_size, "--ids");
+  const int64_t P = static_cast<int64_t>(prompt.size()), G = f.gen_tokens, V = c.vocab_size;
+  if (P < 1) fail("--prompt-tokens must be at least 1");
+  if (P + G > c.max_position_embeddings)
+    fail("--prompt-tokens ({}) + --gen-tokens ({}) exceeds max_position_embeddings {}", P, G, c.max_position_embeddings);
+  const ForwardOptions fo = f.engine.forward_options();
+  const int threads = e.pool->size();
+
+  std::vector<double> prefill_rate, decode_rate;
+  Phase prefill_phase, decode_phase;
+  uint64_t decode_read = 0, decode_wait_ns = 0, decode_misses = 0, decode_requests = 0;
+  std::vector<float> logits(static_cast<size_t>(V));
+  std::vector<Row> rows;
+  for (int rep = 0; rep < f.warmup + f.reps; ++rep) {
+    const bool measured = rep >= f.warmup;
+    const int64_t PP = measured || f.warmup_tokens <= 0 ? P : std::min<int64_t>(P, f.warmup_tokens);
+    Session s(c, P + G, false);
+    // Prefill in chunks of 512 rows (as the text front ends do).
+    PhaseStats a = e.runner->stats();
+    uint64_t t0 = now_ns();
+    for (int64_t p = 0; p < PP; p += 512) {
+      const int64_t end = std::min(PP, p + 512);
+      rows.clear();
+      for (int64_t i = p; i < end; ++i) rows.push_back({&s, static_cast<int32_t>(i), prompt[static_cast<size_t>(i)], i == PP - 1});
+      e.runner->forward(rows, fo, logits.data(), nullptr);
+    }
+    uint64_t dt = now_ns() - t0;
+    if (measured) {
+      prefill_rate.push_back(static_cast<double>(P) * 1e9 / static_cast<double>(dt));
+      prefill_phase.add(a, e.runner->stats());
+      e.prompt_tokens += static_cast<uint64_t>(P);
+      e.prompt_ns += dt;
+    }
+    if (G < 1) continue;
+    a = e.runner->stats();
+    const ExpertStoreStats d0 = e.disk ? e.disk->stats() : ExpertStoreStats{};
+    t0 = now_ns();
+    for (int64_t i = 0; i < G; ++i) {
+      const Row r{&s, static_cast<int32_t>(PP + i), argmax(logits.data(), V), true};
+      e.runner->forward({&r, 1}, fo, logits.data(), nullptr);
+    }
+    dt = now_ns() - t0;
+    if (measured) {
+      decode_rate.push_back(static_cast<double>(G) * 1e9 / static_cast<double>(dt));
+      decode_phase.add(a, e.runner->stats());
+      e.decode_tokens += static_cast<uint64_t>(G);
+      e.decode_ns += dt;
+      if (e.disk) {
+        const ExpertStoreStats d1 = e.disk->stats();
+        decode_read += d1.bytes_read - d0.bytes_read;
+        decode_misses += d1.misses - d0.misses;
+        decode_requests += d1.requests - d0.requests;
+      }
+    }
+  }
+  const double ptok = static_cast<double>(P) * f.reps, gtok = static_cast<double>(G) * f.reps;
+  decode_wait_ns = static_cast<uint64_t>(decode_phase.expert_wait * 1e9);
+
+  const TokenBytes tb = bytes_per_token(*e.model);
+  const double per_token = static_cast<double>(tb.dense + tb.experts);
+  const double mem = f.membw_mib > 0 ? memory_read_gb_s(static_cast<size_t>(f.membw_mib) << 20, threads, 5) : 0.0;
+  const DiskResult disk =
+      (f.disk_mib > 0 && e.disk) ? disk_read(*e.model, static_cast<uint64_t>(f.disk_mib) << 20) : DiskResult{};
+  const double dmed = median(decode_rate), pmed = median(prefill_rate);
+  const double achieved = per_token * dmed / 1e9;
+  const double read_per_tok = gtok > 0 ? static_cast<double>(decode_read) / gtok : 0.0;
+  const double stream_gb_s = decode_wait_ns ? static_cast<double>(decode_read) / static_cast<double>(decode_wait_ns) : 0.0;
+
+  if (f.json) {
+    auto emit = [](Json j) {
+      j["schema"] = 1;
+      std::printf("%s\n", j.dump().c_str());
+    };
+    Json cfg{{"bench", "config"},
+             {"model", f.engine.model},
+             {"kernels", kernel_path_name(active_kernel_path())},
+             {"threads", threads},
+             {"container", e.disk != nullptr},
+             {"attn", f.engine.attn},
+             {"resident_bytes", e.model->resident_bytes()},
+             {"prompt_tokens", P},
+             {"gen_tokens", G},
+             {"reps", f.reps},
+             {"warmup", f.warmup}};
+    if (e.disk) {
+      cfg["ram_budget_bytes"] = e.disk->budget_bytes();
+      cfg["pinned_bytes"] = e.disk->pinned_bytes();
+      cfg["expert_pool_bytes"] = e.disk->total_expert_bytes();
+    }
+    emit(cfg);
+    emit(Json{{"bench", "prefill"},
+              {"tokens", P},
+              {"tok_s", pmed},
+              {"tok_s_reps", prefill_rate},
+              {"ms_per_token", prefill_phase.per_token_ms(ptok)}});
+    if (G > 0) {
+      Json d{{"bench", "decode"},
+             {"tokens", G},
+             {"context", P},
+             {"tok_s", dmed},
+             {"tok_s_reps", decode_rate},
+             {"ms_per_token", decode_phase.per_token_ms(gtok)},
+             {"weight_bytes_per_token", per_token},
+             {"dense_bytes_per_token", tb.dense},
+             {"expert_bytes_per_token", tb.experts},
+             {"weight_gb_s", achieved},
+             {"mem_bw_fraction", mem > 0 ? achieved / mem : 0.0},
+             {"disk_bytes_per_token", read_per_tok},
+             {"expert_hit_rate", decode_requests ? 1.0 - static_cast<double>(decode_misses) / static_cast<double>(decode_requests) : 1.0},
+             {"disk_gb_s_during_wait", stream_gb_s}};
+      emit(d);
+    }
+    if (mem > 0)
+      emit(Json{{"bench", "memory_bandwidth"}, {"gb_s", mem}, {"threads", threads}, {"buffer_bytes", static_cast<uint64_t>(f.membw_mib) << 20}});
+    if (disk.bytes > 0)
+      emit(Json{{"bench", "disk_read"}, {"gb_s", disk.gb_s}, {"bytes", disk.bytes}, {"direct", disk.direct},
+                {"request_bytes", 8u << 20}, {"file", disk.file}});
+  } else {
+    std::printf("model %s | %s | %d threads | resident %.2f GB\n", f.engine.model.c_str(),
+                kernel_path_name(active_kernel_path()), threads, static_cast<double>(e.model->resident_bytes()) / 1e9);
+    std::printf("prefill %lld tok: %.1f tok/s (median of %d) | %s\n", static_cast<long long>(P), pmed, f.reps,
+                prefill_phase.line(ptok).c_str());
+    if (G > 0) {
+      std::printf("decode %lld tok at context %lld: %.2f tok/s (median of %d) | %s\n", static_cast<long long>(G),
+                  static_cast<long long>(P), dmed, f.reps, decode_phase.line(gtok).c_str());
+      std::printf("weights per token %.3f GB (dense %.3f + experts %.3f) -> %.1f GB/s", per_token / 1e9,
+                  static_cast<double>(tb.dense) / 1e9, static_cast<double>(tb.experts) / 1e9, achieved);
+      if (mem > 0) std::printf(" = %.0f%% of the measured %.1f GB/s", 100.0 * achieved / mem, mem);
+      std::printf("\n");
+      if (e.disk)
+        std::printf("experts from disk %.3f GB/token, %.2f GB/s while waiting\n", read_per_tok / 1e9, stream_gb_s);
+    } else if (mem > 0) {
+      std::printf("memory read bandwidth %.1f GB/s (%d threads)\n", mem, threads);
+    }
+    if (disk.bytes > 0)
+      std::printf("disk: %s sequential read %.2f GB/s (%.0f MiB of %s)\n", disk.direct ? "O_DIRECT" : "buffered",
+                  disk.gb_s, static_cast<double>(disk.bytes) / (1 << 20), disk.file.c_str());
+  }
+  std::fflush(stdout);
+  finish_engine(e, f.engine, /*save_usage=*/false);
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, Runner& run) {
+  auto f = std::make_shared<BenchFlags>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed, the time split and bandwidth use");
+  f->engine.add(cmd);
+  cmd->add_option("--prompt-tokens", f->prompt_tokens, "Prompt length for the prefill measurement (default 512)")
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--gen-tokens", f->gen_tokens, "Tokens decoded after the prompt (default 32; 0 skips decode)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--ids", f->ids, "Explicit comma-separated prompt token ids (instead of --prompt-tokens)");
+  cmd->add_option("--seed", f->seed, "Seed of the fixed pseudo-random prompt ids (default 1)");
+  cmd->add_option("--reps", f->reps, "Measured repetitions; the median is reported (default 3)")->check(CLI::Range(1, 1000));
+  cmd->add_option("--warmup", f->warmup, "Unmeasured repetitions first (default 1)")->check(CLI::Range(0, 1000));
+  cmd->add_option("--warmup-tokens", f->warmup_tokens,
+                  "Prompt tokens of each warm-up repetition (default 0: the whole prompt)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--membw-mib", f->membw_mib,
+                  "Buffer for the memory read-bandwidth test in MiB (default 1024; 0 skips it)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--disk-mib", f->disk_mib,
+                  "Containers: MiB of the largest expert file read sequentially with O_DIRECT (default 1024; 0 skips)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_flag("--json", f->json, "One JSON line per result (config, prefill, decode, memory_bandwidth, disk_read)");
+  cmd->callback([f, &run] { run = [f] { return run_bench(*f); }; });
+}
+
+}  // namespace strata::cli
