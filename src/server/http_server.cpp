@@ -11,6 +11,7 @@
 #include <mutex>
 #include <random>
 
+#include "text/tool_constraint.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -409,13 +410,13 @@ struct Server::Impl {
   // Token bytes and trie for response_format, built on first use, shared.
   mutable std::mutex json_vocab_mu;
   mutable std::shared_ptr<const JsonVocab> json_vocab_;
-  std::shared_ptr<const JsonVocab> json_vocab() const {
+  std::shared_ptr<const JsonVocab> json_vocab(const char* param = "response_format") const {
     std::lock_guard l(json_vocab_mu);
     if (!json_vocab_) {
       try {
         json_vocab_ = JsonVocab::build(*m.tok, m.model->config.vocab_size);
       } catch (const Error& e) {
-        bad("response_format", e.what());
+        bad(param, e.what());
       }
     }
     return json_vocab_;
@@ -541,13 +542,47 @@ struct Server::Impl {
       }
       if (!t->empty()) tools = OrderedJson::parse(t->dump());
     }
+    // "required" or a named function: the answer is forced to be one tool
+    // call (constrained decoding, text/tool_constraint.h).
+    bool forced = false;
+    std::string forced_name;
     if (const Json* tc = field(j, "tool_choice")) {
       if (tc->is_string()) {
         const std::string s = tc->get<std::string>();
         if (s == "none") tools = nullptr;
-        else if (s != "auto" && s != "required") bad("tool_choice", "'tool_choice' must be none, auto, required or an object");
-      } else if (!tc->is_object()) {
+        else if (s == "required") forced = true;
+        else if (s != "auto") bad("tool_choice", "'tool_choice' must be none, auto, required or an object");
+      } else if (tc->is_object()) {
+        if (get_string(*tc, "type").value_or("") != "function")
+          bad("tool_choice.type", "'tool_choice.type' must be 'function'", "invalid_value");
+        const Json* fn = field(*tc, "function");
+        if (!fn || !fn->is_object())
+          bad("tool_choice.function", "'tool_choice.function' must be an object with a 'name'", "invalid_type");
+        const auto name = get_string(*fn, "name");
+        if (!name || name->empty())
+          bad("tool_choice.function.name", "'tool_choice.function.name' is required", "missing_required_parameter");
+        forced = true;
+        forced_name = *name;
+      } else {
         bad("tool_choice", "'tool_choice' must be a string or an object", "invalid_type");
+      }
+    }
+    std::shared_ptr<const ToolCallGrammar> tool_grammar;
+    if (forced) {
+      if (tools.is_null()) bad("tool_choice", "a required or named 'tool_choice' needs 'tools'");
+      if (c.json) bad("response_format", "'response_format' cannot be combined with a required or named 'tool_choice'");
+      if (tmpl.dialect != ChatDialect::Glm)
+        bad("tool_choice", "a required or named 'tool_choice' needs a model with the GLM chat template");
+      try {
+        // Parsed again keeping key order: parameters are generated in schema order.
+        const OrderedJson ordered = OrderedJson::parse(req.body);
+        tool_grammar = ToolCallGrammar::build(ordered.at("tools"), forced_name);
+      } catch (const Error& e) {
+        const std::string what = e.what();
+        if (what.rfind("tool_choice", 0) == 0) bad("tool_choice.function.name", what, "invalid_value");
+        bad("tools", what, "unsupported_schema");
+      } catch (const std::exception& e) {
+        bad("tools", e.what(), "invalid_value");
       }
     }
     ChatRenderOptions ro;
@@ -557,8 +592,8 @@ struct Server::Impl {
       if (auto e = get_bool(*kw, "enable_thinking")) ro.enable_thinking = *e;
       if (auto e = get_bool(*kw, "clear_thinking")) ro.clear_thinking = *e;
     }
-    // A JSON answer is the whole content: no reasoning block before it.
-    if (c.json) ro.enable_thinking = false;
+    // A JSON answer or a forced tool call is the whole answer: no reasoning block before it.
+    if (c.json || forced) ro.enable_thinking = false;
     std::string prompt_text;
     try {
       prompt_text = tmpl.render(msgs, tools, ro);
@@ -567,6 +602,8 @@ struct Server::Impl {
     }
     const bool raw = tmpl.dialect == ChatDialect::Raw;
     auto job = make_job(m.tok->encode(prompt_text, /*add_special=*/raw), c);
+    if (tool_grammar)
+      job->constraint = std::make_shared<ToolCallConstraint>(tool_grammar, json_vocab("tool_choice"), tool_markup_ids(*m.tok));
     const bool reasoning_open = tmpl.opens_reasoning(ro);
     // Constrained output is JSON as generated: not split by the GLM parser.
     const bool glm = tmpl.dialect == ChatDialect::Glm && !c.json;

@@ -1,5 +1,7 @@
 #include "server/scheduler.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -305,9 +307,9 @@ bool Scheduler::on_logits(Seq& s, const float* logits) {
     lse = mx + std::log(sum);
   }
   const std::span<const int32_t> ban = j.ignore_eos ? std::span<const int32_t>(m_.stop_ids) : std::span<const int32_t>{};
-  // response_format: tokens that would leave the JSON language get -inf.
+  // response_format / tool_choice: tokens that would leave the language get -inf.
   if (j.constraint && j.constraint->mask(work_, m_.stop_ids) == 0) {
-    end(s, Finish::Error, "response_format: no token can continue the JSON");
+    end(s, Finish::Error, fmt::format("{}: no token can continue the constrained answer", j.constraint->what()));
     return false;
   }
   const int32_t tok = s.sampler->sample(work_, ban);
@@ -322,7 +324,7 @@ bool Scheduler::on_logits(Seq& s, const float* logits) {
   }
   s.sampler->accept(tok);
   if (j.constraint && !j.constraint->advance(tok)) {
-    end(s, Finish::Error, "response_format: the sampled token does not continue the JSON");
+    end(s, Finish::Error, fmt::format("{}: the sampled token does not continue the constrained answer", j.constraint->what()));
     return false;
   }
   ++s.generated;
@@ -352,7 +354,7 @@ bool Scheduler::on_logits(Seq& s, const float* logits) {
     end(s, Finish::Stop);
     return false;
   }
-  if (j.constraint && j.constraint->done()) {  // the JSON is complete and nothing may follow
+  if (j.constraint && j.constraint->done()) {  // the answer is complete and nothing may follow
     end(s, Finish::Stop);
     return false;
   }

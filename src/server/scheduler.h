@@ -82,9 +82,9 @@ struct Job {
   std::vector<std::string> stop;
   int top_logprobs = -1;  // -1: no logprobs
   bool ignore_eos = false;
-  // response_format: masks each step's logits, advanced by each token (the
-  // scheduler thread only touches it after submit).
-  std::shared_ptr<JsonConstraint> constraint;
+  // response_format or a forced tool_choice: masks each step's logits,
+  // advanced by each token (the scheduler thread only touches it after submit).
+  std::shared_ptr<TokenConstraint> constraint;
   uint64_t deadline_ns = 0;  // 0: none
 
   std::atomic<bool> cancel{false};  // set by the HTTP side (client gone)

@@ -344,9 +344,11 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::from_schema(const SJson& schema)
 
 // -------------------------------------------------------------------- state
 
-JsonState::JsonState(const JsonGrammar& g) : g_(&g) {
+JsonState::JsonState(const JsonGrammar& g) : JsonState(g, g.root()) {}
+
+JsonState::JsonState(const JsonGrammar& g, int32_t node) : g_(&g) {
   Frame r{};
-  r.node = g.root();
+  r.node = node;
   r.kind = kRoot;
   r.phase = R_START;
   fr_[0] = r;

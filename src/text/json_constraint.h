@@ -50,6 +50,21 @@ namespace strata {
 
 class Tokenizer;
 
+// What the scheduler needs of a constrained-decoding request (Job::constraint):
+// response_format's JsonConstraint, tool_choice's ToolCallConstraint.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // Sets every token that may not come next to -inf; returns how many remain.
+  virtual size_t mask(std::span<float> logits, std::span<const int32_t> stop_ids) = 0;
+  // Feeds a sampled token; false if it is refused (the state is then unchanged).
+  virtual bool advance(int32_t token) = 0;
+  // Complete and nothing may follow: the answer ends here.
+  virtual bool done() const = 0;
+  // The request field it enforces, for error messages.
+  virtual const char* what() const = 0;
+};
+
 constexpr int kJsonMaxDepth = 32;       // containers
 constexpr int kJsonMaxIntDigits = 16;
 constexpr int kJsonMaxFracDigits = 16;
@@ -112,6 +127,8 @@ class JsonGrammar {
 class JsonState {
  public:
   explicit JsonState(const JsonGrammar& g);
+  // A value of `node` (no whitespace around it) instead of the root.
+  JsonState(const JsonGrammar& g, int32_t node);
   JsonState(const JsonState& o) { assign(o); }
   JsonState& operator=(const JsonState& o) {
     assign(o);
@@ -188,6 +205,7 @@ class JsonVocab {
 
  private:
   friend class JsonConstraint;
+  friend class ToolCallConstraint;
   struct Trie {
     std::vector<uint8_t> byte;
     std::vector<uint16_t> depth;
@@ -207,7 +225,7 @@ class JsonVocab {
   std::vector<uint32_t> plain_cps_;  // their counts, ascending
 };
 
-class JsonConstraint {
+class JsonConstraint final : public TokenConstraint {
  public:
   JsonConstraint(std::shared_ptr<const JsonGrammar> g, std::shared_ptr<const JsonVocab> v);
 
@@ -216,12 +234,13 @@ class JsonConstraint {
   // how many are allowed.
   size_t allowed(std::vector<uint8_t>& allowed, std::span<const int32_t> stop_ids);
   // Sets every token that may not come next to -inf; returns how many remain.
-  size_t mask(std::span<float> logits, std::span<const int32_t> stop_ids);
+  size_t mask(std::span<float> logits, std::span<const int32_t> stop_ids) override;
   // Feeds a sampled (ordinary) token; false if the grammar refuses it (the
   // state is then unchanged).
-  bool advance(int32_t token);
+  bool advance(int32_t token) override;
   bool accepting() const { return state_.accepting(); }
-  bool done() const { return state_.done(); }
+  bool done() const override { return state_.done(); }
+  const char* what() const override { return "response_format"; }
   const JsonState& state() const { return state_; }
   const JsonVocab& vocab() const { return *vocab_; }
 

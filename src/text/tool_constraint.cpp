@@ -1,0 +1,437 @@
+#include "text/tool_constraint.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "text/tokenizer.h"
+#include "util/error.h"
+
+namespace strata {
+
+namespace {
+
+constexpr std::array<std::string_view, kToolMarkups> kMarkup = {"<tool_call>", "</tool_call>", "<arg_key>",
+                                                               "</arg_key>",  "<arg_value>",  "</arg_value>"};
+constexpr uint8_t bit(int m) { return static_cast<uint8_t>(1u << m); }
+
+// Python's str.isspace() (what py_strip removes).
+bool py_space(int32_t cp) {
+  return (cp >= 0x09 && cp <= 0x0D) || (cp >= 0x1C && cp <= 0x20) || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
+         cp == 0x3000;
+}
+
+// The parser keeps a value as raw text when the parameter's `type` is
+// "string" or a list with "string" (chat_template.cpp declared_string).
+bool declared_string(const OrderedJson& prop) {
+  if (!prop.is_object() || !prop.contains("type")) return false;
+  const OrderedJson& ty = prop["type"];
+  if (ty.is_string()) return ty == "string";
+  if (ty.is_array())
+    for (const auto& x : ty)
+      if (x == "string") return true;
+  return false;
+}
+
+// A name or key is generated as its bytes and read back stripped, up to the
+// next '<': it must survive that.
+void check_label(std::string_view s, const std::string& where) {
+  if (s.empty()) fail("{}: an empty name cannot be generated", where);
+  if (s.find('<') != std::string_view::npos) fail("{}: '{}' contains '<', which cannot be generated in a tool call", where, s);
+  if (py_strip(s).size() != s.size()) fail("{}: '{}' has leading or trailing whitespace", where, s);
+}
+
+std::string strip_prefix(std::string msg) {
+  constexpr std::string_view p = "response_format schema: ";
+  if (msg.compare(0, p.size(), p) == 0) msg.erase(0, p.size());
+  return msg;
+}
+
+}  // namespace
+
+std::string_view tool_markup(int m) { return kMarkup[static_cast<size_t>(m)]; }
+
+std::shared_ptr<const ToolCallGrammar> ToolCallGrammar::build(const OrderedJson& tools, std::string_view only) {
+  auto g = std::make_shared<ToolCallGrammar>();
+  if (!tools.is_array() || tools.empty()) fail("tools: a forced tool call needs at least one tool");
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const OrderedJson& t = tools[i];
+    const std::string where = fmt::format("tools[{}].function", i);
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) fail("{}: expected an object", where);
+    const OrderedJson& f = t["function"];
+    if (!f.contains("name") || !f["name"].is_string()) fail("{}.name: expected a string", where);
+    Function fn;
+    fn.name = f["name"].get<std::string>();
+    if (!only.empty() && fn.name != only) continue;
+    check_label(fn.name, where + ".name");
+    for (const Function& other : g->fns_)
+      if (other.name == fn.name) fail("{}.name: '{}' is declared twice", where, fn.name);
+    OrderedJson params = OrderedJson::object();
+    if (f.contains("parameters") && !f["parameters"].is_null()) {
+      if (!f["parameters"].is_object()) fail("{}.parameters: expected a JSON Schema object", where);
+      params = f["parameters"];
+    }
+    // String parameters are raw text: bound them (maxLength, at most the cap).
+    if (params.contains("properties") && params["properties"].is_object()) {
+      for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it) {
+        check_label(it.key(), where + ".parameters.properties");
+        if (!declared_string(it.value())) continue;
+        OrderedJson& p = it.value();
+        uint64_t cap = kToolStringMaxChars;
+        if (p.contains("maxLength") && p["maxLength"].is_number() && p["maxLength"].get<double>() >= 0)
+          cap = std::min<uint64_t>(cap, static_cast<uint64_t>(p["maxLength"].get<double>()));
+        p["maxLength"] = cap;
+      }
+    }
+    try {
+      fn.grammar = JsonGrammar::from_schema(params);
+    } catch (const Error& e) {
+      fail("{}.parameters: {}", where, strip_prefix(e.what()));
+    }
+    const JsonGrammar::Node& root = fn.grammar->node(fn.grammar->root());
+    if (!(root.types & JsonGrammar::kObject) || root.literals >= 0 || !root.any_of.empty())
+      fail("{}.parameters: must be an object schema (type object with properties)", where);
+    size_t k = 0;
+    if (params.contains("properties")) {
+      for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it, ++k) {
+        Param p;
+        p.key = it.key();
+        p.node = root.props[k].node;
+        p.required = root.props[k].required;
+        p.raw = declared_string(it.value());
+        if (p.raw) {
+          JsonState s(*fn.grammar, p.node);
+          if (!s.feed('"'))
+            fail("{}.parameters.properties.{}: a string parameter whose enum/const has no string cannot be generated",
+                 where, p.key);
+        }
+        fn.params.push_back(std::move(p));
+      }
+    }
+    if (root.props.size() != fn.params.size())
+      fail("{}.parameters: list the parameters in 'properties' at the top of the schema (not through $ref)", where);
+    fn.req_from = root.req_from;
+    g->fns_.push_back(std::move(fn));
+  }
+  if (g->fns_.empty()) fail("tool_choice: no function named '{}' in tools", only);
+  std::sort(g->fns_.begin(), g->fns_.end(), [](const Function& a, const Function& b) { return a.name < b.name; });
+  return g;
+}
+
+// ------------------------------------------------------------------ state
+
+ToolState::ToolState(const ToolCallGrammar& g, uint8_t atomic)
+    : g_(&g), atomic_(atomic), val_(*g.functions().front().grammar) {}
+
+uint8_t ToolState::junction(const ToolCallGrammar::Function& f, uint32_t next) const {
+  uint8_t s = 0;
+  if (next < f.params.size()) s |= bit(kArgKey);
+  if (f.req_from[next] >= f.params.size()) s |= bit(kToolClose);
+  return s;
+}
+
+bool ToolState::raw_closable() const {
+  if (raw_need_ || raw_space_) return false;
+  JsonState end(val_);
+  return end.feed('"') && end.accepting();
+}
+
+uint8_t ToolState::starts() const {
+  const auto& fns = g_->functions();
+  switch (phase_) {
+    case kBound:
+      switch (ctx_) {
+        case kStart: return bit(kToolOpen);
+        case kJunction: return junction(fns[fn_lo_], next_);
+        case kKeyEnd: return bit(kArgKeyEnd);
+        case kValOpen: return bit(kArgValue);
+        case kValEnd: return bit(kArgValueEnd);
+      }
+      return 0;
+    case kName:
+      return fns[fn_lo_].name.size() == pos_ ? junction(fns[fn_lo_], 0) : 0;
+    case kKey:
+      for (uint64_t k = keys_; k; k &= k - 1) {
+        const size_t i = static_cast<size_t>(__builtin_ctzll(k));
+        if (fns[fn_lo_].params[i].key.size() == pos_) return bit(kArgKeyEnd);
+      }
+      return 0;
+    case kValue: {
+      const auto& p = fns[fn_lo_].params[param_];
+      return (p.raw ? raw_closable() : val_.accepting()) ? bit(kArgValueEnd) : 0;
+    }
+    default:
+      return 0;
+  }
+}
+
+void ToolState::commit() {
+  const auto& fns = g_->functions();
+  switch (phase_) {
+    case kName:
+      fn_hi_ = fn_lo_ + 1;
+      next_ = 0;
+      ctx_ = kJunction;
+      break;
+    case kKey:
+      for (uint64_t k = keys_; k; k &= k - 1) {
+        const uint32_t i = static_cast<uint32_t>(__builtin_ctzll(k));
+        if (fns[fn_lo_].params[i].key.size() == pos_) param_ = i;
+      }
+      ctx_ = kKeyEnd;
+      break;
+    case kValue:
+      ctx_ = kValEnd;
+      break;
+    default:
+      break;
+  }
+  phase_ = kBound;
+}
+
+void ToolState::enter(int m) {
+  const auto& fns = g_->functions();
+  pos_ = 0;
+  switch (m) {
+    case kToolOpen:
+      phase_ = kName;
+      fn_lo_ = 0;
+      fn_hi_ = static_cast<uint32_t>(fns.size());
+      break;
+    case kArgKey: {
+      const auto& f = fns[fn_lo_];
+      const uint32_t last = std::min<uint32_t>(f.req_from[next_], static_cast<uint32_t>(f.params.size()) - 1);
+      keys_ = 0;
+      for (uint32_t i = next_; i <= last; ++i) keys_ |= uint64_t{1} << i;
+      phase_ = kKey;
+      break;
+    }
+    case kArgKeyEnd:
+      phase_ = kBound;
+      ctx_ = kValOpen;
+      break;
+    case kArgValue: {
+      const auto& p = fns[fn_lo_].params[param_];
+      val_ = JsonState(*fns[fn_lo_].grammar, p.node);
+      if (p.raw) val_.feed('"');  // checked by build()
+      raw_cps_ = 0;
+      raw_need_ = 0;
+      raw_space_ = false;
+      raw_cp_ = 0;
+      phase_ = kValue;
+      break;
+    }
+    case kArgValueEnd:
+      next_ = param_ + 1;
+      phase_ = kBound;
+      ctx_ = kJunction;
+      break;
+    case kToolClose:
+      phase_ = kDone;
+      break;
+  }
+}
+
+bool ToolState::feed_value(uint8_t c) {
+  const auto& p = g_->functions()[fn_lo_].params[param_];
+  if (c == '<') return false;
+  if (!p.raw) return val_.feed(c);
+  // Raw text, checked as the JSON string it stands for.
+  bool ok;
+  switch (c) {
+    case '"': ok = val_.feed("\\\""); break;
+    case '\\': ok = val_.feed("\\\\"); break;
+    case '\n': ok = val_.feed("\\n"); break;
+    case '\t': ok = val_.feed("\\t"); break;
+    case '\r': ok = val_.feed("\\r"); break;
+    default: ok = c >= 0x20 && val_.feed(c);
+  }
+  if (!ok) return false;
+  // The code point, for the whitespace rules (val_ has checked the UTF-8).
+  if (raw_need_ == 0) {
+    if (c < 0x80) {
+      raw_cp_ = c;
+    } else {
+      raw_need_ = c >= 0xF0 ? 3 : c >= 0xE0 ? 2 : 1;
+      raw_cp_ = c & (c >= 0xF0 ? 0x07 : c >= 0xE0 ? 0x0F : 0x1F);
+      return true;
+    }
+  } else {
+    raw_cp_ = (raw_cp_ << 6) | (c & 0x3F);
+    if (--raw_need_) return true;
+  }
+  const bool sp = py_space(raw_cp_);
+  if (sp && raw_cps_ == 0) return false;  // the parser would strip it
+  if (sp && val_.string_room() == 0) return false;  // it could not be followed by anything else
+  raw_space_ = sp;
+  ++raw_cps_;
+  return true;
+}
+
+bool ToolState::feed(uint8_t c) {
+  if (phase_ == kLit) {
+    uint8_t alive = 0;
+    for (uint8_t k = lits_; k; k &= static_cast<uint8_t>(k - 1)) {
+      const int m = __builtin_ctz(k);
+      if (pos_ < kMarkup[static_cast<size_t>(m)].size() && static_cast<uint8_t>(kMarkup[static_cast<size_t>(m)][pos_]) == c)
+        alive |= bit(m);
+    }
+    if (!alive) return false;
+    lits_ = alive;
+    ++pos_;
+    for (uint8_t k = alive; k; k &= static_cast<uint8_t>(k - 1)) {
+      const int m = __builtin_ctz(k);
+      if (kMarkup[static_cast<size_t>(m)].size() == pos_) {
+        enter(m);
+        break;
+      }
+    }
+    return true;
+  }
+  if (c == '<') {
+    const uint8_t s = static_cast<uint8_t>(starts() & ~atomic_);
+    if (!s) return false;  // names and keys have no '<'; values refuse it
+    commit();
+    phase_ = kLit;
+    lits_ = s;
+    pos_ = 1;  // every markup starts with '<'
+    return true;
+  }
+  switch (phase_) {
+    case kName: {
+      const auto& fns = g_->functions();
+      uint32_t lo = fn_hi_, hi = fn_lo_;
+      for (uint32_t i = fn_lo_; i < fn_hi_; ++i) {
+        const std::string& n = fns[i].name;
+        if (n.size() > pos_ && static_cast<uint8_t>(n[pos_]) == c) {
+          lo = std::min(lo, i);
+          hi = i + 1;
+        }
+      }
+      if (lo >= hi) return false;
+      fn_lo_ = lo;
+      fn_hi_ = hi;
+      ++pos_;
+      return true;
+    }
+    case kKey: {
+      const auto& params = g_->functions()[fn_lo_].params;
+      uint64_t alive = 0;
+      for (uint64_t k = keys_; k; k &= k - 1) {
+        const size_t i = static_cast<size_t>(__builtin_ctzll(k));
+        if (params[i].key.size() > pos_ && static_cast<uint8_t>(params[i].key[pos_]) == c) alive |= uint64_t{1} << i;
+      }
+      if (!alive) return false;
+      keys_ = alive;
+      ++pos_;
+      return true;
+    }
+    case kValue:
+      return feed_value(c);
+    default:
+      return false;
+  }
+}
+
+bool ToolState::feed(std::string_view bytes) {
+  for (char c : bytes)
+    if (!feed(static_cast<uint8_t>(c))) return false;
+  return true;
+}
+
+bool ToolState::feed_markup(int m) {
+  if (phase_ == kLit || !(atomic_ & bit(m)) || !(starts() & bit(m))) return false;
+  commit();
+  enter(m);
+  return true;
+}
+
+// ------------------------------------------------------------- constraint
+
+std::array<int32_t, kToolMarkups> tool_markup_ids(const Tokenizer& tok) {
+  std::array<int32_t, kToolMarkups> ids{};
+  for (int m = 0; m < kToolMarkups; ++m) {
+    const auto id = tok.token_id(kMarkup[static_cast<size_t>(m)]);
+    ids[static_cast<size_t>(m)] = id && tok.is_added(*id) && tok.token_bytes(*id) == kMarkup[static_cast<size_t>(m)] ? *id : -1;
+  }
+  return ids;
+}
+
+namespace {
+uint8_t atomic_of(const std::array<int32_t, kToolMarkups>& ids) {
+  uint8_t a = 0;
+  for (int m = 0; m < kToolMarkups; ++m)
+    if (ids[static_cast<size_t>(m)] >= 0) a |= bit(m);
+  return a;
+}
+}  // namespace
+
+ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallGrammar> g, std::shared_ptr<const JsonVocab> v,
+                                       std::array<int32_t, kToolMarkups> markup_ids)
+    : g_(std::move(g)), vocab_(std::move(v)), ids_(markup_ids), state_(*g_, atomic_of(markup_ids)) {
+  stack_.assign(vocab_->max_len() + 1, state_);
+}
+
+size_t ToolCallConstraint::allowed(std::vector<uint8_t>& out, std::span<const int32_t> stop_ids) {
+  const JsonVocab& v = *vocab_;
+  out.assign(static_cast<size_t>(v.size()), 0);
+  size_t count = 0;
+  auto allow = [&](int32_t id, bool yes) {
+    if (id < 0 || id >= v.size()) return;
+    uint8_t& a = out[static_cast<size_t>(id)];
+    if (a != static_cast<uint8_t>(yes)) {
+      count = yes ? count + 1 : count - 1;
+      a = yes;
+    }
+  };
+  if (!state_.done()) {
+    // Ordinary tokens: the trie walk, one state per depth.
+    const JsonVocab::Trie& t = v.all_;
+    stack_[0] = state_;
+    const uint32_t n = static_cast<uint32_t>(t.byte.size());
+    for (uint32_t i = 1; i < n;) {
+      const size_t d = t.depth[i];
+      ToolState& s = stack_[d];
+      s = stack_[d - 1];
+      if (!s.feed(t.byte[i])) {
+        i = t.skip[i];
+        continue;
+      }
+      for (uint32_t k = t.tok_start[i]; k < t.tok_start[i + 1]; ++k) {
+        out[static_cast<size_t>(t.toks[k])] = 1;
+        ++count;
+      }
+      ++i;
+    }
+    for (int m = 0; m < kToolMarkups; ++m) {
+      const int32_t id = ids_[static_cast<size_t>(m)];
+      if (id < 0) continue;
+      ToolState s(state_);
+      allow(id, s.feed_markup(m));
+    }
+  }
+  for (int32_t s : stop_ids) allow(s, state_.done());
+  return count;
+}
+
+size_t ToolCallConstraint::mask(std::span<float> logits, std::span<const int32_t> stop_ids) {
+  const size_t count = allowed(allowed_, stop_ids);
+  const size_t n = std::min(logits.size(), allowed_.size());
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  for (size_t i = 0; i < n; ++i)
+    if (!allowed_[i]) logits[i] = kNegInf;
+  for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;
+  return count;
+}
+
+bool ToolCallConstraint::advance(int32_t token) {
+  for (int m = 0; m < kToolMarkups; ++m)
+    if (token >= 0 && token == ids_[static_cast<size_t>(m)]) return state_.feed_markup(m);
+  if (!vocab_->usable(token)) return false;
+  ToolState next(state_);
+  if (!next.feed(vocab_->bytes(token))) return false;
+  state_ = next;
+  return true;
+}
+
+}  // namespace strata

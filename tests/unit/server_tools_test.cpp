@@ -1,0 +1,412 @@
+// Forced tool calls (tool_choice "required" or a named function) in strata
+// serve, end to end on the bundled trained model (models/glm5-strata-tiny,
+// GLM chat template, <tool_call> etc. as added tokens): the answer is one
+// tool call whose arguments validate against the function's schema, JSON and
+// SSE, greedy and sampled; the follow-up turn with the tool's result is a
+// normal answer; bad tool_choice/tools combinations get 400. Also the
+// recogniser itself on byte strings (markup spelled out or as added tokens).
+#include <gtest/gtest.h>
+#include <httplib.h>
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "experts/expert_store.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "runtime/thread_pool.h"
+#include "server/http_server.h"
+#include "text/generation_config.h"
+#include "text/json_constraint.h"
+#include "text/tokenizer.h"
+#include "text/tool_constraint.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace strata {
+namespace {
+
+const std::string kTinyDir = std::string(STRATA_SOURCE_DIR) + "/models/glm5-strata-tiny";
+
+struct Tiny {
+  std::unique_ptr<Model> model = load_model(kTinyDir, LoadOptions{.load_mtp = false});
+  Tokenizer tok = Tokenizer::load(kTinyDir);
+  GenerationConfig gen = load_generation_config(kTinyDir);
+};
+Tiny& tiny() {
+  static Tiny t;
+  return t;
+}
+
+class TinyServer {
+ public:
+  TinyServer() {
+    Tiny& t = tiny();
+    server::ServerOptions o;
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.sched.ctx = 2048;  // the tools block makes prompts of ~500 tokens
+    o.sched.parallel = 4;
+    o.model_id = "tiny";
+    pool_ = std::make_unique<ThreadPool>(1);
+    store_ = std::make_unique<ResidentExpertStore>(t.model->weights);
+    runner_ = std::make_unique<ModelRunner>(*t.model, *store_, *pool_);
+    server::ServerModel sm;
+    sm.model = t.model.get();
+    sm.runner = runner_.get();
+    sm.tok = &t.tok;
+    for (int64_t id : t.gen.eos_token_ids) sm.stop_ids.push_back(static_cast<int32_t>(id));
+    for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
+      if (auto id = t.tok.token_id(s)) sm.stop_ids.push_back(*id);
+    ChatTemplate glm;
+    glm.dialect = ChatDialect::Glm;
+    glm.source = "test";
+    srv_ = std::make_unique<server::Server>(sm, glm, t.gen, o);
+    port_ = srv_->bind();
+    thread_ = std::thread([this] { srv_->run(); });
+  }
+  ~TinyServer() {
+    srv_->stop();
+    thread_.join();
+  }
+  std::pair<int, std::string> post(const std::string& path, const std::string& body) const {
+    httplib::Client c("127.0.0.1", port_);
+    c.set_read_timeout(120, 0);
+    auto r = c.Post(path.c_str(), body, "application/json");
+    if (!r) return {0, "no response"};
+    return {r->status, r->body};
+  }
+
+ private:
+  std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<ExpertStore> store_;
+  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<server::Server> srv_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+
+const char* kTools = R"([
+  {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {
+      "city": {"type": "string", "maxLength": 40},
+      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+      "days": {"type": "integer"},
+      "detail": {"type": "object", "properties": {"wind": {"type": "boolean"}}, "required": ["wind"]}},
+     "required": ["city", "days"]}}},
+  {"type": "function", "function": {"name": "get_time", "description": "Local time",
+    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}
+])";
+
+size_t code_points(const std::string& s) {
+  size_t n = 0;
+  for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+  return n;
+}
+
+// The arguments validate against the function's schema (and the raw-text rules).
+void expect_valid_call(const std::string& name, const std::string& arguments) {
+  Json a;
+  ASSERT_NO_THROW(a = Json::parse(arguments)) << arguments;
+  ASSERT_TRUE(a.is_object()) << arguments;
+  if (name == "get_weather") {
+    ASSERT_TRUE(a.contains("city") && a["city"].is_string()) << arguments;
+    const std::string city = a["city"];
+    EXPECT_LE(code_points(city), 40u) << arguments;
+    EXPECT_EQ(city.find('<'), std::string::npos);
+    ASSERT_TRUE(a.contains("days") && a["days"].is_number_integer()) << arguments;
+    if (a.contains("unit")) {
+      EXPECT_TRUE(a["unit"] == "celsius" || a["unit"] == "fahrenheit") << arguments;
+    }
+    if (a.contains("detail")) {
+      ASSERT_TRUE(a["detail"].is_object()) << arguments;
+      EXPECT_TRUE(a["detail"].contains("wind") && a["detail"]["wind"].is_boolean()) << arguments;
+      EXPECT_EQ(a["detail"].size(), 1u) << arguments;
+    }
+    for (auto it = a.begin(); it != a.end(); ++it)
+      EXPECT_TRUE(it.key() == "city" || it.key() == "unit" || it.key() == "days" || it.key() == "detail") << it.key();
+  } else {
+    ASSERT_EQ(name, "get_time");
+    ASSERT_TRUE(a.contains("zone") && a["zone"].is_string()) << arguments;
+    EXPECT_LE(code_points(a["zone"]), kToolStringMaxChars);
+    EXPECT_EQ(a.size(), 1u) << arguments;
+  }
+}
+
+Json tool_body(const Json& choice, double temperature, uint64_t seed, bool stream) {
+  Json b = {{"messages", Json::array({Json{{"role", "user"}, {"content", "What is the weather in Paris for 3 days?"}}})},
+            {"tools", Json::parse(kTools)},
+            {"tool_choice", choice},
+            {"max_tokens", 600},
+            {"temperature", temperature},
+            {"seed", seed}};
+  if (stream) b["stream"] = true;
+  return b;
+}
+
+struct Call {
+  std::string name, arguments, finish, content;
+  bool reasoning = false;
+};
+
+Call call_of(const std::string& body, bool stream) {
+  Call c;
+  if (!stream) {
+    const Json r = Json::parse(body);
+    const Json& ch = r["choices"][0];
+    c.finish = ch["finish_reason"];
+    if (ch["message"]["content"].is_string()) c.content = ch["message"]["content"];
+    c.reasoning = ch["message"].contains("reasoning_content");
+    if (ch["message"].contains("tool_calls")) {
+      EXPECT_EQ(ch["message"]["tool_calls"].size(), 1u) << body;
+      const Json& tc = ch["message"]["tool_calls"][0];
+      EXPECT_EQ(tc["type"], "function");
+      EXPECT_TRUE(tc["id"].is_string());
+      c.name = tc["function"]["name"];
+      c.arguments = tc["function"]["arguments"];
+    }
+    return c;
+  }
+  size_t i = 0;
+  while (i < body.size()) {
+    const size_t e = body.find("\n\n", i);
+    if (e == std::string::npos) break;
+    const std::string ev = body.substr(i + 6, e - i - 6);
+    i = e + 2;
+    if (ev == "[DONE]") break;
+    const Json j = Json::parse(ev);
+    if (j.contains("error")) {
+      c.finish = "error: " + ev;
+      return c;
+    }
+    if (j["choices"].empty()) continue;
+    const Json& ch = j["choices"][0];
+    const Json& d = ch["delta"];
+    if (d.contains("content")) c.content += d["content"].get<std::string>();
+    if (d.contains("reasoning_content")) c.reasoning = true;
+    if (d.contains("tool_calls")) {
+      EXPECT_EQ(d["tool_calls"].size(), 1u) << ev;
+      EXPECT_EQ(d["tool_calls"][0]["index"], 0);
+      c.name = d["tool_calls"][0]["function"]["name"];
+      c.arguments = d["tool_calls"][0]["function"]["arguments"];
+    }
+    if (!ch["finish_reason"].is_null()) c.finish = ch["finish_reason"];
+  }
+  return c;
+}
+
+const Json kNamed = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+
+TEST(ServerTools, NamedAndRequiredToolChoice) {
+  TinyServer s;
+  int by_name[2] = {0, 0};
+  for (const bool stream : {false, true}) {
+    for (const Json& choice : {kNamed, Json("required")}) {
+      for (const auto& [temp, seed] :
+           std::vector<std::pair<double, uint64_t>>{{0.0, 1}, {1.0, 2}, {1.0, 3}, {1.0, 4}, {0.7, 5}}) {
+        const auto [status, body] = s.post("/v1/chat/completions", tool_body(choice, temp, seed, stream).dump());
+        ASSERT_EQ(status, 200) << body << " " << choice.dump() << " seed " << seed << " stream " << stream;
+        const Call c = call_of(body, stream);
+        EXPECT_EQ(c.finish, "tool_calls") << body;
+        EXPECT_FALSE(c.reasoning) << body;  // thinking is off for a forced call
+        EXPECT_EQ(c.content, "") << body;
+        ASSERT_FALSE(c.name.empty()) << body;
+        if (choice.is_object()) {
+          EXPECT_EQ(c.name, "get_weather");
+        }
+        ++by_name[c.name == "get_time"];
+        expect_valid_call(c.name, c.arguments);
+        if (temp == 0.0 && !stream)
+          std::printf("[ tool call ] %s -> %s %s\n", choice.dump().c_str(), c.name.c_str(), c.arguments.c_str());
+      }
+    }
+  }
+  std::printf("[ tool call ] get_weather %d, get_time %d\n", by_name[0], by_name[1]);
+  // The same seed gives the same call streamed or not.
+  const Call a = call_of(s.post("/v1/chat/completions", tool_body("required", 1.0, 9, false).dump()).second, false);
+  const Call b = call_of(s.post("/v1/chat/completions", tool_body("required", 1.0, 9, true).dump()).second, true);
+  EXPECT_EQ(a.name, b.name);
+  EXPECT_EQ(a.arguments, b.arguments);
+  // ignore_eos does not keep a finished call going.
+  Json ie = tool_body(kNamed, 1.0, 6, false);
+  ie["ignore_eos"] = true;
+  const Call i = call_of(s.post("/v1/chat/completions", ie.dump()).second, false);
+  EXPECT_EQ(i.finish, "tool_calls");
+  // A function without parameters.
+  Json nb = tool_body("required", 1.0, 4, false);
+  nb["tools"] = Json::parse(R"([{"type":"function","function":{"name":"ping"}}])");
+  const auto [st, rep] = s.post("/v1/chat/completions", nb.dump());
+  ASSERT_EQ(st, 200) << rep;
+  const Call p = call_of(rep, false);
+  EXPECT_EQ(p.finish, "tool_calls") << rep;
+  EXPECT_EQ(p.name, "ping");
+  EXPECT_EQ(p.arguments, "{}");
+}
+
+TEST(ServerTools, RoundTripWithToolResult) {
+  TinyServer s;
+  for (const bool stream : {false, true}) {
+    const auto [s1, b1] = s.post("/v1/chat/completions", tool_body(kNamed, 0.0, 1, stream).dump());
+    ASSERT_EQ(s1, 200) << b1;
+    const Call c = call_of(b1, stream);
+    ASSERT_EQ(c.finish, "tool_calls") << b1;
+    Json msgs = Json::array(
+        {Json{{"role", "user"}, {"content", "What is the weather in Paris for 3 days?"}},
+         Json{{"role", "assistant"},
+              {"content", nullptr},
+              {"tool_calls", Json::array({Json{{"id", "call_1"},
+                                                {"type", "function"},
+                                                {"function", {{"name", c.name}, {"arguments", c.arguments}}}}})}},
+         Json{{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", R"({"temperature": 21, "sky": "clear"})"}}});
+    Json b = {{"messages", msgs}, {"tools", Json::parse(kTools)}, {"max_tokens", 40}, {"temperature", 0.0}};
+    if (stream) b["stream"] = true;
+    const auto [s2, b2] = s.post("/v1/chat/completions", b.dump());
+    ASSERT_EQ(s2, 200) << b2;
+    const Call r = call_of(b2, stream);
+    // tool_choice defaults to auto: the model may call again, else it answers.
+    EXPECT_TRUE(r.finish == "stop" || r.finish == "length" || r.finish == "tool_calls") << b2;
+    if (r.finish == "tool_calls") expect_valid_call(r.name, r.arguments);
+    std::printf("[ round trip ] %s: %s\n", r.finish.c_str(), r.content.substr(0, 120).c_str());
+  }
+}
+
+TEST(ServerTools, BadToolChoice) {
+  TinyServer s;
+  auto body = [](const std::string& extra) {
+    return R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,)" + extra + "}";
+  };
+  const std::string tools = std::string(R"("tools":)") + kTools;
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {R"("tool_choice":"required")", "tool_choice", "needs 'tools'"},
+      {tools + R"(,"tool_choice":"sometimes")", "tool_choice", "none, auto, required"},
+      {tools + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})", "tool_choice.function.name", "nope"},
+      {tools + R"(,"tool_choice":{"type":"function"})", "tool_choice.function", "object"},
+      {tools + R"(,"tool_choice":{"type":"custom","function":{"name":"get_time"}})", "tool_choice.type", "function"},
+      {tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"})", "response_format", "tool_choice"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","pattern":"x+"}}}}}],"tool_choice":"required")",
+       "tools", "pattern"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer","minimum":1}}}}}],"tool_choice":{"type":"function","function":{"name":"f"}})",
+       "tools", "minimum"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"string"}}}],"tool_choice":"required")",
+       "tools", "object schema"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a<b":{"type":"integer"}}}}}],"tool_choice":"required")",
+       "tools", "'<'"},
+  };
+  for (const auto& [extra, param, needle] : cases) {
+    const auto [status, reply] = s.post("/v1/chat/completions", body(extra));
+    EXPECT_EQ(status, 400) << extra << " -> " << reply;
+    const Json e = Json::parse(reply);
+    ASSERT_TRUE(e.contains("error")) << reply;
+    EXPECT_EQ(e["error"]["param"], param) << extra << " -> " << reply;
+    EXPECT_NE(e["error"]["message"].get<std::string>().find(needle), std::string::npos) << reply;
+  }
+  // The functions a named tool_choice does not pick are not compiled.
+  const std::string ok =
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"integer","minimum":1}}}}},)"
+      R"({"type":"function","function":{"name":"g"}}],"tool_choice":{"type":"function","function":{"name":"g"}})";
+  EXPECT_EQ(s.post("/v1/chat/completions", body(ok)).first, 200);
+  // auto and none as before.
+  EXPECT_EQ(s.post("/v1/chat/completions", body(tools + R"(,"tool_choice":"auto")")).first, 200);
+  EXPECT_EQ(s.post("/v1/chat/completions", body(tools + R"(,"tool_choice":"none")")).first, 200);
+}
+
+// The recogniser on bytes.
+std::shared_ptr<const ToolCallGrammar> weather() { return ToolCallGrammar::build(OrderedJson::parse(kTools)); }
+
+bool accepts(const ToolCallGrammar& g, std::string_view text) {
+  ToolState s(g, 0);
+  return s.feed(text) && s.done();
+}
+bool prefix(const ToolCallGrammar& g, std::string_view text) {
+  ToolState s(g, 0);
+  return s.feed(text);
+}
+
+TEST(ToolConstraint, SpelledMarkup) {
+  const auto g = weather();
+  EXPECT_TRUE(accepts(*g, "<tool_call>get_time<arg_key>zone</arg_key><arg_value>Europe/Paris</arg_value></tool_call>"));
+  EXPECT_TRUE(accepts(*g,
+                      "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris \"x\" \\ y</arg_value>"
+                      "<arg_key>unit</arg_key><arg_value>celsius</arg_value><arg_key>days</arg_key><arg_value>3</arg_value>"
+                      "<arg_key>detail</arg_key><arg_value>{\"wind\": true}</arg_value></tool_call>"));
+  EXPECT_TRUE(accepts(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>days</arg_key>"
+                          "<arg_value>-2</arg_value></tool_call>"));
+  // Missing a required parameter, out of order, unknown names, bad values.
+  EXPECT_FALSE(accepts(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value></tool_call>"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>days</arg_key><arg_value>1</arg_value><arg_key>city"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weathe<"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>town"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value> Oslo"));    // leading space
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo </"));  // trailing space
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>a<b"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>unit</arg_key>"
+                          "<arg_value>kelvin"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Oslo</arg_value><arg_key>days</arg_key>"
+                          "<arg_value>1.5"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>" + std::string(41, 'a')));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>\x01"));
+  // No whitespace in the last place a string has: nothing could follow it.
+  EXPECT_TRUE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>" + std::string(38, 'a') + " b"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>" + std::string(39, 'a') + " "));
+  EXPECT_FALSE(prefix(*g, "hello"));
+  EXPECT_FALSE(prefix(*g, "<tool_call>get_time<arg_key>zone</arg_key><arg_value>UTC</arg_value></tool_call>x"));
+  // The default cap on strings without maxLength.
+  EXPECT_TRUE(prefix(*g, "<tool_call>get_time<arg_key>zone</arg_key><arg_value>" + std::string(kToolStringMaxChars, 'z')));
+  EXPECT_FALSE(
+      prefix(*g, "<tool_call>get_time<arg_key>zone</arg_key><arg_value>" + std::string(kToolStringMaxChars + 1, 'z')));
+  // Only the named function.
+  const auto named = ToolCallGrammar::build(OrderedJson::parse(kTools), "get_time");
+  EXPECT_FALSE(prefix(*named, "<tool_call>get_w"));
+  EXPECT_THROW(ToolCallGrammar::build(OrderedJson::parse(kTools), "nope"), Error);
+}
+
+TEST(ToolConstraint, AddedTokenMarkup) {
+  const auto g = weather();
+  const uint8_t all = (1u << kToolMarkups) - 1;
+  ToolState s(*g, all);
+  EXPECT_FALSE(ToolState(s).feed('<'));  // markup only as its token
+  EXPECT_FALSE(ToolState(s).feed_markup(kToolClose));
+  ASSERT_TRUE(s.feed_markup(kToolOpen));
+  ASSERT_TRUE(s.feed("get_time"));
+  EXPECT_FALSE(ToolState(s).feed_markup(kToolClose));  // zone is required
+  ASSERT_TRUE(s.feed_markup(kArgKey));
+  ASSERT_TRUE(s.feed("zone"));
+  ASSERT_TRUE(s.feed_markup(kArgKeyEnd));
+  ASSERT_TRUE(s.feed_markup(kArgValue));
+  EXPECT_FALSE(ToolState(s).feed("</arg_value>"));
+  ASSERT_TRUE(s.feed("UTC"));
+  ASSERT_TRUE(s.feed_markup(kArgValueEnd));
+  EXPECT_FALSE(ToolState(s).feed_markup(kArgKey));  // no parameter left
+  ASSERT_TRUE(s.feed_markup(kToolClose));
+  EXPECT_TRUE(s.done());
+}
+
+TEST(ToolConstraint, MasksOnTheTinyTokenizer) {
+  Tiny& t = tiny();
+  const auto ids = tool_markup_ids(t.tok);
+  for (int m = 0; m < kToolMarkups; ++m) EXPECT_GE(ids[static_cast<size_t>(m)], 0) << tool_markup(m);
+  const auto vocab = JsonVocab::build(t.tok, t.model->config.vocab_size);
+  ToolCallConstraint c(weather(), vocab, ids);
+  std::vector<uint8_t> allowed;
+  const std::vector<int32_t> stops = {4076, 4083, 4085};
+  EXPECT_EQ(c.allowed(allowed, stops), 1u);  // only <tool_call>
+  EXPECT_TRUE(allowed[static_cast<size_t>(ids[kToolOpen])]);
+  ASSERT_TRUE(c.advance(ids[kToolOpen]));
+  for (const int32_t tok : t.tok.encode("get_time")) {
+    c.allowed(allowed, stops);
+    ASSERT_TRUE(allowed[static_cast<size_t>(tok)]) << tok;
+    ASSERT_TRUE(c.advance(tok));
+  }
+  c.allowed(allowed, stops);
+  EXPECT_TRUE(allowed[static_cast<size_t>(ids[kArgKey])]);
+  EXPECT_FALSE(allowed[static_cast<size_t>(ids[kToolClose])]);
+  for (int32_t s : stops) EXPECT_FALSE(allowed[static_cast<size_t>(s)]);
+  EXPECT_FALSE(c.done());
+}
+
+}  // namespace
+}  // namespace strata
