@@ -1,6 +1,8 @@
 // strata serve driven by the official OpenAI Node client (npm `openai` v7).
 // Starts `strata serve` itself on 127.0.0.1 with a free port over the tiny
-// fixture + byte-level tokenizer (raw template), runs the checks, stops it.
+// fixture + byte-level tokenizer (raw template), runs the checks, stops it;
+// then a second server on the bundled GLM-template model
+// (models/glm5-strata-tiny) for a tool call round trip.
 // Usage: node tests/server/openai_client.test.mjs path/to/strata
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -9,6 +11,7 @@ import path from 'node:path';
 import assert from 'node:assert/strict';
 import { fileURLToPath } from 'node:url';
 import OpenAI from 'openai';
+import { startServer } from './serve.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const root = path.resolve(here, '../..');
@@ -23,7 +26,12 @@ fs.copyFileSync(path.join(root, 'tests/chat/byte-tokenizer.json'), path.join(dir
 
 const server = spawn(strata, ['serve', '--model', dir, '--port', '0', '--chat-template', 'raw', '--threads', '1',
   '--ctx', '512', '--api-key', 'test-key', '--model-id', 'tiny'], { stdio: ['ignore', 'ignore', 'pipe'] });
-const killer = setTimeout(() => { console.error('timeout'); server.kill('SIGKILL'); process.exit(1); }, 120000);
+const killer = setTimeout(() => {
+  console.error('timeout');
+  server.kill('SIGKILL');
+  globalThis.glmServer?.proc.kill('SIGKILL');
+  process.exit(1);
+}, 240000);
 const port = await new Promise((resolve, reject) => {
   let err = '';
   server.stderr.on('data', (d) => {
@@ -159,6 +167,87 @@ await check('response_format errors', async () => {
 
 server.kill('SIGTERM');
 await new Promise((r) => server.on('exit', r));
+
+// A tool call round trip on the GLM-template model: tool_choice forces the
+// call (named and required), its arguments validate against the function's
+// schema, and the follow-up with the tool's result is an ordinary answer.
+const glm = await startServer(strata, ['--model', path.join(root, 'models/glm5-strata-tiny'), '--threads', '1',
+  '--ctx', '1024', '--model-id', 'glm-tiny']);
+globalThis.glmServer = glm;
+const tc = new OpenAI({ baseURL: `${glm.base}/v1`, apiKey: 'none', maxRetries: 0 });
+const tools = [
+  { type: 'function', function: { name: 'get_weather', description: 'Current weather for a city',
+    parameters: { type: 'object', properties: {
+      city: { type: 'string', maxLength: 32 },
+      unit: { type: 'string', enum: ['celsius', 'fahrenheit'] },
+      days: { type: 'integer' } }, required: ['city', 'days'] } } },
+  { type: 'function', function: { name: 'get_time', parameters: { type: 'object',
+    properties: { zone: { type: 'string' } }, required: ['zone'] } } },
+];
+function validateCall(call) {
+  assert.equal(call.type, 'function');
+  assert.equal(typeof call.id, 'string');
+  const args = JSON.parse(call.function.arguments);
+  assert.ok(args && typeof args === 'object' && !Array.isArray(args));
+  if (call.function.name === 'get_weather') {
+    assert.equal(typeof args.city, 'string');
+    assert.ok([...args.city].length <= 32 && args.city === args.city.trim(), args.city);
+    assert.ok(Number.isInteger(args.days), String(args.days));
+    if ('unit' in args) assert.ok(['celsius', 'fahrenheit'].includes(args.unit), args.unit);
+    for (const k of Object.keys(args)) assert.ok(['city', 'unit', 'days'].includes(k), k);
+  } else {
+    assert.equal(call.function.name, 'get_time');
+    assert.deepEqual(Object.keys(args), ['zone']);
+    assert.equal(typeof args.zone, 'string');
+  }
+  return args;
+}
+const ask = [{ role: 'user', content: 'What is the weather in Paris for the next 3 days?' }];
+await check('tool call round trip (named tool_choice, then the tool result)', async () => {
+  const r = await tc.chat.completions.create({ model: 'glm-tiny', messages: ask, tools, temperature: 0, max_tokens: 200,
+    tool_choice: { type: 'function', function: { name: 'get_weather' } } });
+  assert.equal(r.choices[0].finish_reason, 'tool_calls');
+  const msg = r.choices[0].message;
+  assert.equal(msg.tool_calls.length, 1);
+  assert.equal(msg.tool_calls[0].function.name, 'get_weather');
+  validateCall(msg.tool_calls[0]);
+  const follow = await tc.chat.completions.create({ model: 'glm-tiny', tools, temperature: 0, max_tokens: 32,
+    messages: [...ask, { role: 'assistant', content: msg.content || null, tool_calls: msg.tool_calls },
+      { role: 'tool', tool_call_id: msg.tool_calls[0].id, content: JSON.stringify({ temperature_c: 21, sky: 'clear' }) }] });
+  assert.ok(['stop', 'length', 'tool_calls'].includes(follow.choices[0].finish_reason), follow.choices[0].finish_reason);
+  if (follow.choices[0].finish_reason === 'tool_calls') follow.choices[0].message.tool_calls.forEach(validateCall);
+  else assert.equal(typeof follow.choices[0].message.content, 'string');
+});
+await check('tool_choice required: sampled and streamed calls validate', async () => {
+  for (const seed of [1, 2, 3]) {
+    const req = { model: 'glm-tiny', messages: ask, tools, tool_choice: 'required', temperature: 1, seed, max_tokens: 200 };
+    const r = await tc.chat.completions.create(req);
+    assert.equal(r.choices[0].finish_reason, 'tool_calls');
+    const args = validateCall(r.choices[0].message.tool_calls[0]);
+    const stream = await tc.chat.completions.create({ ...req, stream: true });
+    const calls = [];
+    let finish = null;
+    for await (const c of stream)
+      for (const ch of c.choices) {
+        for (const d of ch.delta.tool_calls ?? []) calls.push(d);
+        finish = ch.finish_reason ?? finish;
+      }
+    assert.equal(finish, 'tool_calls');
+    assert.equal(calls.length, 1);
+    assert.equal(calls[0].function.name, r.choices[0].message.tool_calls[0].function.name);
+    assert.deepEqual(validateCall({ ...calls[0], type: 'function' }), args);
+  }
+});
+await check('tool_choice errors', async () => {
+  await assert.rejects(tc.chat.completions.create({ model: 'glm-tiny', messages: ask, tools,
+    tool_choice: { type: 'function', function: { name: 'nope' } } }),
+  (e) => e instanceof OpenAI.BadRequestError && e.param === 'tool_choice.function.name');
+  await assert.rejects(tc.chat.completions.create({ model: 'glm-tiny', messages: ask, tool_choice: 'required',
+    tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object',
+      properties: { a: { type: 'string', pattern: 'x' } } } } }] }),
+  (e) => e instanceof OpenAI.BadRequestError && /pattern/.test(e.message));
+});
+await glm.stop();
 clearTimeout(killer);
 fs.rmSync(dir, { recursive: true, force: true });
 console.log(failed ? `${failed} failed` : 'all passed');
