@@ -100,6 +100,22 @@ std::shared_ptr<const ToolCallGrammar> ToolCallGrammar::build(const OrderedJson&
         p.required = root.props[k].required;
         p.raw = declared_string(it.value());
         if (p.raw) {
+          // Raw text cannot spell every string: refuse enum/const values it cannot.
+          std::vector<const OrderedJson*> lits;
+          if (it.value().contains("const")) lits.push_back(&it.value()["const"]);
+          if (it.value().contains("enum") && it.value()["enum"].is_array())
+            for (const auto& x : it.value()["enum"]) lits.push_back(&x);
+          for (const OrderedJson* x : lits) {
+            if (!x->is_string()) continue;
+            const std::string& v = x->get_ref<const std::string&>();
+            const bool ctl = std::any_of(v.begin(), v.end(), [](char ch) {
+              return static_cast<uint8_t>(ch) < 0x20 && ch != '\t' && ch != '\n' && ch != '\r';
+            });
+            if (v.find('<') != std::string::npos || ctl || py_strip(v).size() != v.size())
+              fail("{}.parameters.properties.{}: the value \"{}\" cannot be generated as raw text (it has '<', a "
+                   "control character or surrounding whitespace)",
+                   where, p.key, v);
+          }
           JsonState s(*fn.grammar, p.node);
           if (!s.feed('"'))
             fail("{}.parameters.properties.{}: a string parameter whose enum/const has no string cannot be generated",

@@ -362,6 +362,13 @@ TEST(ToolConstraint, SpelledMarkup) {
   const auto named = ToolCallGrammar::build(OrderedJson::parse(kTools), "get_time");
   EXPECT_FALSE(prefix(*named, "<tool_call>get_w"));
   EXPECT_THROW(ToolCallGrammar::build(OrderedJson::parse(kTools), "nope"), Error);
+  // String enum values raw text cannot spell.
+  for (const char* v : {R"(" a")", R"("a<b")", R"("tab\t")"})
+    EXPECT_THROW(ToolCallGrammar::build(OrderedJson::parse(
+                     std::string(R"([{"type":"function","function":{"name":"f","parameters":{"type":"object",)"
+                                 R"("properties":{"a":{"type":"string","enum":[)") + v + "]}}}}}]")),
+                 Error)
+        << v;
 }
 
 TEST(ToolConstraint, AddedTokenMarkup) {
