@@ -125,6 +125,7 @@ class ToolCallConstraint final : public TokenConstraint {
   bool advance(int32_t token) override;
   bool done() const override { return state_.done(); }
   const char* what() const override { return "tool_choice"; }
+  const ToolState& state() const { return state_; }
 
  private:
   std::shared_ptr<const ToolCallGrammar> g_;

@@ -8,7 +8,10 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <chrono>
 #include <memory>
+#include <random>
+#include <set>
 #include <string>
 #include <thread>
 #include <tuple>
@@ -413,6 +416,125 @@ TEST(ToolConstraint, MasksOnTheTinyTokenizer) {
   EXPECT_FALSE(allowed[static_cast<size_t>(ids[kToolClose])]);
   for (int32_t s : stops) EXPECT_FALSE(allowed[static_cast<size_t>(s)]);
   EXPECT_FALSE(c.done());
+}
+
+// A synthetic byte vocabulary with the markup spelled in pieces ("<", "</",
+// "arg_", "key>", "<arg_value>", ...), words, digits, punctuation and UTF-8.
+std::vector<std::string> fake_vocab(size_t n) {
+  std::vector<std::string> out;
+  for (int b = 0; b < 256; ++b) out.push_back(std::string(1, static_cast<char>(b)));
+  const std::vector<std::string> pieces = {"<",         "</",         "<tool_call>", "</tool_call>", "<arg_key>",
+                                           "</arg_key>", "<arg_value>", "</arg_value>", "arg_",        "key>",
+                                           "value>",    "tool_",      "call>",       "get_",         "weather",
+                                           "time",      "city",       "zone",        "days",         "unit",
+                                           "celsius",   "\">",       " <",          "a<",           "{\"",
+                                           "\":",      "true",       "}",           "\n",          " "};
+  std::set<std::string> seen(out.begin(), out.end());
+  for (const auto& p : pieces)
+    if (seen.insert(p).second) out.push_back(p);
+  std::mt19937_64 rng(5);
+  const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
+  const char* u[] = {"\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "\xe3\x80\x80" /* ideographic space */};
+  while (out.size() < n) {
+    std::string t;
+    const uint64_t k = rng() % 10;
+    if (k < 6) {
+      if (rng() % 2) t += ' ';
+      for (size_t i = 0, len = 1 + rng() % 8; i < len; ++i) t += letters[std::min<size_t>(rng() % 26, rng() % 26)];
+      if (rng() % 4 == 0) t += rng() % 2 ? "<" : " ";
+    } else if (k < 7) {
+      for (size_t i = 0, len = 1 + rng() % 3; i < len; ++i) t += std::to_string(rng() % 10);
+    } else if (k < 9) {
+      t = pieces[rng() % pieces.size()] + letters.substr(rng() % 20, 1 + rng() % 4);
+    } else {
+      for (size_t i = 0, len = 1 + rng() % 3; i < len; ++i) t += u[rng() % 4];
+      if (rng() % 3 == 0) t.pop_back();  // partial UTF-8
+    }
+    if (seen.insert(t).second) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<uint8_t> brute_mask(const ToolCallConstraint& c, const JsonVocab& v) {
+  std::vector<uint8_t> out(static_cast<size_t>(v.size()), 0);
+  for (int32_t i = 0; i < v.size(); ++i) {
+    if (!v.usable(i)) continue;
+    ToolState s(c.state());
+    out[static_cast<size_t>(i)] = s.feed(v.bytes(i));
+  }
+  return out;
+}
+
+// The trie walk allows exactly the tokens that feeding one by one allows,
+// along random walks through the language; every walk ends in a call the
+// parser reads back and that validates.
+TEST(ToolConstraint, MaskEqualsBruteForce) {
+  const auto v = JsonVocab::from_bytes(fake_vocab(6000));
+  const std::array<int32_t, kToolMarkups> spelled = {-1, -1, -1, -1, -1, -1};
+  std::mt19937_64 rng(11);
+  int checked = 0, finished = 0;
+  for (int run = 0; run < 12; ++run) {
+    ToolCallConstraint c(weather(), v, spelled);
+    std::vector<uint8_t> got;
+    std::string text;
+    for (int step = 0; step < 400 && !c.done(); ++step) {
+      c.allowed(got, {});
+      ASSERT_EQ(got, brute_mask(c, *v)) << text;
+      ++checked;
+      std::vector<int32_t> ok;
+      for (int32_t i = 0; i < v->size(); ++i)
+        if (got[static_cast<size_t>(i)]) ok.push_back(i);
+      ASSERT_FALSE(ok.empty()) << "dead end after: " << text;
+      // Prefer markup-bearing tokens now and then so calls finish.
+      int32_t t = ok[rng() % ok.size()];
+      for (int k = 0; k < 4 && v->bytes(t).find('<') == std::string_view::npos; ++k) t = ok[rng() % ok.size()];
+      ASSERT_TRUE(c.advance(t));
+      text += v->bytes(t);
+    }
+    if (!c.done()) continue;
+    ++finished;
+    const ParsedOutput p = parse_glm_output(text, false, OrderedJson::parse(kTools));
+    ASSERT_EQ(p.tool_calls.size(), 1u) << text;
+    EXPECT_EQ(p.content, "") << text;
+    expect_valid_call(p.tool_calls[0].name, p.tool_calls[0].arguments.dump());
+  }
+  EXPECT_GE(checked, 100);
+  EXPECT_GE(finished, 6);
+  std::printf("[ tool mask ] %d masks checked, %d of 12 random calls finished\n", checked, finished);
+}
+
+// What one mask costs (printed; no bound asserted): the bundled vocabulary
+// and a synthetic 150k one, at the start, in a name, in a raw string value
+// and in a JSON value.
+TEST(ToolConstraint, MaskCost) {
+  Tiny& t = tiny();
+  const std::array<int32_t, kToolMarkups> spelled = {-1, -1, -1, -1, -1, -1};
+  const std::vector<std::pair<const char*, std::string>> states = {
+      {"start", ""},
+      {"in name", "<tool_call>get_w"},
+      {"in string value", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par"},
+      {"in JSON value", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>days</arg_key>"
+                        "<arg_value>3</arg_value><arg_key>detail</arg_key><arg_value>{\"wi"},
+  };
+  for (const auto& [name, vocab] :
+       std::vector<std::pair<const char*, std::shared_ptr<const JsonVocab>>>{
+           {"glm5-strata-tiny", JsonVocab::build(t.tok, t.model->config.vocab_size)},
+           {"fake 150k", JsonVocab::from_bytes(fake_vocab(150000))}}) {
+    std::vector<float> logits(static_cast<size_t>(vocab->size()), 0.f);
+    std::array<int32_t, 256> byte_id{};  // the single-byte tokens
+    for (int32_t i = 0; i < vocab->size(); ++i)
+      if (vocab->usable(i) && vocab->bytes(i).size() == 1) byte_id[static_cast<uint8_t>(vocab->bytes(i)[0])] = i;
+    for (const auto& [what, prefix] : states) {
+      ToolCallConstraint c(weather(), vocab, spelled);
+      for (char ch : prefix) ASSERT_TRUE(c.advance(byte_id[static_cast<uint8_t>(ch)])) << prefix;
+      const auto t0 = std::chrono::steady_clock::now();
+      size_t allowed = 0;
+      for (int i = 0; i < 5; ++i) allowed = c.mask(logits, {});
+      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 5;
+      std::printf("[ tool mask cost ] %s, %s: %.0f us, %zu allowed\n", name, what, us, allowed);
+      EXPECT_GT(allowed, 0u);
+    }
+  }
 }
 
 }  // namespace
