@@ -21,6 +21,16 @@ bool py_space(int32_t cp) {
          cp == 0x3000;
 }
 
+// The code point of the well-formed UTF-8 sequence at s[i] (len set).
+int32_t decode_cp(std::string_view s, size_t i, size_t& len) {
+  const uint8_t c = static_cast<uint8_t>(s[i]);
+  len = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : 2;
+  if (len == 1) return c;
+  int32_t cp = c & (len == 4 ? 0x07 : len == 3 ? 0x0F : 0x1F);
+  for (size_t k = 1; k < len && i + k < s.size(); ++k) cp = (cp << 6) | (static_cast<uint8_t>(s[i + k]) & 0x3F);
+  return cp;
+}
+
 // The parser keeps a value as raw text when the parameter's `type` is
 // "string" or a list with "string" (chat_template.cpp declared_string).
 bool declared_string(const OrderedJson& prop) {
@@ -349,6 +359,11 @@ bool ToolState::feed(uint8_t c) {
   }
 }
 
+int64_t ToolState::raw_room() const {
+  if (phase_ != kValue || raw_need_ || !g_->functions()[fn_lo_].params[param_].raw) return -1;
+  return val_.string_room();
+}
+
 bool ToolState::feed(std::string_view bytes) {
   for (char c : bytes)
     if (!feed(static_cast<uint8_t>(c))) return false;
@@ -401,23 +416,31 @@ size_t ToolCallConstraint::allowed(std::vector<uint8_t>& out, std::span<const in
     }
   };
   if (!state_.done()) {
-    // Ordinary tokens: the trie walk, one state per depth.
-    const JsonVocab::Trie& t = v.all_;
-    stack_[0] = state_;
-    const uint32_t n = static_cast<uint32_t>(t.byte.size());
-    for (uint32_t i = 1; i < n;) {
-      const size_t d = t.depth[i];
-      ToolState& s = stack_[d];
-      s = stack_[d - 1];
-      if (!s.feed(t.byte[i])) {
-        i = t.skip[i];
-        continue;
-      }
-      for (uint32_t k = t.tok_start[i]; k < t.tok_start[i + 1]; ++k) {
-        out[static_cast<size_t>(t.toks[k])] = 1;
+    const int64_t room = state_.raw_room();
+    if (room >= 0) {
+      // Inside raw text most of the vocabulary fits: plain tokens (whole
+      // characters, no quote, backslash or control byte) without '<' are
+      // decided by their length and the whitespace at their ends; those with
+      // '<' (it may start the closing markup) are fed one by one; the rest
+      // is walked.
+      if (plain_flags_.empty()) build_plain_flags();
+      const bool first = state_.raw_empty();
+      for (size_t k = 0; k < v.plain_.size() && v.plain_cps_[k] <= static_cast<uint64_t>(room); ++k) {
+        const uint8_t f = plain_flags_[k];
+        if ((f & 1) || (first && (f & 2)) || ((f & 4) && v.plain_cps_[k] == static_cast<uint64_t>(room))) continue;
+        out[static_cast<size_t>(v.plain_[k])] = 1;
         ++count;
       }
-      ++i;
+      for (int32_t id : plain_lt_) {
+        stack_[0] = state_;
+        if (stack_[0].feed(v.bytes(id))) {
+          out[static_cast<size_t>(id)] = 1;
+          ++count;
+        }
+      }
+      count += walk(v.rest_, out);
+    } else {
+      count += walk(v.all_, out);
     }
     for (int m = 0; m < kToolMarkups; ++m) {
       const int32_t id = ids_[static_cast<size_t>(m)];
@@ -428,6 +451,46 @@ size_t ToolCallConstraint::allowed(std::vector<uint8_t>& out, std::span<const in
   }
   for (int32_t s : stop_ids) allow(s, state_.done());
   return count;
+}
+
+size_t ToolCallConstraint::walk(const JsonVocab::Trie& t, std::vector<uint8_t>& out) {
+  // One state per depth; a refused byte skips its whole subtree.
+  size_t count = 0;
+  stack_[0] = state_;
+  const uint32_t n = static_cast<uint32_t>(t.byte.size());
+  for (uint32_t i = 1; i < n;) {
+    const size_t d = t.depth[i];
+    ToolState& s = stack_[d];
+    s = stack_[d - 1];
+    if (!s.feed(t.byte[i])) {
+      i = t.skip[i];
+      continue;
+    }
+    for (uint32_t k = t.tok_start[i]; k < t.tok_start[i + 1]; ++k) {
+      out[static_cast<size_t>(t.toks[k])] = 1;
+      ++count;
+    }
+    ++i;
+  }
+  return count;
+}
+
+void ToolCallConstraint::build_plain_flags() {
+  const JsonVocab& v = *vocab_;
+  plain_flags_.assign(v.plain_.size(), 0);
+  plain_lt_.clear();
+  for (size_t k = 0; k < v.plain_.size(); ++k) {
+    const std::string_view b = v.bytes(v.plain_[k]);
+    uint8_t f = b.find('<') != std::string_view::npos ? 1 : 0;
+    if (f) plain_lt_.push_back(v.plain_[k]);
+    // Plain tokens are whole characters: decode the first and the last.
+    size_t len = 0;
+    if (py_space(decode_cp(b, 0, len))) f |= 2;
+    size_t last = b.size() - 1;
+    while (last > 0 && (static_cast<uint8_t>(b[last]) & 0xC0) == 0x80) --last;
+    if (py_space(decode_cp(b, last, len))) f |= 4;
+    plain_flags_[k] = f;
+  }
 }
 
 size_t ToolCallConstraint::mask(std::span<float> logits, std::span<const int32_t> stop_ids) {

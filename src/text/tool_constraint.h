@@ -82,6 +82,10 @@ class ToolState {
   // Markup `m` as its added token.
   bool feed_markup(int m);
   bool done() const { return phase_ == kDone; }
+  // Inside a raw string value between characters: how many more code points
+  // it may take (the mask's fast path); -1 otherwise.
+  int64_t raw_room() const;
+  bool raw_empty() const { return raw_cps_ == 0; }
 
  private:
   enum Phase : uint8_t { kBound, kLit, kName, kKey, kValue, kDone };
@@ -132,8 +136,14 @@ class ToolCallConstraint final : public TokenConstraint {
   std::shared_ptr<const JsonVocab> vocab_;
   std::array<int32_t, kToolMarkups> ids_;
   ToolState state_;
+  size_t walk(const JsonVocab::Trie& t, std::vector<uint8_t>& out);
+  void build_plain_flags();
   std::vector<ToolState> stack_;  // one per trie depth
   std::vector<uint8_t> allowed_;
+  // Per plain token of the vocabulary (JsonVocab's string fast path), built
+  // on first use: bit 0 has '<', bit 1 starts and bit 2 ends with whitespace.
+  std::vector<uint8_t> plain_flags_;
+  std::vector<int32_t> plain_lt_;  // the plain tokens with '<'
 };
 
 }  // namespace strata

@@ -455,31 +455,44 @@ std::vector<std::string> fake_vocab(size_t n) {
   return out;
 }
 
-std::vector<uint8_t> brute_mask(const ToolCallConstraint& c, const JsonVocab& v) {
+std::vector<uint8_t> brute_mask(const ToolCallConstraint& c, const JsonVocab& v,
+                                const std::array<int32_t, kToolMarkups>& ids) {
   std::vector<uint8_t> out(static_cast<size_t>(v.size()), 0);
   for (int32_t i = 0; i < v.size(); ++i) {
     if (!v.usable(i)) continue;
     ToolState s(c.state());
     out[static_cast<size_t>(i)] = s.feed(v.bytes(i));
   }
+  for (int m = 0; m < kToolMarkups; ++m) {
+    if (ids[static_cast<size_t>(m)] < 0) continue;
+    ToolState s(c.state());
+    out[static_cast<size_t>(ids[static_cast<size_t>(m)])] = s.feed_markup(m);
+  }
   return out;
 }
 
 // The trie walk allows exactly the tokens that feeding one by one allows,
 // along random walks through the language; every walk ends in a call the
-// parser reads back and that validates.
+// parser reads back and that validates. Half the walks with the markup as
+// added tokens.
 TEST(ToolConstraint, MaskEqualsBruteForce) {
-  const auto v = JsonVocab::from_bytes(fake_vocab(6000));
+  // The last 6 ids stand for added markup tokens (empty bytes: never ordinary).
+  std::vector<std::string> bytes = fake_vocab(6000);
+  const int32_t base = static_cast<int32_t>(bytes.size());
+  bytes.resize(bytes.size() + kToolMarkups);
+  const auto v = JsonVocab::from_bytes(std::move(bytes));
   const std::array<int32_t, kToolMarkups> spelled = {-1, -1, -1, -1, -1, -1};
+  const std::array<int32_t, kToolMarkups> added = {base, base + 1, base + 2, base + 3, base + 4, base + 5};
   std::mt19937_64 rng(11);
   int checked = 0, finished = 0;
   for (int run = 0; run < 12; ++run) {
-    ToolCallConstraint c(weather(), v, spelled);
+    const auto& ids = run % 2 ? added : spelled;
+    ToolCallConstraint c(weather(), v, ids);
     std::vector<uint8_t> got;
     std::string text;
     for (int step = 0; step < 400 && !c.done(); ++step) {
       c.allowed(got, {});
-      ASSERT_EQ(got, brute_mask(c, *v)) << text;
+      ASSERT_EQ(got, brute_mask(c, *v, ids)) << text;
       ++checked;
       std::vector<int32_t> ok;
       for (int32_t i = 0; i < v->size(); ++i)
@@ -487,9 +500,10 @@ TEST(ToolConstraint, MaskEqualsBruteForce) {
       ASSERT_FALSE(ok.empty()) << "dead end after: " << text;
       // Prefer markup-bearing tokens now and then so calls finish.
       int32_t t = ok[rng() % ok.size()];
-      for (int k = 0; k < 4 && v->bytes(t).find('<') == std::string_view::npos; ++k) t = ok[rng() % ok.size()];
+      for (int k = 0; k < 4 && t < base && v->bytes(t).find('<') == std::string_view::npos; ++k)
+        t = ok[rng() % ok.size()];
       ASSERT_TRUE(c.advance(t));
-      text += v->bytes(t);
+      text += t >= base ? std::string(tool_markup(t - base)) : std::string(v->bytes(t));
     }
     if (!c.done()) continue;
     ++finished;
