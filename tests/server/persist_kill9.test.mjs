@@ -22,11 +22,14 @@ const kvDir = fs.mkdtempSync(path.join(os.tmpdir(), 'strata-kv-'));
 const watchdog = setTimeout(() => { console.error('not ok - timeout'); process.exit(1); }, 240000);
 
 const start = (extra) => startServer(strata, ['--model', model, '--threads', '1', '--ctx', '1024', ...extra]);
-async function chat(port, messages, stream = false) {
+// The killed request asks for many tokens (ignore_eos) so that the kill
+// lands in the middle of the turn, whatever the machine's speed.
+async function chat(port, messages, stream = false, max_tokens = 24) {
   const r = await fetch(`http://127.0.0.1:${port}/v1/chat/completions`, {
     method: 'POST',
     headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ messages, max_tokens: 24, temperature: 0, stream, enable_thinking: false }),
+    body: JSON.stringify({ messages, max_tokens, temperature: 0, stream, enable_thinking: false,
+      ignore_eos: max_tokens > 24 }),
   });
   assert.equal(r.status, 200, await (stream ? '' : r.clone().text()));
   return stream ? r : r.json();
@@ -52,7 +55,7 @@ try {
   const p1 = s1.port;
   const t1 = await chat(p1, turn1);
   assert.equal(t1.choices[0].message.content, a1, 'turn 1 differs from the reference');
-  const streaming = await chat(p1, next(a1), true);
+  const streaming = await chat(p1, next(a1), true, 900);
   const reader = streaming.body.getReader();
   const first = await reader.read();
   assert.ok(!first.done && first.value.length > 0, 'no streamed chunk before the kill');
@@ -63,7 +66,8 @@ try {
   const s2 = await start(['--kv-dir', kvDir]);
   const p2 = s2.port;
   const before = await stats(p2);
-  assert.ok(before.kv_store.conversations >= 1, `no saved conversation found: ${JSON.stringify(before.kv_store)}`);
+  assert.equal(before.kv_store.conversations, 1,
+    `expected turn 1 saved and the killed turn 2 not: ${JSON.stringify(before.kv_store)}`);
   const t0 = performance.now();
   const t2 = await chat(p2, next(a1));
   const ms = performance.now() - t0;
