@@ -3,7 +3,35 @@
 #include <algorithm>
 #include <cmath>
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 namespace strata {
+
+namespace {
+
+#if defined(__x86_64__)
+// 2 * pairs int4 values of one group: the same floats as the portable loop
+// below (sign-extended nibble, converted, times s), 32 a step.
+__attribute__((target("avx512f,avx512bw"))) int64_t dequant_int4_avx512(const uint8_t* qb, int64_t pairs, float s,
+                                                                          float* o) {
+  const __m512 sv = _mm512_set1_ps(s);
+  const __m512i i0 = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i i1 = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  int64_t i = 0;
+  for (; i + 16 <= pairs; i += 16) {
+    const __m512i v = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(qb + i)));
+    const __m512i lo = _mm512_srai_epi32(_mm512_slli_epi32(v, 28), 28), hi = _mm512_srai_epi32(v, 4);
+    _mm512_storeu_ps(o + 2 * i, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, i0, hi)), sv));
+    _mm512_storeu_ps(o + 2 * i + 16, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_permutex2var_epi32(lo, i1, hi)), sv));
+  }
+  return i;
+}
+const bool kHaveAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+#endif
+
+}  // namespace
 
 void quantize_row(QuantBits b, int64_t group, const float* w, int64_t cols, uint8_t* q, float* scales) {
   const int64_t g = group > 0 ? group : cols;
@@ -42,13 +70,21 @@ void dequantize_row(QuantBits b, int64_t group, const uint8_t* q, const float* s
       for (int64_t c = c0; c < e; ++c) out[c] = static_cast<float>(static_cast<int8_t>(q[c])) * s;
       continue;
     }
-    int64_t c = c0;
-    for (; c + 1 < e; c += 2) {
-      const uint8_t byte = q[c / 2];
-      out[c] = static_cast<float>(((byte & 0x0f) ^ 8) - 8) * s;
-      out[c + 1] = static_cast<float>(((byte >> 4) ^ 8) - 8) * s;
+    // Nibbles sign-extended by shifts (the same values as ((n ^ 8) - 8)),
+    // written as a loop over bytes so it vectorises.
+    const uint8_t* qb = q + c0 / 2;
+    float* o = out + c0;
+    const int64_t pairs = (e - c0) / 2;
+    int64_t i0 = 0;
+#if defined(__x86_64__)
+    if (kHaveAvx512) i0 = dequant_int4_avx512(qb, pairs, s, o);
+#endif
+    for (int64_t i = i0; i < pairs; ++i) {
+      const int8_t v = static_cast<int8_t>(qb[i]);
+      o[2 * i] = static_cast<float>(static_cast<int8_t>(static_cast<uint8_t>(qb[i] << 4)) >> 4) * s;
+      o[2 * i + 1] = static_cast<float>(v >> 4) * s;
     }
-    if (c < e) out[c] = static_cast<float>(((q[c / 2] & 0x0f) ^ 8) - 8) * s;
+    if (c0 + 2 * pairs < e) out[e - 1] = static_cast<float>(((q[(e - 1) / 2] & 0x0f) ^ 8) - 8) * s;
   }
 }
 

@@ -2,7 +2,11 @@
 
 #include <cmath>
 
+#include <random>
+#include <vector>
+
 #include "kernels/numeric.h"
+#include "quant/quant.h"
 
 namespace strata {
 namespace {
@@ -37,6 +41,43 @@ TEST(Numeric, F16Decodes) {
   EXPECT_EQ(f16_to_f32(0x0001), std::ldexp(1.0f, -24));
   EXPECT_EQ(f16_to_f32(0x7bff), 65504.0f);
   EXPECT_TRUE(std::isinf(f16_to_f32(0x7c00)));
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// dequantize_row is the definition of what an int8/int4 weight means (the
+// attention's absorbed form and f32 activations use it): every byte value,
+// every nibble position, per-row and grouped scales, odd widths, on whatever
+// SIMD path the machine takes, equals the value-by-value formula.
+TEST(Numeric, DequantizeRowIsTheValueByValueFormula) {
+  std::mt19937 rng(5);
+  for (QuantBits b : {QuantBits::Int8, QuantBits::Int4})
+    for (int64_t group : {0, 32, 64, 128})
+      for (int64_t cols : {1, 7, 31, 32, 33, 64, 95, 128, 257, 512, 1000}) {
+        if (group > 0 && cols % 2 && b == QuantBits::Int4) continue;  // grouped int4 rows are whole bytes
+        std::vector<uint8_t> q(static_cast<size_t>(quant_row_bytes(b, cols)));
+        for (size_t i = 0; i < q.size(); ++i) q[i] = static_cast<uint8_t>(i < 256 ? i : rng());  // every byte value
+        std::vector<float> sc(static_cast<size_t>(quant_groups(cols, group)));
+        for (auto& s : sc) s = std::ldexp(static_cast<float>(rng() % 1000 + 1), -static_cast<int>(rng() % 20));
+        std::vector<float> out(static_cast<size_t>(cols), NAN);
+        dequantize_row(b, group, q.data(), sc.data(), cols, out.data());
+        for (int64_t c = 0; c < cols; ++c) {
+          const float s = sc[static_cast<size_t>(group > 0 ? c / group : 0)];
+          int v = 0;
+          if (b == QuantBits::Int8) {
+            v = static_cast<int8_t>(q[static_cast<size_t>(c)]);
+          } else {
+            const uint8_t byte = q[static_cast<size_t>(c / 2)];
+            v = ((c % 2 ? byte >> 4 : byte & 0x0f) ^ 8) - 8;
+          }
+          ASSERT_EQ(out[static_cast<size_t>(c)], static_cast<float>(v) * s)
+              << (b == QuantBits::Int8 ? "int8" : "int4") << " group " << group << " cols " << cols << " c " << c;
+        }
+      }
 }
 
 }  // namespace
