@@ -9,8 +9,10 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/qgemm.h"
 #include "model/forward.h"
 
 namespace strata {
@@ -118,7 +120,55 @@ void ModelRunner::attention(int64_t L, std::span<const Row> rows, const ForwardO
           }
         }
     });
-    pool_.parallel_for(n * H, [&](int64_t b, int64_t e) {
+    // Prefill (several rows): one task per row, and where the row attends
+    // to every causal key, the scores of all its heads as two f32 GEMMs over
+    // the cache (each key read once for 64 heads). gemm_f32 is dot16 of a
+    // key row and a query row, exactly what dot_f32 gives below: the same
+    // floats either way.
+    const KernelTable& kt = kernel_table(active_kernel_path());
+    const bool by_row = n >= 4;
+    if (by_row) {
+      pool_.parallel_for(n, [&](int64_t b, int64_t e) {
+        thread_local std::vector<float> sc, sr, qr;
+        for (int64_t r = b; r < e; ++r) {
+          const LayerCache& cache = rows[r].seq->layer(L);
+          const KeySet ks = keys_of(r);
+          const int64_t K = ks.size();
+          float* s = grow(sc, static_cast<size_t>(H * K));
+          if (!ks.sel) {
+            float* s2 = grow(sr, static_cast<size_t>(H * K));
+            float* qp = grow(qr, static_cast<size_t>(H * rd));
+            for (int64_t h = 0; h < H; ++h)
+              std::copy_n(q + (r * H + h) * qk + nope, rd, qp + h * rd);
+            kt.gemm_f32(cache.latent.data(), K, kvl, qabs + r * H * kvl, H, s, K);
+            kt.gemm_f32(cache.rope_key.data(), K, rd, qp, H, s2, K);
+            for (int64_t i = 0; i < H * K; ++i) s[i] = (s[i] + s2[i]) * scale;
+          } else {
+            for (int64_t h = 0; h < H; ++h) {
+              const float* qa = qabs + (r * H + h) * kvl;
+              const float* qp = q + (r * H + h) * qk + nope;
+              for (int64_t j = 0; j < K; ++j) {
+                const int64_t t = ks[j];
+                s[h * K + j] = (dot_f32(qa, cache.latent.data() + t * kvl, kvl) +
+                                dot_f32(qp, cache.rope_key.data() + t * rd, rd)) *
+                               scale;
+              }
+            }
+          }
+          for (int64_t h = 0; h < H; ++h) {
+            float* sh = s + h * K;
+            softmax(sh, K);
+            float* ol = olat + (r * H + h) * kvl;
+            std::fill(ol, ol + kvl, 0.0f);
+            for (int64_t j = 0; j < K; ++j) {
+              const float* lat = cache.latent.data() + ks[j] * kvl;
+              for (int64_t i = 0; i < kvl; ++i) ol[i] += sh[j] * lat[i];
+            }
+          }
+        }
+      });
+    }
+    if (!by_row) pool_.parallel_for(n * H, [&](int64_t b, int64_t e) {
       thread_local std::vector<float> sc;
       for (int64_t rh = b; rh < e; ++rh) {
         const int64_t r = rh / H;
@@ -141,14 +191,17 @@ void ModelRunner::attention(int64_t L, std::span<const Row> rows, const ForwardO
         }
       }
     });
+    // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows as f32
+    // against the rows' latents as one gemm_f32 (the same floats as dot_f32).
     pool_.parallel_for(H, [&](int64_t h0, int64_t h1) {
-      thread_local std::vector<float> wrow;
-      grow(wrow, static_cast<size_t>(kvl));
-      for (int64_t h = h0; h < h1; ++h)
-        for (int64_t d = 0; d < vd; ++d) {
-          aw.kv_b.row_f32(h * hs + nope + d, wrow.data());
-          for (int64_t r = 0; r < n; ++r) o[(r * H + h) * vd + d] = dot_f32(olat + (r * H + h) * kvl, wrow.data(), kvl);
-        }
+      thread_local std::vector<float> wbuf, xbuf;
+      float* wv = grow(wbuf, static_cast<size_t>(vd * kvl));
+      float* xh = grow(xbuf, static_cast<size_t>(n * kvl));
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t d = 0; d < vd; ++d) aw.kv_b.row_f32(h * hs + nope + d, wv + d * kvl);
+        for (int64_t r = 0; r < n; ++r) std::copy_n(olat + (r * H + h) * kvl, kvl, xh + r * kvl);
+        kt.gemm_f32(wv, vd, kvl, xh, n, o + h * vd, H * vd);
+      }
     });
   } else {
     // Naive form, per sequence in the batch: expand every key up to the
