@@ -149,6 +149,10 @@ def write(results, a, root):
                 subs[f"{name}_{k.upper()}_MS"] = f"{dd['phases'][k]:.0f}"
                 subs[f"{name}_{k.upper()}_PCT"] = f"{100 * dd['phases'][k] / dd['phases']['total']:.0f}"
                 subs[f"{name}_P{k.upper()}_PCT"] = f"{100 * dd['prefill_phases'][k] / dd['prefill_phases']['total']:.0f}"
+    if "L8D" in subs:  # llama.cpp's int8 decode memory traffic, from its GGUF's bytes per token
+        subs["L8_GBS_EST"] = f"{gg8.get('per_token', 0) / 1e9 * float(subs['L8D']):.1f}"
+    if det and det4:
+        subs["S4_FRAC_OF_MEMBW"] = f"{100 * det4['gb_s'] / det['mem']:.0f}"
     subs["ALLOW"] = f"{a.cap_allowance_gb:.1f}"
     subs["MEMBW_ALL"] = ", ".join(f"{r['raw']['memory_bandwidth']['gb_s']:.1f}" for c in results["configs"].values()
                                   for r in c["runs"]["strata"] if "memory_bandwidth" in r["raw"])
