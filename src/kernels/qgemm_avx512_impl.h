@@ -343,6 +343,7 @@ QActs k_quantize_acts(const float* x, int64_t nrows, int64_t cols, ActLayout lay
   return a;
 }
 
+#if STRATA_VNNI  // vpdpbusd: only in the VNNI build of this file
 // ---- int8, several activation rows: weights turned dword-major in registers ----
 //
 // A superblock of a weight row is 8 vectors V[v] (v = block / 2), lane
@@ -418,7 +419,7 @@ void qgemm8_dword_tile(const QWeight& w, const WScales& wsc, const DwordTranspos
   for (int r = 0; r < NR; ++r) y[(r0 + r) * ldy + o] = tree16(facc[r]);
 }
 
-[[maybe_unused]] void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
+void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   static const DwordTranspose tr;
   const WScales wsc = make_wscales(w);
   const int64_t rb = row_block(a.qstride) / 8 * 8 < 8 ? 8 : row_block(a.qstride) / 8 * 8;
@@ -440,6 +441,8 @@ void qgemm8_dword_tile(const QWeight& w, const WScales& wsc, const DwordTranspos
     }
   }
 }
+
+#endif  // STRATA_VNNI
 
 void k_gemm_q8(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<8>(w, a, y, ldy); }
 void k_gemm_q4(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<4>(w, a, y, ldy); }

@@ -19,69 +19,13 @@
 #include "text/generation_config.h"
 #include "text/tokenizer.h"
 #include "util/json.h"
+#include "tiny_server.h"
 
 namespace strata {
 namespace {
 
-const std::string kTinyDir = std::string(STRATA_SOURCE_DIR) + "/models/glm5-strata-tiny";
-
-struct Tiny {
-  std::unique_ptr<Model> model = load_model(kTinyDir, LoadOptions{.load_mtp = false});
-  Tokenizer tok = Tokenizer::load(kTinyDir);
-  GenerationConfig gen = load_generation_config(kTinyDir);
-};
-Tiny& tiny() {
-  static Tiny t;
-  return t;
-}
-
-class TinyServer {
- public:
-  TinyServer() {
-    Tiny& t = tiny();
-    server::ServerOptions o;
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.sched.ctx = 512;
-    o.sched.parallel = 4;
-    o.model_id = "tiny";
-    pool_ = std::make_unique<ThreadPool>(1);
-    store_ = std::make_unique<ResidentExpertStore>(t.model->weights);
-    runner_ = std::make_unique<ModelRunner>(*t.model, *store_, *pool_);
-    server::ServerModel sm;
-    sm.model = t.model.get();
-    sm.runner = runner_.get();
-    sm.tok = &t.tok;
-    for (int64_t id : t.gen.eos_token_ids) sm.stop_ids.push_back(static_cast<int32_t>(id));
-    for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
-      if (auto id = t.tok.token_id(s)) sm.stop_ids.push_back(*id);
-    ChatTemplate glm;
-    glm.dialect = ChatDialect::Glm;
-    glm.source = "test";
-    srv_ = std::make_unique<server::Server>(sm, glm, t.gen, o);
-    port_ = srv_->bind();
-    thread_ = std::thread([this] { srv_->run(); });
-  }
-  ~TinyServer() {
-    srv_->stop();
-    thread_.join();
-  }
-  std::pair<int, std::string> post(const std::string& path, const std::string& body) const {
-    httplib::Client c("127.0.0.1", port_);
-    c.set_read_timeout(120, 0);
-    auto r = c.Post(path.c_str(), body, "application/json");
-    if (!r) return {0, "no response"};
-    return {r->status, r->body};
-  }
-
- private:
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<ExpertStore> store_;
-  std::unique_ptr<ModelRunner> runner_;
-  std::unique_ptr<server::Server> srv_;
-  int port_ = 0;
-  std::thread thread_;
-};
+using test_util::tiny;
+using test_util::TinyServer;
 
 // The schemas used: every one forces the answer to end.
 const Json kSchema = Json::parse(R"({
