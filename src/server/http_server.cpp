@@ -357,6 +357,7 @@ struct Server::Impl {
   ServerOptions o;
   Scheduler sched;
   httplib::Server http;
+  int listen_fd = -1;  // the listening socket, to widen its accept backlog
   int bound_port = -1;
   const uint64_t start_ns = now_ns();
 
@@ -879,6 +880,13 @@ struct Server::Impl {
   void setup() {
     const size_t threads = static_cast<size_t>(o.sched.parallel + o.sched.queue + 8);
     http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let a
+    // second server share the port silently); remember the socket.
+    http.set_socket_options([this](socket_t sock) {
+      int yes = 1;
+      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+      listen_fd = sock;
+    });
     http.set_payload_max_length(o.max_body);
     http.set_read_timeout(30, 0);
     http.set_write_timeout(30, 0);
@@ -926,6 +934,9 @@ int Server::bind() {
   if (i.o.port == 0) i.bound_port = i.http.bind_to_any_port(i.o.host);
   else i.bound_port = i.http.bind_to_port(i.o.host, i.o.port) ? i.o.port : -1;
   if (i.bound_port <= 0) fail("serve: cannot listen on {}:{}", i.o.host, i.o.port);
+  // httplib listens with a backlog of 5: a burst of clients overflows it and
+  // some connections fail to read. Listening again only widens the queue.
+  if (i.listen_fd >= 0) ::listen(i.listen_fd, 1024);
   return i.bound_port;
 }
 void Server::run() { impl_->http.listen_after_bind(); }

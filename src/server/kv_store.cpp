@@ -1,6 +1,7 @@
 #include "server/kv_store.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -22,7 +23,7 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'K', 'V'};
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: the record checksum covers the token
 constexpr size_t kHeader = 64;
 constexpr size_t kCountAt = 24;
 constexpr size_t kRecHead = 16;  // token, zero, checksum
@@ -93,7 +94,22 @@ uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f) {
     for (const auto& e : fs::directory_iterator(m.dir, ec))
       if (e.is_regular_file(ec)) files.emplace_back(e.path().filename().string(), e.file_size(ec));
     std::sort(files.begin(), files.end());
-    for (const auto& [n, s] : files) id += "\n" + n + ":" + std::to_string(s);
+    for (const auto& [n, s] : files) {
+      id += "\n" + n + ":" + std::to_string(s);
+      // A checkpoint's identity is its bytes; hashing them all would take
+      // minutes, so: each safetensors header (names, dtypes, shapes, offsets)
+      // and the XXH3 of its first and last MiB of data.
+      if (!n.ends_with(".safetensors")) continue;
+      Fd fd(::open((fs::path(m.dir) / n).c_str(), O_RDONLY | O_CLOEXEC));
+      uint64_t hlen = 0;
+      if (fd.get() < 0 || !pread_all(fd.get(), &hlen, 8, 0) || hlen > (100u << 20) || 8 + hlen > s) continue;
+      std::string head(hlen, '\0');
+      if (!pread_all(fd.get(), head.data(), hlen, 8)) continue;
+      id += head;
+      std::vector<uint8_t> b(std::min<uint64_t>(1u << 20, s - 8 - hlen));
+      for (const uint64_t at : {8 + hlen, s - b.size()})
+        if (pread_all(fd.get(), b.data(), b.size(), at)) id += xxh_hex(XXH3_64bits(b.data(), b.size()));
+    }
   }
   id += "\nform=" + std::to_string(static_cast<int>(f.form));
   id += " dense_attention=" + std::to_string(f.dense_attention ? 1 : 0);
@@ -120,6 +136,14 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
   fs::create_directories(dir_, ec);
   if (!fs::is_directory(dir_)) fail("--kv-dir {}: not a directory and cannot be created", dir_);
   if (::access(dir_.c_str(), W_OK) != 0) fail("--kv-dir {}: not writable: {}", dir_, std::strerror(errno));
+  const std::string lock = (fs::path(dir_) / ".lock").string();
+  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (lock_fd_ < 0) fail("--kv-dir {}: cannot create {}: {}", dir_, lock, std::strerror(errno));
+  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+    ::close(lock_fd_);
+    lock_fd_ = -1;
+    fail("--kv-dir {}: in use by another strata serve (one server per directory)", dir_);
+  }
 
   std::vector<std::pair<fs::file_time_type, std::string>> found;
   for (const auto& e : fs::directory_iterator(dir_, ec)) {
@@ -132,8 +156,9 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
     found.emplace_back(e.last_write_time(ec), e.path().string());
     const std::string num = name.substr(5, name.size() - 8);
     char* end = nullptr;
+    errno = 0;
     const long long v = std::strtoll(num.c_str(), &end, 10);
-    if (end && *end == 0 && v >= next_id_) next_id_ = v + 1;
+    if (errno == 0 && end && *end == 0 && v >= next_id_ && v < (1LL << 40)) next_id_ = v + 1;
   }
   std::sort(found.begin(), found.end());
   std::vector<uint8_t> head(kRecHead);
@@ -168,6 +193,7 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
     }
     Conv cv;
     cv.path = path;
+    cv.disk_count = count;
     cv.tokens.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {
       int32_t t = -1;
@@ -181,6 +207,14 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
   }
   // Ids must be unique: file numbers are only for naming.
   evict();
+}
+
+void KvStore::forget(int64_t id) {
+  std::erase_if(convs_, [id](const Conv& c) { return c.id == id; });
+}
+
+KvStore::~KvStore() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
 }
 
 KvStore::Conv* KvStore::by_id(int64_t id) {
@@ -212,7 +246,7 @@ void KvStore::pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) c
     if (layer_floats_[l] > static_cast<size_t>(kv_lora_ + rope_dim_))
       out = std::copy_n(lc.index_key.data() + pos * index_dim_, index_dim_, out);
   }
-  const uint64_t h = XXH3_64bits(rec + kRecHead, record_bytes_ - kRecHead);
+  const uint64_t h = XXH3_64bits_withSeed(rec + kRecHead, record_bytes_ - kRecHead, static_cast<uint32_t>(token));
   std::memcpy(rec + 8, &h, 8);
 }
 
@@ -225,7 +259,8 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
   n = std::min({n, c->tokens.size(), static_cast<size_t>(s.capacity())});
   Fd fd(::open(c->path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
-    if (verbose_) std::fprintf(stderr, "strata: kv: %s: %s\n", c->path.c_str(), std::strerror(errno));
+    if (verbose_) std::fprintf(stderr, "strata: kv: %s: %s (forgotten)\n", c->path.c_str(), std::strerror(errno));
+    forget(id);
     return 0;
   }
   const size_t per_chunk = std::max<size_t>(1, (4u << 20) / record_bytes_);
@@ -241,7 +276,9 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
       int32_t t = 0;
       std::memcpy(&t, rec, 4);
       std::memcpy(&h, rec + 8, 8);
-      if (h != XXH3_64bits(rec + kRecHead, record_bytes_ - kRecHead) || t != c->tokens[done + ok]) break;
+      if (h != XXH3_64bits_withSeed(rec + kRecHead, record_bytes_ - kRecHead, static_cast<uint32_t>(t)) ||
+          t != c->tokens[done + ok])
+        break;
       const auto* in = reinterpret_cast<const float*>(rec + kRecHead);
       const int64_t pos = static_cast<int64_t>(done + ok);
       for (size_t l = 0; l < layer_floats_.size(); ++l) {
@@ -286,15 +323,7 @@ void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> toke
     const uint64_t count = tokens.size();
     std::memcpy(h + kCountAt, &count, 8);
     pwrite_all(fd.get(), h, kHeader, 0, tmp);
-    const size_t per_chunk = std::max<size_t>(1, (4u << 20) / record_bytes_);
-    for (size_t done = 0; done < tokens.size();) {
-      const size_t k = std::min(per_chunk, tokens.size() - done);
-      buf_.resize(k * record_bytes_);
-      for (size_t i = 0; i < k; ++i)
-        pack(s, static_cast<int64_t>(done + i), tokens[done + i], buf_.data() + i * record_bytes_);
-      pwrite_all(fd.get(), buf_.data(), buf_.size(), kHeader + done * record_bytes_, tmp);
-      done += k;
-    }
+    write_records(fd.get(), s, tokens, 0, tmp);
     sync_or_fail(fd.get(), tmp);
     if (::rename(tmp.c_str(), c.path.c_str()) != 0) fail("{}: rename failed: {}", c.path, std::strerror(errno));
     sync_dir(dir_);
@@ -304,21 +333,35 @@ void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> toke
   }
   bytes_written_ += kHeader + tokens.size() * record_bytes_;
   c.tokens.assign(tokens.begin(), tokens.end());
+  c.disk_count = tokens.size();
 }
 
-void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens) {
-  const size_t from = c.tokens.size();
-  Fd fd(::open(c.path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail("{}: cannot open: {}", c.path, std::strerror(errno));
+void KvStore::write_records(int fd, const Session& s, std::span<const int32_t> tokens, size_t from,
+                            const std::string& path) {
   const size_t per_chunk = std::max<size_t>(1, (4u << 20) / record_bytes_);
   for (size_t done = from; done < tokens.size();) {
     const size_t k = std::min(per_chunk, tokens.size() - done);
     buf_.resize(k * record_bytes_);
     for (size_t i = 0; i < k; ++i)
       pack(s, static_cast<int64_t>(done + i), tokens[done + i], buf_.data() + i * record_bytes_);
-    pwrite_all(fd.get(), buf_.data(), buf_.size(), kHeader + done * record_bytes_, c.path);
+    pwrite_all(fd, buf_.data(), buf_.size(), kHeader + done * record_bytes_, path);
     done += k;
   }
+}
+
+void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens) {
+  const size_t from = c.tokens.size();
+  Fd fd(::open(c.path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (fd.get() < 0) fail("{}: cannot open: {}", c.path, std::strerror(errno));
+  if (c.disk_count > from) {
+    // Records past what is offered (a damaged one, a bad token) are hidden
+    // first, so a crash while they are overwritten cannot mix two histories.
+    const uint64_t count = from;
+    pwrite_all(fd.get(), &count, 8, kCountAt, c.path);
+    sync_or_fail(fd.get(), c.path);
+    c.disk_count = from;
+  }
+  write_records(fd.get(), s, tokens, from, c.path);
   // The records are durable before the count that makes them visible.
   sync_or_fail(fd.get(), c.path);
   const uint64_t count = tokens.size();
@@ -326,6 +369,7 @@ void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens)
   sync_or_fail(fd.get(), c.path);
   bytes_written_ += (tokens.size() - from) * record_bytes_ + 8;
   c.tokens.assign(tokens.begin(), tokens.end());
+  c.disk_count = tokens.size();
 }
 
 int64_t KvStore::save(int64_t origin, const Session& s, std::span<const int32_t> tokens) {
@@ -333,9 +377,15 @@ int64_t KvStore::save(int64_t origin, const Session& s, std::span<const int32_t>
   if (tokens.empty()) return origin;
   Conv* c = by_id(origin);
   if (c && c->tokens.size() <= tokens.size() && std::equal(c->tokens.begin(), c->tokens.end(), tokens.begin())) {
-    if (c->tokens.size() < tokens.size()) append(*c, s, tokens);
-    c->last_used = ++tick_;
-    return c->id;
+    std::error_code ec;
+    if (fs::exists(c->path, ec)) {
+      if (c->tokens.size() < tokens.size()) append(*c, s, tokens);
+      c->last_used = ++tick_;
+      return c->id;
+    }
+    // Its file is gone (removed by hand): forget it and save afresh.
+    if (verbose_) std::fprintf(stderr, "strata: kv: %s disappeared; saving the conversation anew\n", c->path.c_str());
+    forget(c->id);
   }
   // A new conversation, or a branch of a saved one: a file of its own.
   Conv nc;

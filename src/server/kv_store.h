@@ -7,7 +7,7 @@
 //     fingerprint u64 (model + forward options), count u64 (at byte 24),
 //     the rest zero;
 //   records from byte 64, one per position, record_bytes each:
-//     token i32, zero u32, XXH3-64 of the data u64, then per decoder layer
+//     token i32, zero u32, XXH3-64 of the data seeded with the token u64, then per decoder layer
 //     the normalised KV latent, the roped key and (full-indexer layers) the
 //     indexer key of that position, as f32 — exactly the Session's floats.
 // Saving appends records, fsyncs, then writes the count and fsyncs again:
@@ -38,6 +38,9 @@ class KvStore {
   // note on stderr (never deleted); at most `max_files` are kept (the least
   // recently saved beyond that are removed).
   KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, int max_files = 64, bool verbose = true);
+  ~KvStore();
+  KvStore(const KvStore&) = delete;
+  KvStore& operator=(const KvStore&) = delete;
 
   struct Match {
     int64_t id = -1;  // conversation, -1 when none shares a token
@@ -66,14 +69,18 @@ class KvStore {
   struct Conv {
     int64_t id = -1;
     std::string path;
-    std::vector<int32_t> tokens;  // the saved positions' tokens (count of them)
+    std::vector<int32_t> tokens;  // the positions offered (a prefix of the file's records)
+    uint64_t disk_count = 0;      // the count in the file's header (>= tokens.size())
     uint64_t last_used = 0;
   };
   Conv* by_id(int64_t id);
+  void forget(int64_t id);
   void pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) const;
   void write_new(Conv& c, const Session& s, std::span<const int32_t> tokens);
   void append(Conv& c, const Session& s, std::span<const int32_t> tokens);
   void evict();
+  void write_records(int fd, const Session& s, std::span<const int32_t> tokens, size_t from, const std::string& path);
+  int lock_fd_ = -1;  // flock on DIR/.lock: one server per directory
 
   std::string dir_;
   uint64_t fingerprint_;

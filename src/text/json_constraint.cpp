@@ -142,7 +142,7 @@ struct JsonSchemaCompiler {
       bad(path, fmt::format("'$ref' '{}' points nowhere", r));
     }
     refs_active.insert(r);
-    const int32_t n = compile(*target, r, depth);
+    const int32_t n = compile(*target, r, depth + 1);  // a chain of $refs counts as nesting (bounded recursion)
     refs_active.erase(r);
     refs_done[r] = n;
     return n;
@@ -180,7 +180,7 @@ struct JsonSchemaCompiler {
       std::vector<int32_t> branches;
       uint8_t claimed = 0;
       for (size_t i = 0; i < a.size(); ++i) {
-        const int32_t b = compile(a[i], fmt::format("{}/anyOf/{}", path, i), depth);
+        const int32_t b = compile(a[i], fmt::format("{}/anyOf/{}", path, i), depth + 1);
         const uint8_t c = g.nodes_[static_cast<size_t>(b)].claims;
         if (c & claimed)
           bad(path, "'anyOf' branches must start with different JSON types (object, array, string, number, "

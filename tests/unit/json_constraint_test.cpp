@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "text/tokenizer.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -282,6 +284,18 @@ TEST(JsonConstraint, UnsupportedKeywordsAndBadSchemas) {
   std::string deep = "{}";
   for (int i = 0; i < 40; ++i) deep = R"({"type":"array","items":)" + deep + "}";
   EXPECT_NE(schema_error(deep).find("deeper"), std::string::npos);
+  // A flat chain of 20,000 $refs (a hostile request a few hundred KB long) is
+  // refused by the nesting limit instead of recursing 20,000 frames deep; so
+  // are nested anyOfs.
+  std::string chain = R"({"$defs":{)";
+  for (int i = 0; i < 20000; ++i) chain += fmt::format(R"("a{}":{{"$ref":"#/$defs/a{}"}},)", i, i + 1);
+  chain += R"("a20000":{"type":"string"}},"$ref":"#/$defs/a0"})";
+  EXPECT_NE(schema_error(chain).find("deeper"), std::string::npos);
+  std::string any = R"({"type":"string"})";
+  for (int i = 0; i < 40; ++i) any = R"({"anyOf":[)" + any + "]}";
+  EXPECT_NE(schema_error(any).find("deeper"), std::string::npos);
+  // A short chain is fine.
+  EXPECT_NO_THROW(schema(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"type":"string"}},"$ref":"#/$defs/a"})"));
   // Annotations are fine.
   EXPECT_NO_THROW(schema(R"({"title":"t","description":"d","$schema":"x","type":"string","default":"a",
                              "examples":["b"]})"));

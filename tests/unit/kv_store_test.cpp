@@ -202,6 +202,52 @@ TEST(KvStore, OtherModelBranchesAndLimit) {
   EXPECT_EQ(kv_files(d.str()).size(), 2u);
 }
 
+TEST(KvStore, OneServerPerDirectoryTokenCoveredByTheChecksumVanishedFile) {
+  test_util::TempDir d;
+  const auto s = filled(12, 5);
+  const auto t = toks(12);
+  size_t rb = 0;
+  {
+    KvStore kv(d.str(), config(), 42, 8, false);
+    const std::string msg = test_util::error_of([&] { KvStore again(d.str(), config(), 42, 8, false); });
+    EXPECT_NE(msg.find("in use by another strata serve"), std::string::npos) << msg;
+    kv.save(-1, *s, t);
+    rb = kv.record_bytes();
+  }
+  // A flipped token field: the checksum covers the token, so the records
+  // from there on are not trusted.
+  const fs::path f = kv_files(d.str()).at(0);
+  {
+    std::fstream io(f, std::ios::binary | std::ios::in | std::ios::out);
+    io.seekp(static_cast<std::streamoff>(64 + 5 * rb));
+    const int32_t other = 77;
+    io.write(reinterpret_cast<const char*>(&other), 4);
+  }
+  KvStore kv(d.str(), config(), 42, 8, false);
+  std::vector<int32_t> prompt = t;
+  prompt[5] = 77;
+  const auto m = kv.find(prompt, prompt.size());
+  ASSERT_EQ(m.common, 12u);
+  Session r(config(), 64, false);
+  std::vector<int32_t> got;
+  EXPECT_EQ(kv.load(m.id, m.common, r, got), 5u);
+  // The conversation continues from the 5 good records: the 7 past them are
+  // hidden (count 5) before anything is overwritten, then the new ones land.
+  const auto s2 = filled(20, 6);
+  std::vector<int32_t> t2(t.begin(), t.begin() + 5);
+  for (int i = 0; i < 15; ++i) t2.push_back(300 + i);
+  EXPECT_EQ(kv.save(m.id, *s2, t2), m.id);
+  EXPECT_EQ(kv.find(t2, t2.size()).common, 20u);
+  // Its file removed by hand: the next save writes a new one.
+  fs::remove(f);
+  std::vector<int32_t> t3 = t2;
+  t3.push_back(999);
+  auto s3 = filled(21, 6);
+  kv.save(m.id, *s3, t3);
+  EXPECT_EQ(kv_files(d.str()).size(), 1u);
+  EXPECT_EQ(kv.find(t3, t3.size()).common, 21u);
+}
+
 TEST(KvStore, RefusesAPathThatIsNotADirectory) {
   test_util::TempDir d;
   test_util::write_file(d.file("f"), "x");
