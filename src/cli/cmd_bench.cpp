@@ -345,7 +345,9 @@ int run_bench(const BenchFlags& f) {
       if (mem > 0) std::printf(" = %.0f%% of the measured %.1f GB/s", 100.0 * achieved / mem, mem);
       std::printf("\n");
       if (e.disk)
-        std::printf("experts from disk %.3f GB/token, %.2f GB/s while waiting\n", read_per_tok / 1e9, stream_gb_s);
+        std::printf("experts from disk %.3f GB/token, %.2f GB per second of expert wait (read-ahead overlapped with "
+                    "compute counts too)\n",
+                    read_per_tok / 1e9, stream_gb_s);
     } else if (mem > 0) {
       std::printf("memory read bandwidth %.1f GB/s (%d threads)\n", mem, threads);
     }

@@ -126,7 +126,7 @@ void ModelRunner::attention(int64_t L, std::span<const Row> rows, const ForwardO
     // key row and a query row, exactly what dot_f32 gives below: the same
     // floats either way.
     const KernelTable& kt = kernel_table(active_kernel_path());
-    const bool by_row = n >= 4;
+    const bool by_row = n >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
     if (by_row) {
       pool_.parallel_for(n, [&](int64_t b, int64_t e) {
         thread_local std::vector<float> sc, sr, qr;

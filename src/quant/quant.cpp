@@ -60,9 +60,17 @@ void quantize_row(QuantBits b, int64_t group, const float* w, int64_t cols, uint
 void dequantize_row(QuantBits b, int64_t group, const uint8_t* q, const float* scales, int64_t cols, float* out) {
   // Group by group, so the inner loops have no division and vectorise (the
   // attention's absorbed form dequantizes kv_b rows with this every token).
-  // Groups are 0 (one per row) or multiples of 32, so every int4 group starts
-  // on a whole byte. The same one multiply per value as before.
+  // The same one multiply per value as before. Containers strata writes use
+  // groups 0, 32, 64 or 128; an odd int4 group (another writer's container)
+  // starts groups mid-byte and takes the value-by-value loop.
   const int64_t g = group > 0 ? group : cols;
+  if (b == QuantBits::Int4 && g % 2 != 0 && g != cols) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const uint8_t byte = q[c / 2];
+      out[c] = static_cast<float>(((c % 2 ? byte >> 4 : byte & 0x0f) ^ 8) - 8) * scales[c / g];
+    }
+    return;
+  }
   for (int64_t c0 = 0; c0 < cols; c0 += g) {
     const float s = scales[c0 / g];
     const int64_t e = std::min(cols, c0 + g);

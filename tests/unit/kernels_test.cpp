@@ -229,6 +229,42 @@ TEST(KernelQGemm, MultiRowKernelsMatchScalarForEveryTileSize) {
       }
 }
 
+TEST(KernelQGemm, SimdActivationQuantizerWritesTheScalarBytes) {
+  // A path's own quantize_acts must write exactly the scalar one's bytes,
+  // scales (bitwise) and sums for every layout, padding included: matmul
+  // results alone would not see a wrong padding byte or an unused sum.
+  std::mt19937 rng(12);
+  int compared = 0;
+  for (KernelPath p : supported_paths()) {
+    const KernelTable& kt = kernel_table(p);
+    if (!kt.quantize) continue;
+    for (ActLayout layout : {ActLayout::Plain, ActLayout::Offset128, ActLayout::SplitNibble, ActLayout::Offset128Dword})
+      for (int64_t cols : {1, 31, 32, 33, 500, 512, 513, 1537}) {
+        const int64_t nrows = 3;
+        auto x = random_floats(rng, nrows * cols);
+        for (int64_t i = 0; i < nrows * cols; i += 7) x[static_cast<size_t>(i)] *= 1e-30f;  // tiny / denormal
+        x[0] = -0.0f;
+        if (cols > 40) {
+          x[static_cast<size_t>(cols + 35)] = NAN;        // row 1, block 1
+          x[static_cast<size_t>(2 * cols + 3)] = INFINITY;  // row 2, block 0
+          for (int64_t c = 64; c < 96 && c < cols; ++c) x[static_cast<size_t>(c)] = 0.0f;  // an all-zero block
+        }
+        const size_t qn = static_cast<size_t>(nrows * qacts_qstride(cols)), bn = static_cast<size_t>(nrows * qacts_bstride(cols));
+        std::vector<uint8_t> q0(qn, 0xee), q1(qn, 0xdd);
+        std::vector<float> s0(bn, 1.0f), s1(bn, 2.0f);
+        std::vector<int32_t> m0(bn, 5), m1(bn, 6);
+        quantize_acts(x.data(), nrows, cols, layout, q0.data(), s0.data(), m0.data());
+        kt.quantize(x.data(), nrows, cols, layout, q1.data(), s1.data(), m1.data());
+        EXPECT_EQ(q0, q1) << kernel_path_name(p) << " layout " << static_cast<int>(layout) << " cols " << cols;
+        EXPECT_EQ(0, std::memcmp(s0.data(), s1.data(), bn * sizeof(float)))
+            << kernel_path_name(p) << " layout " << static_cast<int>(layout) << " cols " << cols;
+        EXPECT_EQ(m0, m1) << kernel_path_name(p) << " layout " << static_cast<int>(layout) << " cols " << cols;
+        ++compared;
+      }
+  }
+  if (compared == 0) std::printf("no path with its own activation quantizer on this CPU: nothing to compare\n");
+}
+
 TEST(KernelGemm, LargeShapesCrossTileAndRowBlockBoundaries) {
   // Wide rows make the kernels split the activation rows into blocks (to
   // stay in L2) and tiles: results must not move with either.
