@@ -18,9 +18,9 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "kernels/qgemm.h"
-#include "kernels/numeric.h"
-#include "quant/quant.h"
-#include "runtime/thread_pool.h"
+#include "core/numeric.h"
+#include "core/quant.h"
+#include "core/thread_pool.h"
 
 namespace strata {
 namespace {
@@ -149,18 +149,21 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
   std::normal_distribution<float> nd(0.0f, 1.0f);
   for (auto& v : x) v = nd(rng);
   size_t i = 0;
-  set_multi_row_kernels(!single_row);
+  ComputeOptions co;
+  if (path >= 0) co.path = static_cast<KernelPath>(path);
+  co.multi_row = !single_row;
+  const Compute compute(pool.get(), co);
+  MatmulScratch scratch;
   for (auto _ : state) {
     const Weight& w = ws[i++ % ws.size()];
     if (path < 0)
       legacy_matmul(w, x.data(), nrows, y.data(), pool.get());
     else
-      matmul(w, x.data(), nrows, y.data(), pool.get(), static_cast<KernelPath>(path));
+      matmul(compute, w, x.data(), nrows, y.data(), scratch);
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   const double it = static_cast<double>(state.iterations());
-  set_multi_row_kernels(true);
   state.counters["GB/s"] =
       benchmark::Counter(static_cast<double>(ws[0].bytes()) * it / 1e9, benchmark::Counter::kIsRate);
   state.counters["GMAC/s"] =

@@ -21,8 +21,8 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/qgemm.h"
-#include "quant/quant.h"
-#include "runtime/thread_pool.h"
+#include "core/quant.h"
+#include "core/thread_pool.h"
 
 namespace strata {
 namespace {
@@ -263,7 +263,7 @@ const bool registered = [] {
 }  // namespace strata
 
 int main(int argc, char** argv) {
-  std::printf("%s\n", strata::kernel_description().c_str());
+  std::printf("%s\n", strata::kernel_description(strata::best_kernel_path()).c_str());
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();

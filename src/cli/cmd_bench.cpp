@@ -18,8 +18,9 @@
 #include "cli/common.h"
 #include "format/container.h"
 #include "kernels/cpu_features.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/clock.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata::cli {
 
@@ -212,16 +213,16 @@ struct Phase {
 };
 
 int run_bench(const BenchFlags& f) {
-  Engine e = open_engine(f.engine, false);
-  const ModelConfig& c = e.model->config;
+  Engine e(f.engine.options(false));
+  const ModelConfig& c = e.config();
   const std::vector<int32_t> prompt = f.ids.empty() ? fixed_ids(f.prompt_tokens, c.vocab_size, f.seed)
                                                     : parse_ids(f.ids, c.vocab_size, "--ids");
   const int64_t P = static_cast<int64_t>(prompt.size()), G = f.gen_tokens, V = c.vocab_size;
   if (P < 1) fail("--prompt-tokens must be at least 1");
   if (P + G > c.max_position_embeddings)
     fail("--prompt-tokens ({}) + --gen-tokens ({}) exceeds max_position_embeddings {}", P, G, c.max_position_embeddings);
-  const ForwardOptions fo = f.engine.forward_options();
-  const int threads = e.pool->size();
+  const int threads = e.pool().size();
+  const bool on_disk = e.experts().memory().on_disk;
 
   std::vector<double> prefill_rate, decode_rate;
   Phase prefill_phase, decode_phase;
@@ -233,37 +234,33 @@ int run_bench(const BenchFlags& f) {
     const int64_t PP = measured || f.warmup_tokens <= 0 ? P : std::min<int64_t>(P, f.warmup_tokens);
     Session s(c, P + G, false);
     // Prefill in chunks of 512 rows (as the text front ends do).
-    PhaseStats a = e.runner->stats();
+    PhaseStats a = e.runner().stats();
     uint64_t t0 = now_ns();
     for (int64_t p = 0; p < PP; p += 512) {
       const int64_t end = std::min(PP, p + 512);
       rows.clear();
       for (int64_t i = p; i < end; ++i) rows.push_back({&s, static_cast<int32_t>(i), prompt[static_cast<size_t>(i)], i == PP - 1});
-      e.runner->forward(rows, fo, logits.data(), nullptr);
+      e.forward(rows, logits.data(), nullptr, end - p);
     }
     uint64_t dt = now_ns() - t0;
     if (measured) {
       prefill_rate.push_back(static_cast<double>(P) * 1e9 / static_cast<double>(dt));
-      prefill_phase.add(a, e.runner->stats());
-      e.prompt_tokens += static_cast<uint64_t>(P);
-      e.prompt_ns += dt;
+      prefill_phase.add(a, e.runner().stats());
     }
     if (G < 1) continue;
-    a = e.runner->stats();
-    const ExpertStoreStats d0 = e.disk ? e.disk->stats() : ExpertStoreStats{};
+    a = e.runner().stats();
+    const ExpertStoreStats d0 = e.experts().stats();
     t0 = now_ns();
     for (int64_t i = 0; i < G; ++i) {
       const Row r{&s, static_cast<int32_t>(PP + i), argmax(logits.data(), V), true};
-      e.runner->forward({&r, 1}, fo, logits.data(), nullptr);
+      e.forward({&r, 1}, logits.data());
     }
     dt = now_ns() - t0;
     if (measured) {
       decode_rate.push_back(static_cast<double>(G) * 1e9 / static_cast<double>(dt));
-      decode_phase.add(a, e.runner->stats());
-      e.decode_tokens += static_cast<uint64_t>(G);
-      e.decode_ns += dt;
-      if (e.disk) {
-        const ExpertStoreStats d1 = e.disk->stats();
+      decode_phase.add(a, e.runner().stats());
+      if (on_disk) {
+        const ExpertStoreStats d1 = e.experts().stats();
         decode_read += d1.bytes_read - d0.bytes_read;
         decode_misses += d1.misses - d0.misses;
         decode_requests += d1.requests - d0.requests;
@@ -273,11 +270,11 @@ int run_bench(const BenchFlags& f) {
   const double ptok = static_cast<double>(P) * f.reps, gtok = static_cast<double>(G) * f.reps;
   decode_wait_ns = static_cast<uint64_t>(decode_phase.expert_wait * 1e9);
 
-  const TokenBytes tb = bytes_per_token(*e.model);
+  const TokenBytes tb = bytes_per_token(e.model());
   const double per_token = static_cast<double>(tb.dense + tb.experts);
   const double mem = f.membw_mib > 0 ? memory_read_gb_s(static_cast<size_t>(f.membw_mib) << 20, threads, 5) : 0.0;
   const DiskResult disk =
-      (f.disk_mib > 0 && e.disk) ? disk_read(*e.model, static_cast<uint64_t>(f.disk_mib) << 20) : DiskResult{};
+      (f.disk_mib > 0 && on_disk) ? disk_read(e.model(), static_cast<uint64_t>(f.disk_mib) << 20) : DiskResult{};
   const double dmed = median(decode_rate), pmed = median(prefill_rate);
   const double achieved = per_token * dmed / 1e9;
   const double read_per_tok = gtok > 0 ? static_cast<double>(decode_read) / gtok : 0.0;
@@ -290,19 +287,20 @@ int run_bench(const BenchFlags& f) {
     };
     Json cfg{{"bench", "config"},
              {"model", f.engine.model},
-             {"kernels", kernel_path_name(active_kernel_path())},
+             {"kernels", kernel_path_name(e.compute().path())},
              {"threads", threads},
-             {"container", e.disk != nullptr},
+             {"container", on_disk},
              {"attn", f.engine.attn},
-             {"resident_bytes", e.model->resident_bytes()},
+             {"resident_bytes", e.model().resident_bytes()},
              {"prompt_tokens", P},
              {"gen_tokens", G},
              {"reps", f.reps},
              {"warmup", f.warmup}};
-    if (e.disk) {
-      cfg["ram_budget_bytes"] = e.disk->budget_bytes();
-      cfg["pinned_bytes"] = e.disk->pinned_bytes();
-      cfg["expert_pool_bytes"] = e.disk->total_expert_bytes();
+    if (on_disk) {
+      const ExpertMemory mem = e.experts().memory();
+      cfg["ram_budget_bytes"] = mem.budget_bytes;
+      cfg["pinned_bytes"] = mem.pinned_bytes;
+      cfg["expert_pool_bytes"] = mem.on_disk_bytes;
     }
     emit(cfg);
     emit(Json{{"bench", "prefill"},
@@ -334,7 +332,7 @@ int run_bench(const BenchFlags& f) {
                 {"request_bytes", 8u << 20}, {"file", disk.file}});
   } else {
     std::printf("model %s | %s | %d threads | resident %.2f GB\n", f.engine.model.c_str(),
-                kernel_path_name(active_kernel_path()), threads, static_cast<double>(e.model->resident_bytes()) / 1e9);
+                kernel_path_name(e.compute().path()), threads, static_cast<double>(e.model().resident_bytes()) / 1e9);
     std::printf("prefill %lld tok: %.1f tok/s (median of %d) | %s\n", static_cast<long long>(P), pmed, f.reps,
                 prefill_phase.line(ptok).c_str());
     if (G > 0) {
@@ -344,7 +342,7 @@ int run_bench(const BenchFlags& f) {
                   static_cast<double>(tb.dense) / 1e9, static_cast<double>(tb.experts) / 1e9, achieved);
       if (mem > 0) std::printf(" = %.0f%% of the measured %.1f GB/s", 100.0 * achieved / mem, mem);
       std::printf("\n");
-      if (e.disk)
+      if (on_disk)
         std::printf("experts from disk %.3f GB/token, %.2f GB per second of expert wait (read-ahead overlapped with "
                     "compute counts too)\n",
                     read_per_tok / 1e9, stream_gb_s);

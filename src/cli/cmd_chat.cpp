@@ -21,11 +21,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/text_common.h"
-#include "util/error.h"
+#include "core/clock.h"
+#include "core/error.h"
 
 namespace strata::cli {
 
@@ -318,18 +320,25 @@ void add_chat_command(CLI::App& app, Runner& run) {
     if (!f->attach.empty() && !f->engine.model.empty()) throw CLI::ValidationError("--attach", "use either --model or --attach");
     run = [f]() -> int {
       if (!f->attach.empty()) return chat_attached(f->attach, f->api_key, f->text);
-      Engine e = open_engine(f->engine, false);
-      const ModelConfig& c = e.model->config;
-      const TextModel tm = open_text_model(e, f->engine, f->text, false);
+      Engine e(f->engine.options(false));
+      const ModelConfig& c = e.config();
+      const TextModel tm = open_text_model(f->engine.model, c, f->text.chat_template, false);
       const int64_t ctx = context_size(c, f->text.ctx);
-      const bool raw = tm.tmpl.dialect == ChatDialect::Raw;
+      const bool raw = tm.raw();
       const bool tty_in = ::isatty(STDIN_FILENO) == 1;
 
       SamplerOptions so = f->text.sampler_options(tm.gen);
-      Sampler sampler(c.vocab_size, so);
-      Generator g(e, tm, ctx, f->engine.forward_options());
+      Sequence seq(c, ctx, &tm.tok, tm.stop_ids);
+      seq.set_sampling(so);
       int64_t n_max = f->text.n;
       bool think = !f->text.no_think, ignore_eos = f->text.ignore_eos;
+      // Each answer's parameters: the current sampling settings and limits.
+      auto turn_params = [&] {
+        GenerationParams gp = f->text.params(so);
+        gp.max_tokens = n_max;
+        gp.ignore_eos = ignore_eos;
+        return gp;
+      };
 
       std::vector<ChatMessage> history;
       if (!f->text.system.empty()) history.push_back({.role = "system", .content = f->text.system});
@@ -367,14 +376,33 @@ void add_chat_command(CLI::App& app, Runner& run) {
         return m;
       };
 
-      // Runs one answer from the session's current state; prints the footer.
-      auto answer = [&](bool ban_stops_first, TurnStats& st) {
-        const ExpertStoreStats before = e.disk ? e.disk->stats() : ExpertStoreStats{};
-        StopStrings stops(f->text.stop);
-        const uint64_t t_decode = now_ns();
-        const std::string shown = g.decode(
-            sampler, n_max, stops, ignore_eos, ban_stops_first, [](std::string_view t) { out(terminal_safe(t)); },
-            turn_interrupted, st);
+      // Runs one answer (begun or resumed on `seq`): prefill, then tokens as
+      // they come; prints the footer. `think`: print <think> once the prompt
+      // is in (the generation prompt opened a reasoning block).
+      auto answer = [&](bool opens_think, TurnStats& st) {
+        const ExpertStoreStats before = e.experts().stats();
+        std::string shown;
+        bool opened = false;
+        auto open = [&] {
+          if (opens_think && !opened) out("<think>");
+          opened = true;
+        };
+        st = run_turn(
+            e, seq,
+            [&](const StepOutput& o) {
+              open();
+              shown += o.text;
+              if (!o.text.empty()) out(terminal_safe(o.text));
+            },
+            turn_interrupted);
+        if (st.reason == StopReason::Interrupted && seq.prefilling()) {
+          sig_seen = sigint_count();
+          last_sigint_ns = now_ns();
+          std::fprintf(stderr, "[interrupted during the prompt]\n");
+          return std::optional<std::string>();
+        }
+        open();
+        const uint64_t t_decode = st.first_token_ns ? st.first_token_ns : st.end_ns;
         const uint64_t sig_now = sigint_count();
         if (sig_now != sig_seen) {
           if (sig_now - sig_seen >= 2) quit = true;
@@ -383,8 +411,8 @@ void add_chat_command(CLI::App& app, Runner& run) {
           st.reason = StopReason::Interrupted;
         }
         std::string hit = "experts resident";
-        if (e.disk) {
-          const ExpertStoreStats& a = e.disk->stats();
+        if (e.experts().memory().on_disk) {
+          const ExpertStoreStats a = e.experts().stats();
           const uint64_t req = a.requests - before.requests, hits = a.hits - before.hits;
           hit = req ? fmt::format("experts hit {:.1f}%", 100.0 * static_cast<double>(hits) / static_cast<double>(req))
                     : "experts hit n/a";
@@ -397,7 +425,7 @@ void add_chat_command(CLI::App& app, Runner& run) {
                      ttft, static_cast<long long>(st.prefilled), static_cast<long long>(st.reused), hit.c_str(),
                      st.reason == StopReason::Eos ? "" : " | ",
                      st.reason == StopReason::Eos ? "" : stop_reason_name(st.reason));
-        return shown;
+        return std::optional<std::string>(shown);
       };
 
       LineReader reader(STDIN_FILENO);
@@ -423,7 +451,7 @@ void add_chat_command(CLI::App& app, Runner& run) {
         if (line.empty()) continue;
         if (line == ":reset") {
           history.resize(base);
-          g.clear();
+          seq.clear();
           last_text.clear();
           out("(history and context cleared)\n");
           continue;
@@ -473,7 +501,7 @@ void add_chat_command(CLI::App& app, Runner& run) {
           } catch (const std::exception&) {
             ok = false;
           }
-          if (ok) sampler.set_options(so);
+          if (ok) seq.set_sampling(so);
           out(ok ? fmt::format("(n {}, temperature {}, top_k {}, top_p {}, min_p {}, repeat_penalty {}, seed {}, "
                                "think {}, ignore_eos {})\n",
                                n_max, so.temperature, so.top_k, so.top_p, so.min_p, so.repetition_penalty, so.seed,
@@ -483,15 +511,15 @@ void add_chat_command(CLI::App& app, Runner& run) {
           continue;
         }
         if (line == ":more") {
-          if (history.size() == base || history.back().role != "assistant" || !g.can_continue()) {
+          if (history.size() == base || history.back().role != "assistant" || !seq.can_continue()) {
             out("(no answer to continue)\n");
             continue;
           }
           TurnStats st;
-          st.start_ns = now_ns();
-          st.reused = static_cast<int64_t>(g.cached().size());
-          sampler.reset(g.cached());
-          const std::string more = answer(last_reason == StopReason::Eos, st);
+          GenerationParams gp = turn_params();
+          gp.ban_stops_first = last_reason == StopReason::Eos;
+          seq.resume(gp);
+          const std::string more = answer(false, st).value_or("");
           last_text += more;
           last_reason = st.reason;
           history.back() = assistant_message(last_text);
@@ -505,7 +533,6 @@ void add_chat_command(CLI::App& app, Runner& run) {
 
         // A user turn.
         TurnStats st;
-        st.start_ns = now_ns();
         history.push_back({.role = "user", .content = raw ? line + "\n" : line});
         ChatRenderOptions ro;
         ro.enable_thinking = think;
@@ -518,18 +545,9 @@ void add_chat_command(CLI::App& app, Runner& run) {
                        tokens.size(), static_cast<long long>(ctx));
           continue;
         }
-        sampler.reset(tokens);
         opened_reasoning = tm.tmpl.opens_reasoning(ro);
-        std::string shown;
-        if (g.prefill(tokens, turn_interrupted, st)) {
-          if (opened_reasoning) out("<think>");
-          shown = answer(false, st);
-        } else {
-          sig_seen = sigint_count();
-          last_sigint_ns = now_ns();
-          st.reason = StopReason::Interrupted;
-          std::fprintf(stderr, "[interrupted during the prompt]\n");
-        }
+        seq.begin(tokens, turn_params());
+        const std::string shown = answer(opened_reasoning, st).value_or("");
         last_text = shown;
         last_reason = st.reason;
         history.push_back(assistant_message(shown));

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "format/container_writer.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata::cli {
 

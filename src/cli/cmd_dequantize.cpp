@@ -10,8 +10,8 @@
 #include "format/container.h"
 #include "format/safetensors_writer.h"
 #include "model/model.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata::cli {
 

@@ -1,13 +1,15 @@
 // strata eval: quality of a model (usually a quantized container) against a
 // reference model on token ids: KL divergence, top-1 agreement, perplexity.
 #include <cmath>
+#include <memory>
 #include <cstdio>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "runtime/score.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata::cli {
 
@@ -68,44 +70,34 @@ void add_eval_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->callback([f, &run] {
     run = [f]() -> int {
-      Engine e = open_engine(f->engine, false);
-      Engine r;
+      Engine e(f->engine.options(false));
+      std::unique_ptr<Engine> r;
       if (!f->ref.empty()) {
         EngineFlags rf = f->engine;
         rf.model = f->ref;
-        r = open_engine(rf, false);
-        if (r.model->config.vocab_size != e.model->config.vocab_size)
-          fail("--ref {}: vocabulary {} differs from the model's {}", f->ref, r.model->config.vocab_size,
-               e.model->config.vocab_size);
+        r = std::make_unique<Engine>(rf.options(false));
+        if (r->config().vocab_size != e.config().vocab_size)
+          fail("--ref {}: vocabulary {} differs from the model's {}", f->ref, r->config().vocab_size,
+               e.config().vocab_size);
       }
-      const ModelConfig& c = e.model->config;
+      const ModelConfig& c = e.config();
       const auto ids = read_ids_file(f->ids_file, c.vocab_size);
       const int64_t V = c.vocab_size, W = std::min<int64_t>(f->ctx, c.max_position_embeddings);
-      const ForwardOptions fo = f->engine.forward_options();
-      std::vector<float> la(static_cast<size_t>(W * V)), lb(static_cast<size_t>(W * V));
       std::vector<double> pa, pb;
       double nll_a = 0, nll_b = 0, kl_sum = 0, kl_max = 0;
       int64_t n_pred = 0, n_pos = 0, agree = 0;
       for (size_t w0 = 0; w0 + 1 < ids.size(); w0 += static_cast<size_t>(W)) {
         const int64_t T = std::min<int64_t>(W, static_cast<int64_t>(ids.size() - w0));
-        auto score = [&](Engine& en, std::vector<float>& lg) {
-          Session s(en.model->config, T, false);
-          std::vector<Row> rows;
-          for (int64_t p = 0; p < T; ++p) rows.push_back({&s, static_cast<int32_t>(p), ids[w0 + p], true});
-          const uint64_t t0 = now_ns();
-          en.runner->forward(rows, fo, lg.data(), nullptr);
-          en.prompt_ns += now_ns() - t0;
-          en.prompt_tokens += static_cast<uint64_t>(T);
-        };
-        score(e, la);
-        if (r.model) score(r, lb);
+        const std::span<const int32_t> window(ids.data() + w0, static_cast<size_t>(T));
+        const std::vector<float> la = score(e, window, 0, false).logits;
+        const std::vector<float> lb = r ? score(*r, window, 0, false).logits : std::vector<float>{};
         for (int64_t p = 0; p < T; ++p) {
           log_softmax(la.data() + p * V, V, pa);
           if (p + 1 < T) {
             nll_a -= pa[static_cast<size_t>(ids[w0 + p + 1])];
             ++n_pred;
           }
-          if (!r.model) continue;
+          if (!r) continue;
           log_softmax(lb.data() + p * V, V, pb);
           if (p + 1 < T) nll_b -= pb[static_cast<size_t>(ids[w0 + p + 1])];
           double kl = 0;
@@ -126,7 +118,7 @@ void add_eval_command(CLI::App& app, Runner& run) {
       out["window"] = W;
       out["predictions"] = n_pred;
       out["ppl"] = std::exp(nll_a / static_cast<double>(n_pred));
-      if (r.model) {
+      if (r) {
         out["ref_ppl"] = std::exp(nll_b / static_cast<double>(n_pred));
         out["kl_mean"] = kl_sum / static_cast<double>(n_pos);
         out["kl_max"] = kl_max;
@@ -136,7 +128,7 @@ void add_eval_command(CLI::App& app, Runner& run) {
         std::printf("%s\n", out.dump().c_str());
       } else {
         std::printf("perplexity %.4f over %lld predictions", out["ppl"].get<double>(), (long long)n_pred);
-        if (r.model)
+        if (r)
           std::printf(" | reference %.4f | KL mean %.3g max %.3g | top-1 agreement %.2f%%", out["ref_ppl"].get<double>(),
                       out["kl_mean"].get<double>(), kl_max, 100.0 * out["top1_agreement"].get<double>());
         std::printf("\n");

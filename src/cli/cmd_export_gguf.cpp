@@ -26,12 +26,13 @@
 
 #include "cli/commands.h"
 #include "format/gguf_writer.h"
+#include "format/checkpoint_tensors.h"
 #include "format/safetensors.h"
-#include "kernels/numeric.h"
-#include "model/config.h"
-#include "model/weight.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/numeric.h"
+#include "core/config.h"
+#include "core/weight.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata::cli {
 

@@ -1,11 +1,12 @@
-// strata generate: greedy continuation of token ids (sampling arrives with
-// the text front end).
+// strata generate: greedy continuation of token ids (the library's
+// generation step without a tokenizer).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "runtime/generation.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata::cli {
 
@@ -29,36 +30,28 @@ void add_generate_command(CLI::App& app, Runner& run) {
     run = [f]() -> int {
       if (f->temperature != 0.0)
         fail("--temperature {}: sampling is not implemented yet; only --temperature 0 (greedy) works", f->temperature);
-      Engine e = open_engine(f->engine, false);
-      const ModelConfig& c = e.model->config;
+      Engine e(f->engine.options(false));
+      const ModelConfig& c = e.config();
       const std::vector<int32_t> prompt = parse_ids(f->ids, c.vocab_size, "--ids");
-      const int64_t P = static_cast<int64_t>(prompt.size()), V = c.vocab_size;
+      const int64_t P = static_cast<int64_t>(prompt.size());
       const int64_t ctx = P + f->n;
       if (ctx > c.max_position_embeddings)
         fail("prompt ({}) + -n ({}) exceeds max_position_embeddings {}", P, f->n, c.max_position_embeddings);
-      Session s(c, ctx, false);
-      const ForwardOptions fo = f->engine.forward_options();
-      std::vector<float> logits(static_cast<size_t>(V));
-      std::vector<Row> rows;
-      for (int64_t p = 0; p < P; ++p) rows.push_back({&s, static_cast<int32_t>(p), prompt[p], p == P - 1});
-      uint64_t t0 = now_ns();
-      e.runner->forward(rows, fo, logits.data(), nullptr);
-      e.prompt_ns += now_ns() - t0;
-      e.prompt_tokens += static_cast<uint64_t>(P);
+      // Token ids only (no tokenizer): the end-of-sequence ids of config.json
+      // end it, and appear as the last id. --ignore-eos: plain argmax over
+      // every id (an end-of-sequence id is generated and fed like any other).
+      std::vector<int32_t> eos;
+      if (!f->ignore_eos) eos.assign(c.eos_token_ids.begin(), c.eos_token_ids.end());
+      Sequence seq(c, ctx, nullptr, eos);
+      GenerationParams p;
+      p.sampling.temperature = 0.0;
+      p.max_tokens = f->n;
+      seq.begin(prompt, p);
       Json out;
       out["ids"] = Json::array();
-      for (int64_t i = 0; i < f->n; ++i) {
-        const int32_t tok = argmax(logits.data(), V);
-        out["ids"].push_back(tok);
-        if (!f->ignore_eos && std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), tok) != c.eos_token_ids.end())
-          break;
-        if (i + 1 == f->n) break;
-        Row r{&s, static_cast<int32_t>(P + i), tok, true};
-        t0 = now_ns();
-        e.runner->forward({&r, 1}, fo, logits.data(), nullptr);
-        e.decode_ns += now_ns() - t0;
-        ++e.decode_tokens;
-      }
+      run_turn(
+          e, seq, [&](const StepOutput& o) { if (o.token >= 0) out["ids"].push_back(o.token); }, [] { return false; },
+          std::max<int64_t>(1, P));
       std::printf("%s\n", out.dump().c_str());
       finish_engine(e, f->engine);
       return 0;

@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/text_common.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata::cli {
 
@@ -26,9 +26,9 @@ void add_run_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--raw", f->raw, "No chat template: the prompt is the model's input text as is");
   cmd->callback([f, &run] {
     run = [f]() -> int {
-      Engine e = open_engine(f->engine, false);
-      const ModelConfig& c = e.model->config;
-      const TextModel tm = open_text_model(e, f->engine, f->text, f->raw);
+      Engine e(f->engine.options(false));
+      const ModelConfig& c = e.config();
+      const TextModel tm = open_text_model(f->engine.model, c, f->text.chat_template, f->raw);
       const int64_t ctx = context_size(c, f->text.ctx);
 
       std::vector<ChatMessage> msgs;
@@ -36,10 +36,9 @@ void add_run_command(CLI::App& app, Runner& run) {
       msgs.push_back({.role = "user", .content = f->prompt});
       ChatRenderOptions ro;
       ro.enable_thinking = !f->text.no_think;
-      const bool raw = tm.tmpl.dialect == ChatDialect::Raw;
       // Raw text gets the tokenizer's post-processor (a BOS, if it has one);
       // a template writes its own prefix ([gMASK]<sop>).
-      const std::vector<int32_t> prompt = tm.tok.encode(tm.tmpl.render(msgs, nullptr, ro), /*add_special=*/raw);
+      const std::vector<int32_t> prompt = tm.tok.encode(tm.tmpl.render(msgs, nullptr, ro), /*add_special=*/tm.raw());
       if (prompt.empty()) fail("the prompt is empty");
       if (static_cast<int64_t>(prompt.size()) > ctx)
         fail("the prompt is {} tokens and the context is {} (--ctx; the model allows up to {})", prompt.size(), ctx,
@@ -49,25 +48,18 @@ void add_run_command(CLI::App& app, Runner& run) {
       const uint64_t sig0 = sigint_count();
       const auto interrupted = [sig0] { return sigint_count() != sig0; };
 
-      Generator g(e, tm, ctx, f->engine.forward_options());
-      Sampler sampler(c.vocab_size, f->text.sampler_options(tm.gen));
-      sampler.reset(prompt);
-      StopStrings stops(f->text.stop);
-      TurnStats st;
-      st.start_ns = now_ns();
+      Sequence seq(c, ctx, &tm.tok, tm.stop_ids);
+      seq.begin(prompt, f->text.params(f->text.sampler_options(tm.gen)));
       const bool tty = ::isatty(STDOUT_FILENO) == 1;
-      if (g.prefill(prompt, interrupted, st)) {
-        g.decode(
-            sampler, f->text.n, stops, f->text.ignore_eos, false,
-            [tty](std::string_view t) {
-              const std::string s = tty ? terminal_safe(t) : std::string(t);
-              std::fwrite(s.data(), 1, s.size(), stdout);
-              std::fflush(stdout);
-            },
-            interrupted, st);
-      } else {
-        st.reason = StopReason::Interrupted;
-      }
+      const TurnStats st = run_turn(
+          e, seq,
+          [tty](const StepOutput& o) {
+            if (o.text.empty()) return;
+            const std::string s = tty ? terminal_safe(o.text) : o.text;
+            std::fwrite(s.data(), 1, s.size(), stdout);
+            std::fflush(stdout);
+          },
+          interrupted);
       std::fputs("\n", stdout);
       std::fflush(stdout);
       if (st.reason == StopReason::Context)

@@ -9,7 +9,7 @@
 #include "cli/common.h"
 #include "cli/text_common.h"
 #include "server/http_server.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata::cli {
 
@@ -62,32 +62,24 @@ void add_serve_command(CLI::App& app, Runner& run) {
       sigaddset(&set, SIGINT);
       sigaddset(&set, SIGTERM);
       pthread_sigmask(SIG_BLOCK, &set, nullptr);
-      Engine e = open_engine(f->engine, false);
-      TextFlags tf;
-      tf.chat_template = f->chat_template;
-      const TextModel tm = open_text_model(e, f->engine, tf, false);
+      Engine e(f->engine.options(false));
+      const TextModel tm = open_text_model(f->engine.model, e.config(), f->chat_template, false);
       server::ServerOptions o = f->server;
-      o.sched.ctx = context_size(e.model->config, f->ctx);
+      o.sched.ctx = context_size(e.config(), f->ctx);
       if (o.model_id == "strata" || o.model_id.empty())
         o.model_id = std::filesystem::path(f->engine.model).lexically_normal().filename().string();
       if (o.model_id.empty()) o.model_id = "strata";
 
-      // Expert heat for the dashboard: a counting store in front of the engine's.
-      server::CountingExpertStore heat(*e.store, e.model->config);
-      ModelRunner runner(*e.model, heat, *e.pool);
       server::ServerModel sm;
-      sm.model = e.model.get();
-      sm.runner = &runner;
-      sm.forward = f->engine.forward_options();
+      sm.engine = &e;
       sm.tok = &tm.tok;
       sm.stop_ids = tm.stop_ids;
-      sm.disk = e.disk;
-      sm.heat = &heat;
 
       std::unique_ptr<server::KvStore> kv;
       if (!f->kv_dir.empty()) {
-        kv = std::make_unique<server::KvStore>(f->kv_dir, e.model->config, server::kv_fingerprint(*e.model, sm.forward),
-                                               f->kv_max_files, true);
+        kv = std::make_unique<server::KvStore>(
+            f->kv_dir, e.config(), server::kv_fingerprint(e.model(), e.options().forward, e.compute().acts()),
+            f->kv_max_files, true);
         sm.kv = kv.get();
         std::fprintf(stderr, "strata: kv: %zu saved conversation(s) in %s (%zu bytes per position)\n",
                      kv->conversations(), f->kv_dir.c_str(), kv->record_bytes());

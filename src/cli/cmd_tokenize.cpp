@@ -14,8 +14,8 @@
 
 #include "cli/commands.h"
 #include "text/tokenizer.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata::cli {
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "util/error.h"
+#include "core/error.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"strata: run GLM-5-class Mixture-of-Experts models on ordinary machines"};

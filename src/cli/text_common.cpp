@@ -6,7 +6,7 @@
 #include <atomic>
 #include <random>
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata::cli {
 
@@ -61,13 +61,12 @@ void TextFlags::add(CLI::App* cmd) {
 }
 
 SamplerOptions TextFlags::sampler_options(const GenerationConfig& g) const {
-  SamplerOptions o;
-  const bool greedy_default = g.do_sample.has_value() && !*g.do_sample;
-  o.temperature = temperature >= 0 ? temperature : greedy_default ? 0.0 : g.temperature.value_or(1.0);
-  o.top_p = top_p >= 0 ? top_p : g.top_p.value_or(1.0);
-  o.top_k = top_k >= 0 ? top_k : g.top_k.value_or(0);
-  o.min_p = min_p >= 0 ? min_p : g.min_p.value_or(0.0);
-  o.repetition_penalty = repeat_penalty > 0 ? repeat_penalty : g.repetition_penalty.value_or(1.0);
+  SamplerOptions o = default_sampling(g);
+  if (temperature >= 0) o.temperature = temperature;
+  if (top_p >= 0) o.top_p = top_p;
+  if (top_k >= 0) o.top_k = top_k;
+  if (min_p >= 0) o.min_p = min_p;
+  if (repeat_penalty > 0) o.repetition_penalty = repeat_penalty;
   o.presence_penalty = presence_penalty;
   o.frequency_penalty = frequency_penalty;
   if (seed >= 0) {
@@ -79,47 +78,13 @@ SamplerOptions TextFlags::sampler_options(const GenerationConfig& g) const {
   return o;
 }
 
-bool TextModel::is_stop(int32_t t) const { return std::find(stop_ids.begin(), stop_ids.end(), t) != stop_ids.end(); }
-
-TextModel open_text_model(const Engine& e, const EngineFlags& ef, const TextFlags& f, bool raw) {
-  const std::string& dir = ef.model;
-  const ModelConfig& c = e.model->config;
-  TextModel tm{Tokenizer::load(dir), load_generation_config(dir), ChatTemplate{}, {}};
-  if (tm.tok.vocab_size() > c.vocab_size)
-    fail("{}: the tokenizer knows {} token ids but the model's vocabulary has {}", dir, tm.tok.vocab_size(),
-         c.vocab_size);
-  if (raw || f.chat_template == "raw") {
-    tm.tmpl.dialect = ChatDialect::Raw;
-    tm.tmpl.source = raw ? "--raw" : "--chat-template raw";
-  } else {
-    tm.tmpl = load_chat_template(dir, f.chat_template);
-  }
-  if (tm.tmpl.dialect == ChatDialect::Glm) {
-    for (const char* s :
-         {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>", "</think>"}) {
-      if (!tm.tok.token_id(s))
-        fail(
-            "{}: the GLM chat template needs the special token {} and this tokenizer has no such token; use "
-            "--chat-template raw (run: --raw) for plain text",
-            dir, s);
-    }
-  }
-  auto add_stop = [&](int64_t id) {
-    if (id >= 0 && id < c.vocab_size && !tm.is_stop(static_cast<int32_t>(id)))
-      tm.stop_ids.push_back(static_cast<int32_t>(id));
-  };
-  for (int64_t id : c.eos_token_ids) add_stop(id);
-  for (int64_t id : tm.gen.eos_token_ids) add_stop(id);
-  if (tm.tmpl.dialect == ChatDialect::Glm)
-    for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
-      if (auto id = tm.tok.token_id(s)) add_stop(*id);
-  return tm;
-}
-
-int64_t context_size(const ModelConfig& c, int64_t flag) {
-  if (flag > c.max_position_embeddings)
-    fail("--ctx {}: the model's max_position_embeddings is {}", flag, c.max_position_embeddings);
-  return flag > 0 ? flag : std::min<int64_t>(4096, c.max_position_embeddings);
+GenerationParams TextFlags::params(const SamplerOptions& so) const {
+  GenerationParams p;
+  p.sampling = so;
+  p.max_tokens = n;
+  p.stop = stop;
+  p.ignore_eos = ignore_eos;
+  return p;
 }
 
 std::string terminal_safe(std::string_view s) {
@@ -139,158 +104,6 @@ std::string terminal_safe(std::string_view s) {
     }
   }
   return out;
-}
-
-const char* stop_reason_name(StopReason r) {
-  switch (r) {
-    case StopReason::Eos:
-      return "end of turn";
-    case StopReason::StopString:
-      return "stop string";
-    case StopReason::Length:
-      return "length";
-    case StopReason::Context:
-      return "context full";
-    case StopReason::Interrupted:
-      return "interrupted";
-  }
-  return "?";
-}
-
-Generator::Generator(Engine& e, const TextModel& tm, int64_t ctx, const ForwardOptions& fo)
-    : e_(e),
-      tm_(tm),
-      fo_(fo),
-      session_(e.model->config, ctx, false),
-      logits_(static_cast<size_t>(e.model->config.vocab_size)),
-      work_(static_cast<size_t>(e.model->config.vocab_size)) {}
-
-void Generator::clear() {
-  session_.truncate(0);
-  cached_.clear();
-  pending_.reset();
-  logits_valid_ = false;
-}
-
-bool Generator::prefill(std::span<const int32_t> tokens, const std::function<bool()>& interrupted, TurnStats& st) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  if (n < 1) fail("the prompt is empty");
-  if (n > capacity()) fail("the prompt is {} tokens and the context (--ctx) is {}", n, capacity());
-  size_t common = 0;
-  while (common < cached_.size() && common < tokens.size() && cached_[common] == tokens[common]) ++common;
-  if (common == tokens.size() && cached_.size() == tokens.size() && logits_valid_ && !pending_) {
-    st.reused = n;  // the session already ends here
-    return true;
-  }
-  if (common == tokens.size()) --common;  // recompute the last position's logits
-  session_.truncate(static_cast<int64_t>(common));
-  cached_.resize(common);
-  pending_.reset();
-  logits_valid_ = false;
-  st.reused = static_cast<int64_t>(common);
-
-  // Chunks bound the scratch a long prompt needs and let Ctrl-C in between.
-  constexpr int64_t kChunk = 512;
-  std::vector<Row> rows;
-  for (int64_t p = static_cast<int64_t>(common); p < n; p += kChunk) {
-    if (interrupted()) return false;
-    const int64_t end = std::min(n, p + kChunk);
-    rows.clear();
-    for (int64_t i = p; i < end; ++i)
-      rows.push_back({&session_, static_cast<int32_t>(i), tokens[static_cast<size_t>(i)], i == n - 1});
-    const uint64_t t0 = now_ns();
-    e_.runner->forward(rows, fo_, logits_.data(), nullptr);
-    e_.prompt_ns += now_ns() - t0;
-    e_.prompt_tokens += static_cast<uint64_t>(end - p);
-    st.prefilled += end - p;
-    cached_.insert(cached_.end(), tokens.begin() + p, tokens.begin() + end);
-  }
-  logits_valid_ = true;
-  return true;
-}
-
-bool Generator::feed(int32_t token) {
-  if (static_cast<int64_t>(cached_.size()) >= capacity()) return false;
-  const Row r{&session_, static_cast<int32_t>(cached_.size()), token, true};
-  const uint64_t t0 = now_ns();
-  e_.runner->forward({&r, 1}, fo_, logits_.data(), nullptr);
-  e_.decode_ns += now_ns() - t0;
-  ++e_.decode_tokens;
-  cached_.push_back(token);
-  logits_valid_ = true;
-  return true;
-}
-
-std::string Generator::decode(Sampler& sampler, int64_t n, StopStrings& stops, bool ignore_eos, bool ban_stops_first,
-                              const std::function<void(std::string_view)>& emit,
-                              const std::function<bool()>& interrupted, TurnStats& st) {
-  std::string shown;
-  auto show = [&](const std::string& s) {
-    if (s.empty()) return;
-    shown += s;
-    emit(s);
-  };
-  StreamDecoder dec(tm_.tok, /*skip_special=*/false);
-  if (pending_) {
-    const int32_t p = *pending_;
-    pending_.reset();
-    if (!feed(p)) {
-      pending_ = p;
-      st.reason = StopReason::Context;
-      st.end_ns = now_ns();
-      return shown;
-    }
-  }
-  const std::span<const int32_t> stop_ids(tm_.stop_ids);
-  bool first = true;
-  st.reason = StopReason::Length;
-  while (logits_valid_) {
-    if (n >= 0 && st.generated >= n) {
-      st.reason = StopReason::Length;
-      break;
-    }
-    if (interrupted()) {
-      st.reason = StopReason::Interrupted;
-      break;
-    }
-    std::copy(logits_.begin(), logits_.end(), work_.begin());
-    const bool ban = ignore_eos || (first && ban_stops_first);
-    const int32_t tok = sampler.sample(work_, ban ? stop_ids : std::span<const int32_t>{});
-    first = false;
-    if (!st.first_token_ns) st.first_token_ns = now_ns();
-    if (tm_.is_stop(tok)) {
-      st.reason = StopReason::Eos;  // not fed: the logits stay valid for :more
-      break;
-    }
-    sampler.accept(tok);
-    ++st.generated;
-    show(stops.push(dec.push(tok)));
-    StopReason r = StopReason::Length;
-    bool stop = true;
-    if (stops.stopped()) {
-      r = StopReason::StopString;
-    } else if (interrupted()) {
-      r = StopReason::Interrupted;
-    } else if (n >= 0 && st.generated >= n) {
-      r = StopReason::Length;
-    } else if (!feed(tok)) {
-      r = StopReason::Context;
-    } else {
-      stop = false;
-    }
-    if (stop) {
-      pending_ = tok;  // shown but not fed: :more feeds it first
-      logits_valid_ = false;
-      st.reason = r;
-      break;
-    }
-  }
-  if (!stops.stopped()) {
-    show(stops.push(dec.flush()));
-    show(stops.flush());
-  }
-  st.end_ns = now_ns();
-  return shown;
 }
 
 }  // namespace strata::cli

@@ -12,8 +12,8 @@
 #include <cstring>
 #include <fstream>
 
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata {
 
@@ -42,14 +42,14 @@ uint64_t available_memory_bytes() {
   return 0;
 }
 
-DiskExpertStore::DiskExpertStore(const Model& m, const ExpertCacheOptions& o) : m_(m), dir_(m.dir) {
+DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOptions& o)
+    : manifest_(files.manifest), dir_(files.dir) {
+  const int64_t n_layers = files.n_layers;
   try {
-  if (!m.manifest || !m.experts_on_disk) fail("{}: the expert store needs a strata container", m.dir);
-  const ModelConfig& c = m.config;
-  const int64_t n_layers = static_cast<int64_t>(m.weights.layers.size());
+  if (!manifest_) fail("{}: the expert store needs a strata container", dir_);
   layers_.resize(static_cast<size_t>(n_layers));
   int64_t moe_layers = 0;
-  for (const auto& rec : m.manifest->expert_layers) {
+  for (const auto& rec : manifest_->expert_layers) {
     if (rec.layer >= n_layers) continue;  // e.g. the MTP layer when it is not loaded
     Layer& l = layers_[static_cast<size_t>(rec.layer)];
     l.rec = &rec;
@@ -67,7 +67,6 @@ DiskExpertStore::DiskExpertStore(const Model& m, const ExpertCacheOptions& o) : 
     total_bytes_ += l.read_bytes * static_cast<uint64_t>(rec.count);
     ++moe_layers;
   }
-  (void)c;
 
   // Routing usage of earlier runs.
   const std::string upath = dir_ + "/usage.json";
@@ -362,6 +361,10 @@ ExpertStoreStats DiskExpertStore::stats() const {
   s.read_ns += io_ns_;
   s.prefetched = io_count_;
   return s;
+}
+
+ExpertMemory DiskExpertStore::memory() const {
+  return ExpertMemory{true, budget_, pinned_bytes_, cache_bytes_, total_bytes_};
 }
 
 std::string DiskExpertStore::describe() const {

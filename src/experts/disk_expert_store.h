@@ -7,6 +7,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -26,20 +27,18 @@ struct ExpertCacheOptions {
   bool prefetch = true;    // read predicted next-layer experts on an I/O thread
 };
 
-struct ExpertStoreStats {
-  uint64_t requests = 0;  // experts asked for (per layer per batch)
-  uint64_t hits = 0;
-  uint64_t misses = 0;
-  uint64_t bytes_read = 0;
-  uint64_t read_ns = 0;
-  uint64_t prefetched = 0;       // experts read ahead by the I/O thread
-  uint64_t prefetch_hits = 0;    // requests served by a read-ahead (counted in hits too)
-  uint64_t prefetch_wait_ns = 0; // time acquire() waited for an in-flight read-ahead
+// Where a container's routed experts are: its directory and manifest, for
+// weight layers [0, n_layers) (an MTP layer that was not loaded is left out).
+struct ExpertFiles {
+  std::string dir;
+  std::shared_ptr<const Manifest> manifest;
+  int64_t n_layers = 0;
 };
+
 
 class DiskExpertStore final : public ExpertStore {
  public:
-  DiskExpertStore(const Model& m, const ExpertCacheOptions& o);
+  DiskExpertStore(const ExpertFiles& files, const ExpertCacheOptions& o);
   ~DiskExpertStore() override;
   DiskExpertStore(const DiskExpertStore&) = delete;
   DiskExpertStore& operator=(const DiskExpertStore&) = delete;
@@ -50,16 +49,17 @@ class DiskExpertStore final : public ExpertStore {
   bool wants_prefetch() const override { return prefetch_; }
   void prefetch(int64_t layer, std::span<const int32_t> experts) override;
 
-  ExpertStoreStats stats() const;
+  ExpertStoreStats stats() const override;
+  ExpertMemory memory() const override;
   uint64_t budget_bytes() const { return budget_; }
   uint64_t pinned_bytes() const { return pinned_bytes_; }
   uint64_t total_expert_bytes() const { return total_bytes_; }
   uint64_t cache_capacity_bytes() const { return cache_bytes_; }
   // One line for start-up: budget, pinned, cache capacity.
-  std::string describe() const;
+  std::string describe() const override;
   // Adds this run's routing usage to DIR/usage.json (temp file + rename).
   // Returns false (with a warning on stderr) if it cannot be written.
-  bool save_usage() const;
+  bool save_usage() const override;
 
  private:
   struct Slot {
@@ -99,7 +99,7 @@ class DiskExpertStore final : public ExpertStore {
   void io_loop();
   void release_files();  // closes files, frees slot buffers
 
-  const Model& m_;
+  std::shared_ptr<const Manifest> manifest_;
   std::string dir_;
   std::vector<Layer> layers_;  // indexed by layer; rec == nullptr for dense layers
   ExpertStoreStats stats_;

@@ -4,11 +4,34 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
-#include "model/model.h"
+#include "core/weight.h"
 
 namespace strata {
+
+// What a store counted since it opened.
+struct ExpertStoreStats {
+  uint64_t requests = 0;  // experts asked for (per layer per batch)
+  uint64_t hits = 0;
+  uint64_t misses = 0;
+  uint64_t bytes_read = 0;
+  uint64_t read_ns = 0;
+  uint64_t prefetched = 0;        // experts read ahead
+  uint64_t prefetch_hits = 0;     // requests served by a read-ahead (counted in hits too)
+  uint64_t prefetch_wait_ns = 0;  // time acquire() waited for an in-flight read-ahead
+  double hit_rate() const { return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 1.0; }
+};
+
+// Where a store keeps experts (all zero for one that holds every expert resident).
+struct ExpertMemory {
+  bool on_disk = false;
+  uint64_t budget_bytes = 0;   // RAM allowed for cached + pinned experts
+  uint64_t pinned_bytes = 0;
+  uint64_t cache_bytes = 0;    // LRU capacity
+  uint64_t on_disk_bytes = 0;  // every expert, as stored
+};
 
 class ExpertStore {
  public:
@@ -23,20 +46,28 @@ class ExpertStore {
   // store may start reading them in the background. Never changes results.
   virtual bool wants_prefetch() const { return false; }
   virtual void prefetch(int64_t layer, std::span<const int32_t> experts) {}
+
+  // Reporting: counters, memory tiers, a start-up line, and persisting what
+  // the store learned (routing usage) when the engine closes.
+  virtual ExpertStoreStats stats() const { return {}; }
+  virtual ExpertMemory memory() const { return {}; }
+  virtual std::string describe() const { return "experts: resident"; }
+  virtual bool save_usage() const { return true; }
 };
 
-// Every expert resident in RAM, straight from the loaded weights.
+// Every expert resident in RAM, straight from the loaded weights
+// (experts[layer][expert]; empty for dense layers).
 class ResidentExpertStore final : public ExpertStore {
  public:
-  explicit ResidentExpertStore(const ModelWeights& w) : w_(w) {}
+  explicit ResidentExpertStore(const std::vector<std::vector<MlpWeights>>& experts) : experts_(experts) {}
   void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override {
     out.clear();
-    for (int32_t e : experts) out.push_back(&w_.experts[static_cast<size_t>(layer)][static_cast<size_t>(e)]);
+    for (int32_t e : experts) out.push_back(&experts_[static_cast<size_t>(layer)][static_cast<size_t>(e)]);
   }
   void release(int64_t) override {}
 
  private:
-  const ModelWeights& w_;
+  const std::vector<std::vector<MlpWeights>>& experts_;
 };
 
 }  // namespace strata

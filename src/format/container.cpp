@@ -7,8 +7,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "quant/quant.h"
-#include "util/error.h"
+#include "core/quant.h"
+#include "core/error.h"
 
 namespace strata {
 

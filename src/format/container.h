@@ -18,8 +18,8 @@
 #include <string>
 #include <vector>
 
-#include "model/weight.h"
-#include "util/json.h"
+#include "core/weight.h"
+#include "core/json.h"
 
 namespace strata {
 

@@ -20,13 +20,14 @@
 #include <set>
 #include <thread>
 
+#include "format/checkpoint_tensors.h"
 #include "format/safetensors.h"
-#include "kernels/numeric.h"
-#include "model/config.h"
-#include "model/weight.h"
-#include "quant/quant.h"
-#include "runtime/thread_pool.h"
-#include "util/error.h"
+#include "core/numeric.h"
+#include "core/config.h"
+#include "core/weight.h"
+#include "core/quant.h"
+#include "core/thread_pool.h"
+#include "core/error.h"
 
 namespace strata {
 

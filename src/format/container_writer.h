@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "format/container.h"
-#include "util/json.h"
+#include "core/json.h"
 
 namespace strata {
 

@@ -12,8 +12,8 @@
 #include <memory>
 #include <type_traits>
 
-#include "kernels/numeric.h"
-#include "util/error.h"
+#include "core/numeric.h"
+#include "core/error.h"
 
 namespace strata {
 

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata {
 

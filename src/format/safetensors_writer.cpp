@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <cstring>
 
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata {
 

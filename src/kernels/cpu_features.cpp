@@ -70,8 +70,6 @@ CpuFeatures detect() {
   return f;
 }
 
-std::atomic<int> g_forced{-1};  // -1: not forced
-
 }  // namespace
 
 const CpuFeatures& cpu_features() {
@@ -126,22 +124,9 @@ KernelPath best_kernel_path() {
   return KernelPath::Scalar;
 }
 
-KernelPath active_kernel_path() {
-  const int forced = g_forced.load(std::memory_order_relaxed);
-  if (forced >= 0) return static_cast<KernelPath>(forced);
-  static const KernelPath best = best_kernel_path();
-  return best;
-}
-
-bool force_kernel_path(KernelPath p) {
-  if (!kernel_path_supported(p)) return false;
-  g_forced.store(static_cast<int>(p), std::memory_order_relaxed);
-  return true;
-}
-
-std::string kernel_description() {
+std::string kernel_description(KernelPath p) {
   const CpuFeatures& f = cpu_features();
-  std::string s = std::string("kernels: ") + kernel_path_name(active_kernel_path()) + " (cpu:";
+  std::string s = std::string("kernels: ") + kernel_path_name(p) + " (cpu:";
   const std::pair<bool, const char*> feats[] = {
       {f.avx2, "avx2"},         {f.fma, "fma"},           {f.avx512f, "avx512f"},       {f.avx512bw, "avx512bw"},
       {f.avx512vl, "avx512vl"}, {f.avx512dq, "avx512dq"}, {f.avx512vnni, "avx512vnni"}, {f.avx512bf16, "avx512bf16"},

@@ -1,7 +1,7 @@
-// What the CPU can do, and which kernel path matmul uses. The path is chosen
-// once from the CPU's features (cpuid), can be forced for tests and
-// benchmarks, and never changes a result: every path computes the scalar
-// reference's numbers bit for bit (docs/kernels.md).
+// What the CPU can do, and which kernel paths it runs. Which path a matmul
+// uses is a value (kernels/matmul.h, Compute) chosen when an engine opens;
+// it never changes a result: every path computes the scalar reference's
+// numbers bit for bit (docs/kernels.md).
 #pragma once
 #include <optional>
 #include <string>
@@ -32,17 +32,12 @@ inline constexpr KernelPath kAllKernelPaths[] = {KernelPath::Scalar,     KernelP
 const char* kernel_path_name(KernelPath p);
 std::optional<KernelPath> parse_kernel_path(const std::string& name);
 bool kernel_path_supported(KernelPath p);
+// The fastest path this CPU runs (what an engine uses unless told otherwise).
 KernelPath best_kernel_path();
 
-// The path matmul and dot_f32 use: the best one unless forced. Forcing is a
-// start-up setting (a flag, a test fixture); it returns false and changes
-// nothing if this CPU cannot run `p`.
-KernelPath active_kernel_path();
-bool force_kernel_path(KernelPath p);
-
-// One line for the start-up banner, e.g.
+// One line for the start-up banner about path `p`, e.g.
 // "kernels: avx512-vnni (cpu: avx2 fma avx512f avx512bw avx512vl avx512vnni avx512bf16; amx: no)",
 // "kernels: neon-i8mm (cpu: asimd asimddp i8mm)" on AArch64.
-std::string kernel_description();
+std::string kernel_description(KernelPath p);
 
 }  // namespace strata

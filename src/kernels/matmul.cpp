@@ -1,14 +1,14 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
-#include <atomic>
 #include <functional>
 #include <vector>
 
-#include "kernels/numeric.h"
+#include "core/numeric.h"
 #include "kernels/qgemm.h"
-#include "quant/quant.h"
-#include "runtime/thread_pool.h"
+#include "core/quant.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace strata {
 
@@ -39,9 +39,6 @@ void expand_row(const Weight& W, int64_t r, float* out) {
   }
 }
 
-std::atomic<IntActivations> g_int_acts{IntActivations::Int8};
-std::atomic<bool> g_multi_row{true};
-
 template <typename Body>
 void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
   if (!parallel) {
@@ -53,23 +50,41 @@ void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
   pool->parallel_for(n, fn);
 }
 
-}  // namespace
-
-IntActivations int_activations() { return g_int_acts.load(std::memory_order_relaxed); }
-void set_int_activations(IntActivations a) { g_int_acts.store(a, std::memory_order_relaxed); }
-bool multi_row_kernels() { return g_multi_row.load(std::memory_order_relaxed); }
-void set_multi_row_kernels(bool on) { g_multi_row.store(on, std::memory_order_relaxed); }
-
-float dot_f32(const float* a, const float* b, int64_t n) { return kernel_table(active_kernel_path()).dot_f32(a, b, n); }
-
-void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool* pool) {
-  matmul(W, x, nrows, y, pool, active_kernel_path());
+// The same, passing the part number (the index of per-part scratch).
+template <typename Body>
+void run_parts(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
+  if (!parallel) {
+    body(0, 0, n);
+    return;
+  }
+  const std::function<void(int, int64_t, int64_t)> fn = [&body](int p, int64_t b, int64_t e) { body(p, b, e); };
+  pool->parallel_parts(n, fn);
 }
 
-void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool* pool, KernelPath path) {
+}  // namespace
+
+Compute::Compute(ThreadPool* pool, const ComputeOptions& o)
+    : pool_(pool), path_(o.path.value_or(best_kernel_path())), acts_(o.acts), multi_row_(o.multi_row) {
+  if (!kernel_path_supported(path_))
+    fail("kernel path {}: this CPU cannot run it (best available: {}; {})", kernel_path_name(path_),
+         kernel_path_name(best_kernel_path()), kernel_description(best_kernel_path()));
+  kt_ = &kernel_table(path_);
+}
+
+float Compute::dot(const float* a, const float* b, int64_t n) const { return kt_->dot_f32(a, b, n); }
+
+float dot_f32(const float* a, const float* b, int64_t n) { return kernel_table_scalar().dot_f32(a, b, n); }
+
+void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y) {
+  MatmulScratch s;
+  matmul(c, W, x, nrows, y, s);
+}
+
+void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y, MatmulScratch& scratch) {
   const int64_t out = W.rows, in = W.cols;
   if (nrows <= 0 || out <= 0) return;
-  const KernelTable& kt = kernel_table(path);
+  const KernelTable& kt = c.kernels();
+  ThreadPool* pool = c.pool();
   const bool par = pool && pool->size() > 1 && out * in * nrows > 32768;
   switch (W.format) {
     case WeightFormat::F32: {
@@ -87,16 +102,16 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
     case WeightFormat::INT8:
     case WeightFormat::INT4: {
       if (W.group != 0 && W.group % kQBlock != 0) break;  // no integer kernel: expand below
-      if (int_activations() == IntActivations::F32) break;
+      if (c.acts() == IntActivations::F32) break;
       const bool b4 = W.format == WeightFormat::INT4;
-      thread_local std::vector<uint8_t> q;
-      thread_local std::vector<float> scale;
-      thread_local std::vector<int32_t> sum8;
+      std::vector<uint8_t>& q = scratch.q;
+      std::vector<float>& scale = scratch.scale;
+      std::vector<int32_t>& sum8 = scratch.sum8;
       const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)),
                    bn = static_cast<size_t>(nrows * qacts_bstride(in));
       if (q.size() < qn) q.resize(qn);
       if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
-      const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && multi_row_kernels();
+      const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && c.multi_row();
       const ActLayout layout = b4 ? kt.q4_layout : multi ? kt.q8_multi_layout : kt.q8_layout;
       const QActs a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q.data(), scale.data(),
                                                                  sum8.data());
@@ -122,9 +137,11 @@ void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool
     case WeightFormat::FP8_BLOCK: break;
   }
   // Formats without a direct kernel: expand a few rows to f32, then the f32 kernel.
-  run(pool, par, out, [&](int64_t o0, int64_t o1) {
-    constexpr int64_t kRows = 4;
-    thread_local std::vector<float> buf;
+  constexpr int64_t kRows = 4;
+  const size_t parts = static_cast<size_t>(par ? pool->size() : 1);
+  if (scratch.rows.size() < parts) scratch.rows.resize(parts);
+  run_parts(pool, par, out, [&](int part, int64_t o0, int64_t o1) {
+    std::vector<float>& buf = scratch.rows[static_cast<size_t>(part)];
     if (static_cast<int64_t>(buf.size()) < kRows * in) buf.resize(static_cast<size_t>(kRows * in));
     for (int64_t o = o0; o < o1; o += kRows) {
       const int64_t n = std::min(kRows, o1 - o);

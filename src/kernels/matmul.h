@@ -7,38 +7,77 @@
 // CPU path runs: every SIMD path reproduces the scalar reference bit for bit.
 #pragma once
 #include <cstdint>
+#include <optional>
+#include <vector>
 
 #include "kernels/cpu_features.h"
-#include "model/weight.h"
+#include "kernels/qgemm.h"
+#include "core/weight.h"
 
 namespace strata {
 
 class ThreadPool;
 
-// y[r*W.rows + o] = sum_i W[o][i] * x[r*W.cols + i] for r < nrows.
-// f32/bf16/fp8: dot16 (below) of the f32 weight row and x's row. int8/int4:
-// x's row is quantized to int8 in blocks of 32 columns and multiplied in
-// integers (qgemm.h states the arithmetic, docs/kernels.md its error bound).
-void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool* pool);
-// The same on a chosen path (tests, benchmarks); `path` must be supported.
-void matmul(const Weight& W, const float* x, int64_t nrows, float* y, ThreadPool* pool, KernelPath path);
-
 // How integer weights meet the activations. Int8 (the default): x is
 // quantized per 32-column block and multiplied in integers (W8A8, like
 // llama.cpp's Q8_0 activations). F32: each weight row is dequantized to f32
 // (Weight::row_f32) and dot16'ed with x, exactly the numbers of the model its
-// dequantized weights define (W8A32), and several times slower. A start-up
-// setting like force_kernel_path, for tests and quality comparisons.
+// dequantized weights define (W8A32), and several times slower (tests and
+// quality comparisons).
 enum class IntActivations : uint8_t { Int8, F32 };
-IntActivations int_activations();
-void set_int_activations(IntActivations a);
-// Benchmarks: false makes int8 calls of 2+ rows use the single-row kernel
-// (the same results bit for bit; the multi-row kernel is only faster).
-bool multi_row_kernels();
-void set_multi_row_kernels(bool on);
+
+struct ComputeOptions {
+  std::optional<KernelPath> path;  // nullopt: the best path this CPU runs
+  IntActivations acts = IntActivations::Int8;
+  // false: int8 calls of 2+ rows use the single-row kernel (the same results
+  // bit for bit; benchmarks compare the two).
+  bool multi_row = true;
+};
+
+// What every matmul runs with, fixed when an engine (or a test) sets it up:
+// the kernel table of one path, the activation mode and the pool. A value,
+// not process state: two Computes with different paths can run side by side.
+class Compute {
+ public:
+  // Throws strata::Error naming the path if this CPU cannot run it.
+  explicit Compute(ThreadPool* pool, const ComputeOptions& o = {});
+  ThreadPool* pool() const { return pool_; }
+  const KernelTable& kernels() const { return *kt_; }
+  KernelPath path() const { return path_; }
+  IntActivations acts() const { return acts_; }
+  bool multi_row() const { return multi_row_; }
+  // dot16 (below) on this path.
+  float dot(const float* a, const float* b, int64_t n) const;
+
+ private:
+  ThreadPool* pool_;
+  KernelPath path_;
+  const KernelTable* kt_;
+  IntActivations acts_;
+  bool multi_row_;
+};
+
+// What one matmul call needs besides its operands: the quantized
+// activations, and per pool part a few weight rows expanded to f32 (formats
+// without a direct kernel). Grown on first use, then reused.
+struct MatmulScratch {
+  std::vector<uint8_t> q;          // [nrows, qacts_qstride(cols)]
+  std::vector<float> scale;        // [nrows, qacts_bstride(cols)]
+  std::vector<int32_t> sum8;       // [nrows, qacts_bstride(cols)]
+  std::vector<std::vector<float>> rows;  // per part: [4, cols]
+};
+
+// y[r*W.rows + o] = sum_i W[o][i] * x[r*W.cols + i] for r < nrows.
+// f32/bf16/fp8: dot16 (below) of the f32 weight row and x's row. int8/int4:
+// x's row is quantized to int8 in blocks of 32 columns and multiplied in
+// integers (qgemm.h states the arithmetic, docs/kernels.md its error bound).
+void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y, MatmulScratch& scratch);
+// The same with scratch of its own (tests and tools; allocates per call).
+void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y);
 
 // Fixed-order dot product (16 lanes, lane i % 16 accumulating with fused
 // multiply-adds, then a fixed tree): the order every caller relies on.
+// Every path computes the same float; this is the scalar reference's.
 float dot_f32(const float* a, const float* b, int64_t n);
 
 }  // namespace strata

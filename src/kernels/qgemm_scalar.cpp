@@ -27,18 +27,29 @@ void gemm_f32(const float* w, int64_t nw, int64_t cols, const float* x, int64_t 
     for (int64_t r = 0; r < nrows; ++r) y[r * ldy + o] = dot16(w + o * cols, x + r * cols, cols);
 }
 
+float bf16_value(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+
+// dot16 of a bf16 row (widened element by element) and x: the same
+// operations as dot16 over the widened row.
+float dot16_bf16(const uint16_t* a, const float* b, int64_t n) {
+  float acc[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 16; ++j) acc[j] = std::fma(bf16_value(a[i + j]), b[i + j], acc[j]);
+  for (int j = 0; i < n; ++i, ++j) acc[j] = std::fma(bf16_value(a[i]), b[i], acc[j]);
+  for (int w = 8; w > 0; w /= 2)
+    for (int j = 0; j < w; ++j) acc[j] = acc[j] + acc[j + w];
+  return acc[0];
+}
+
 void gemm_bf16(const uint16_t* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
-  thread_local std::vector<float> row;
-  row.resize(static_cast<size_t>(cols));
-  for (int64_t o = 0; o < nw; ++o) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const uint32_t u = static_cast<uint32_t>(w[o * cols + c]) << 16;
-      float f;
-      __builtin_memcpy(&f, &u, 4);
-      row[c] = f;
-    }
-    for (int64_t r = 0; r < nrows; ++r) y[r * ldy + o] = dot16(row.data(), x + r * cols, cols);
-  }
+  for (int64_t o = 0; o < nw; ++o)
+    for (int64_t r = 0; r < nrows; ++r) y[r * ldy + o] = dot16_bf16(w + o * cols, x + r * cols, cols);
 }
 
 int weight_value(const QWeight& w, const uint8_t* row, int64_t c) {
@@ -48,14 +59,14 @@ int weight_value(const QWeight& w, const uint8_t* row, int64_t c) {
 }
 
 void gemm_q(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
-  thread_local std::vector<float> fsum, d;
-  fsum.resize(static_cast<size_t>(a.nblocks));
-  d.resize(static_cast<size_t>(a.nblocks));
   for (int64_t o = 0; o < w.rows; ++o) {
     const uint8_t* wrow = w.q + o * w.row_bytes;
     const float* ws = w.s + o * w.ngroups;
     for (int64_t r = 0; r < a.nrows; ++r) {
       const int8_t* xq = reinterpret_cast<const int8_t*>(a.q + r * a.qstride);  // ActLayout::Plain
+      // dot16 over blocks of (float(isum_b), s_w * s_x), accumulated as the
+      // blocks are computed: block b goes to lane b % 16.
+      float acc[16] = {};
       for (int64_t b = 0; b < a.nblocks; ++b) {
         const int64_t c0 = b * kQBlock, c1 = std::min(w.cols, c0 + kQBlock);
         // Widened to int32 first: GCC 12.2 at -O3 with AVX-512 miscompiles the
@@ -63,10 +74,12 @@ void gemm_q(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
         int32_t wv[kQBlock], xv[kQBlock], isum = 0;
         for (int64_t c = c0; c < c1; ++c) wv[c - c0] = weight_value(w, wrow, c), xv[c - c0] = xq[c];
         for (int64_t i = 0; i < c1 - c0; ++i) isum += wv[i] * xv[i];
-        fsum[b] = static_cast<float>(isum);
-        d[b] = ws[w.group > 0 ? c0 / w.group : 0] * a.scale[r * a.bstride + b];
+        const float d = ws[w.group > 0 ? c0 / w.group : 0] * a.scale[r * a.bstride + b];
+        acc[b % 16] = std::fma(static_cast<float>(isum), d, acc[b % 16]);
       }
-      y[r * ldy + o] = dot16(fsum.data(), d.data(), a.nblocks);
+      for (int lanes = 8; lanes > 0; lanes /= 2)
+        for (int j = 0; j < lanes; ++j) acc[j] = acc[j] + acc[j + lanes];
+      y[r * ldy + o] = acc[0];
     }
   }
 }

@@ -9,7 +9,7 @@
 
 #include "format/container.h"
 #include "model/model.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 

@@ -3,41 +3,25 @@
 #include "model/forward.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <limits>
 
-#include "kernels/matmul.h"
+#include "core/clock.h"
+#include "core/error.h"
 #include "kernels/ops.h"
-#include "util/error.h"
+#include "model/workspace.h"
 
 namespace strata {
 
-namespace {
-
-template <typename T>
-T* grow(std::vector<T>& v, size_t n) {
-  if (v.size() < n) v.resize(n);
-  return v.data();
+ModelRunner::ModelRunner(const Model& model, ExpertStore& store, ThreadPool& pool, const ComputeOptions& compute)
+    : m_(model), store_(store), pool_(pool), compute_(&pool, compute) {
+  ws_.parts.resize(static_cast<size_t>(pool.size()));
 }
 
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
-// Adds the lifetime of the scope to a counter.
-struct ScopedTimer {
-  uint64_t& acc;
-  uint64_t t0 = now_ns();
-  ~ScopedTimer() { acc += now_ns() - t0; }
-};
-
-}  // namespace
-
-void ModelRunner::check_rows(std::span<const Row> rows, bool mtp) const {
+void ModelRunner::check_rows(std::span<const Row> rows, bool mtp) {
   const ModelConfig& c = m_.config;
-  std::vector<std::pair<Session*, int32_t>> seen;
+  std::vector<std::pair<Session*, int32_t>>& seen = ws_.seen;
+  seen.clear();
   for (const Row& r : rows) {
     if (!r.seq) fail("forward: row without a session");
     if (r.pos < 0 || r.pos >= r.seq->capacity())
@@ -97,7 +81,7 @@ void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, co
     rmsnorm(hidden + r * D, lw.hnorm.data(), D, c.rms_norm_eps, e + D);
   }
   float* h = grow(ws_.h, static_cast<size_t>(n * D));
-  matmul(lw.eh_proj, cat, n, h, &pool_);
+  mm(lw.eh_proj, cat, n, h);
   layer(N, rows, opts);
   head(rows, lw.shared_head_norm, logits, nullptr);
   for (const Row& r : rows) r.seq->mtp_n_past = std::max<int64_t>(r.seq->mtp_n_past, r.pos + 1);
@@ -130,10 +114,10 @@ void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) 
   const int64_t I = w.gate.rows;
   float* g = grow(ws_.mlp_g, static_cast<size_t>(n * I));
   float* u = grow(ws_.mlp_u, static_cast<size_t>(n * I));
-  matmul(w.gate, x, n, g, &pool_);
-  matmul(w.up, x, n, u, &pool_);
+  mm(w.gate, x, n, g);
+  mm(w.up, x, n, u);
   for (int64_t i = 0; i < n * I; ++i) g[i] = silu(g[i]) * u[i];
-  matmul(w.down, g, n, y, &pool_);
+  mm(w.down, g, n, y);
 }
 
 void ModelRunner::route(int64_t L, int64_t n, const float* x, int32_t* idx, float* wts) {
@@ -143,7 +127,7 @@ void ModelRunner::route(int64_t L, int64_t n, const float* x, int32_t* idx, floa
   const int64_t G = c.n_group, gsize = E / G;
   // Router in f32: sigmoid scores; the bias only steers the choice.
   float* logit = grow(ws_.router, static_cast<size_t>(n * E));
-  matmul(lw.router.gate, x, n, logit, &pool_);
+  mm(lw.router.gate, x, n, logit);
   float* choice = grow(ws_.route_choice, static_cast<size_t>(E));
   int32_t* order = grow(ws_.route_order, static_cast<size_t>(std::max(E, G)));
   float* gscore = grow(ws_.route_group, static_cast<size_t>(G));
@@ -275,7 +259,7 @@ void ModelRunner::head(std::span<const Row> rows, const std::vector<float>& norm
   }
   if (cnt > 0) {
     if (!logits) fail("forward: rows want logits but no logits buffer was given");
-    matmul(m_.weights.lm_head, in, cnt, logits, &pool_);
+    mm(m_.weights.lm_head, in, cnt, logits);
   }
 }
 

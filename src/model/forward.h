@@ -8,9 +8,10 @@
 #include <vector>
 
 #include "experts/expert_store.h"
+#include "kernels/matmul.h"
+#include "core/thread_pool.h"
 #include "model/model.h"
-#include "runtime/session.h"
-#include "runtime/thread_pool.h"
+#include "model/session.h"
 
 namespace strata {
 
@@ -31,19 +32,67 @@ struct ForwardOptions {
   bool dense_attention = false;  // ignore DSA selection: every causal key is kept
 };
 
-// All scratch, grown to the largest batch seen and then reused: no
-// allocation per token.
+// Every scratch buffer of a forward, grown to the largest batch seen and then
+// reused: after warm-up a forward allocates nothing. Shapes in the comments:
+// n = rows in the batch, D = hidden_size, H = attention heads, K =
+// num_experts_per_tok, E = n_routed_experts, keys = positions attended to.
 struct Workspace {
-  std::vector<float> h, xn, tmp, q_lat, q, kv, attn_out, o, idx_q, idx_w, idx_k, rope_cos, rope_sin;
-  std::vector<float> mlp_g, mlp_u, xs, ys, slot_out, router, expanded, scores, qabs, olat, logits_in;
-  std::vector<std::vector<int32_t>> selection;  // DSA top-k per row (sorted); empty = all causal keys
-  std::vector<uint8_t> select_all;
-  std::vector<int32_t> topk_idx;
-  std::vector<float> topk_w;
-  std::vector<float> route_choice, route_group;
-  std::vector<int32_t> route_order, expert_union, expert_slot, pred_idx, pred_union;
-  std::vector<float> pred_w;
-  std::vector<const MlpWeights*> experts;
+  // The residual stream and its normed copy, [n, D].
+  std::vector<float> h, xn;
+  // [n, 2D]: the MTP layer's (embedding, hidden) concatenation; then the
+  // MLP / MoE output of a layer, [n, D].
+  std::vector<float> tmp;
+  std::vector<float> logits_in;  // [n, D]: final-normed rows that want logits
+
+  // Attention.
+  std::vector<float> rope_cos, rope_sin;  // [n, qk_rope_head_dim / 2]
+  std::vector<float> q_lat;               // [n, q_lora_rank]
+  std::vector<float> q;                   // [n, H * qk_head_dim]
+  std::vector<float> kv;                  // [n, kv_lora_rank + qk_rope_head_dim]
+  std::vector<float> o;                   // [n, H * v_head_dim]: per-head outputs
+  std::vector<float> attn_out;            // [n, D]
+  std::vector<float> qabs, olat;          // absorbed form: [n, H, kv_lora_rank]
+  std::vector<float> expanded;            // naive form: [keys, H * (qk_nope_head_dim + v_head_dim)]
+  std::vector<Session*> sessions;         // naive form: the batch's distinct sessions
+  // DSA indexer.
+  std::vector<float> idx_q;  // [n, index_n_heads * index_head_dim]
+  std::vector<float> idx_w;  // [n, index_n_heads]
+  std::vector<float> idx_k;  // [n, index_head_dim]
+  std::vector<std::vector<int32_t>> selection;  // per row: its top-k keys, ascending
+  std::vector<uint8_t> select_all;              // per row: 1 = every causal key (no selection)
+
+  // MLPs and the MoE.
+  std::vector<float> mlp_g, mlp_u;           // [m, intermediate width] (m = rows of that MLP call)
+  std::vector<float> router;                 // [n, E]: router scores
+  std::vector<float> route_choice;           // [E]: biased scores of one row
+  std::vector<float> route_group;            // [n_group]
+  std::vector<int32_t> route_order;          // [max(E, n_group)]
+  std::vector<int32_t> topk_idx;             // [n, K]
+  std::vector<float> topk_w;                 // [n, K]
+  std::vector<int32_t> pred_idx;             // [n, K]: the next layer's predicted experts (read-ahead)
+  std::vector<float> pred_w;                 // [n, K]
+  std::vector<int32_t> pred_union;           // the predicted union, sorted
+  std::vector<int32_t> expert_union;         // the batch's routed experts, sorted
+  std::vector<int32_t> expert_slot;          // (row, k) slots routed to one expert
+  std::vector<const MlpWeights*> experts;    // what the store handed out for one chunk
+  std::vector<float> xs, ys;                 // [m, D]: one expert's input rows, its output (then the shared expert's)
+  std::vector<float> slot_out;               // [n, K, D]: each (row, k) expert output
+
+  std::vector<std::pair<Session*, int32_t>> seen;  // check_rows: (session, position) of every row
+  MatmulScratch mm;                                // every matmul's quantized activations
+
+  // Per pool part (ThreadPool::parallel_parts): attention scratch.
+  struct Part {
+    std::vector<float> scores;   // [H, keys] or [keys]: one row's (or one head's) attention scores
+    std::vector<float> scores2;  // [H, keys]: the rope part of the scores
+    std::vector<float> qrope;    // [H, qk_rope_head_dim]: one row's rope queries, packed
+    std::vector<float> wrow;     // [kv_lora_rank]: one kv_b row as f32
+    std::vector<float> wv;       // [v_head_dim, kv_lora_rank]: one head's W_UV rows as f32
+    std::vector<float> xh;       // [n, kv_lora_rank]: one head's latents over the batch
+    std::vector<float> iscore;   // [keys]: indexer scores of one row
+    std::vector<int32_t> order;  // [keys]: key order for the indexer's top-k
+  };
+  std::vector<Part> parts;
 };
 
 // Where forward time goes; the parts add up to total (other = the rest).
@@ -62,7 +111,9 @@ struct PhaseStats {
 
 class ModelRunner {
  public:
-  ModelRunner(const Model& model, ExpertStore& store, ThreadPool& pool) : m_(model), store_(store), pool_(pool) {}
+  // `compute`: the kernel path and activation mode every matmul uses (the
+  // best path, int8 activations by default).
+  ModelRunner(const Model& model, ExpertStore& store, ThreadPool& pool, const ComputeOptions& compute = {});
 
   // Runs the decoder over `rows`, writing their keys into their sessions.
   // logits: [count of rows with want_logits, vocab] in row order (may be
@@ -75,13 +126,19 @@ class ModelRunner {
   void forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts, float* logits);
 
   const Model& model() const { return m_; }
+  const Compute& compute() const { return compute_; }
+  ExpertStore& store() const { return store_; }
   const PhaseStats& stats() const { return stats_; }
 
  private:
-  void check_rows(std::span<const Row> rows, bool mtp) const;
+  void check_rows(std::span<const Row> rows, bool mtp);
   void layer(int64_t L, std::span<const Row> rows, const ForwardOptions& opts);
   void attention(int64_t L, std::span<const Row> rows, const ForwardOptions& opts);
+  void attend_absorbed(int64_t L, std::span<const Row> rows);
+  void attend_naive(int64_t L, std::span<const Row> rows);
+  void indexer(int64_t L, std::span<const Row> rows);
   void select_keys(int64_t L, std::span<const Row> rows, const ForwardOptions& opts);
+  void mm(const Weight& w, const float* x, int64_t n, float* y) { matmul(compute_, w, x, n, y, ws_.mm); }
   void mlp(const MlpWeights& w, const float* x, int64_t n, float* y);
   void moe(int64_t L, int64_t n, const float* x, float* y);
   // Routes n rows through layer L's router: top-k experts and their weights.
@@ -91,6 +148,7 @@ class ModelRunner {
   const Model& m_;
   ExpertStore& store_;
   ThreadPool& pool_;
+  Compute compute_;
   Workspace ws_;
   PhaseStats stats_;
 };

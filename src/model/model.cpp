@@ -3,9 +3,10 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "format/checkpoint_tensors.h"
 #include "format/container.h"
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 

@@ -6,16 +6,11 @@
 #include <string>
 #include <vector>
 
-#include "format/safetensors.h"
-#include "model/config.h"
-#include "model/weight.h"
+#include "core/config.h"
+#include "core/weight.h"
+#include "experts/disk_expert_store.h"
 
 namespace strata {
-
-struct MlpWeights {  // SwiGLU: down(silu(gate x) * up x)
-  Weight gate, up, down;
-  size_t bytes() const { return gate.bytes() + up.bytes() + down.bytes(); }
-};
 
 struct IndexerWeights {  // DSA lightning indexer (absent on GLM-5.2 shared layers)
   Weight wq_b;           // [n_heads*head_dim, q_lora]
@@ -63,8 +58,6 @@ struct ModelWeights {
   std::vector<std::vector<MlpWeights>> experts;
 };
 
-struct Manifest;
-
 struct Model {
   std::string dir;
   ModelConfig config;
@@ -75,6 +68,10 @@ struct Model {
   std::vector<uint8_t> dense_blob;
   bool experts_on_disk = false;
   size_t resident_bytes() const;
+  // A container's expert files, for a DiskExpertStore (every loaded layer).
+  ExpertFiles expert_files() const {
+    return ExpertFiles{dir, manifest, static_cast<int64_t>(weights.layers.size())};
+  }
 };
 
 // Where load_model reads tensors from.

@@ -11,18 +11,15 @@
 #include <mutex>
 #include <random>
 
+#include "core/clock.h"
+#include "runtime/stats.h"
 #include "text/tool_constraint.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata::server {
 
 namespace {
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
 
 // A request the client got wrong (or one the server refuses): OpenAI's
 // {"error": {"message", "type", "param", "code"}}.
@@ -415,7 +412,7 @@ struct Server::Impl {
     std::lock_guard l(json_vocab_mu);
     if (!json_vocab_) {
       try {
-        json_vocab_ = JsonVocab::build(*m.tok, m.model->config.vocab_size);
+        json_vocab_ = JsonVocab::build(*m.tok, m.engine->config().vocab_size);
       } catch (const Error& e) {
         bad(param, e.what());
       }
@@ -708,7 +705,7 @@ struct Server::Impl {
     const Json* p = field(j, "prompt");
     if (!p) bad("prompt", "'prompt' is required", "missing_required_parameter");
     std::vector<int32_t> ids;
-    const int64_t vocab = m.model->config.vocab_size;
+    const int64_t vocab = m.engine->config().vocab_size;
     auto take_ids = [&](const Json& arr) {
       for (const Json& x : arr) {
         if (!x.is_number_integer() && !x.is_number_unsigned()) bad("prompt", "token ids must be integers", "invalid_type");
@@ -794,24 +791,12 @@ struct Server::Impl {
     j["rows"] = s.rows;
     j["parallel"] = o.sched.parallel;
     j["ctx"] = o.sched.ctx;
-    const double hit = s.experts.requests ? static_cast<double>(s.experts.hits) / static_cast<double>(s.experts.requests) : 1.0;
-    j["experts"] = {{"requests", s.experts.requests},
-                    {"hits", s.experts.hits},
-                    {"misses", s.experts.misses},
-                    {"hit_rate", hit},
-                    {"bytes_read", s.experts.bytes_read}};
-    Json mem;
-    mem["resident_bytes"] = m.model->resident_bytes();
+    j["experts"] = stats_experts_json(s.engine);
+    Json mem = stats_memory_json(s.engine);
     mem["session_bytes"] = s.session_bytes;
-    if (m.disk) {
-      mem["pinned_bytes"] = m.disk->pinned_bytes();
-      mem["cache_bytes"] = m.disk->cache_capacity_bytes();
-      mem["on_disk_bytes"] = m.disk->total_expert_bytes();
-      mem["ram_budget_bytes"] = m.disk->budget_bytes();
-    }
     // What the process may hold: model, expert cache, and every session
     // the scheduler may keep (active + idle), each sized to the context.
-    const ModelConfig& c = m.model->config;
+    const ModelConfig& c = m.engine->config();
     uint64_t per_pos = 0;
     for (int64_t l = 0; l < c.num_hidden_layers; ++l)
       per_pos += static_cast<uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim + (c.indexer_full(l) ? c.index_head_dim : 0));

@@ -14,7 +14,7 @@
 
 #include "format/container.h"
 #include "kernels/matmul.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata::server {
 
@@ -78,7 +78,7 @@ void sync_dir(const std::string& dir) {
 
 }  // namespace
 
-uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f) {
+uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f, IntActivations acts) {
   std::string id;
   if (m.manifest) {
     id = manifest_to_json(*m.manifest).dump();
@@ -113,7 +113,7 @@ uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f) {
   }
   id += "\nform=" + std::to_string(static_cast<int>(f.form));
   id += " dense_attention=" + std::to_string(f.dense_attention ? 1 : 0);
-  id += " int_activations=" + std::to_string(static_cast<int>(int_activations()));
+  id += " int_activations=" + std::to_string(static_cast<int>(acts));
   return XXH3_64bits(id.data(), id.size());
 }
 

@@ -20,16 +20,18 @@
 #include <string>
 #include <vector>
 
+#include "kernels/matmul.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "runtime/session.h"
+#include "model/session.h"
 
 namespace strata::server {
 
 // Identity of what produced a KV state: the container manifest (every
 // tensor's checksum) or a checkpoint's config and file sizes, plus the
-// forward options that change the floats.
-uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f);
+// forward options and activation mode that change the floats (the kernel
+// path does not: every path computes the same bits).
+uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f, IntActivations acts = IntActivations::Int8);
 
 class KvStore {
  public:

@@ -1,35 +1,31 @@
 #include "server/scheduler.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 
+#include "core/clock.h"
+
 namespace strata::server {
 
 namespace {
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-}  // namespace
 
-CountingExpertStore::CountingExpertStore(ExpertStore& inner, const ModelConfig& c) : inner_(inner) {
-  usage_.resize(static_cast<size_t>(c.num_hidden_layers));
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    if (c.is_moe(l)) usage_[static_cast<size_t>(l)].assign(static_cast<size_t>(c.n_routed_experts), 0);
-}
-
-void CountingExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
-  if (layer >= 0 && layer < static_cast<int64_t>(usage_.size())) {
-    auto& u = usage_[static_cast<size_t>(layer)];
-    for (int32_t e : experts)
-      if (e >= 0 && static_cast<size_t>(e) < u.size()) ++u[static_cast<size_t>(e)];
+Finish finish_of(StopReason r) {
+  switch (r) {
+    case StopReason::Eos:
+    case StopReason::StopString:
+    case StopReason::Done: return Finish::Stop;
+    case StopReason::Length:
+    case StopReason::Context: return Finish::Length;
+    case StopReason::Interrupted: return Finish::Cancelled;
+    case StopReason::Error: return Finish::Error;
+    case StopReason::None: break;
   }
-  inner_.acquire(layer, experts, out);
+  return Finish::None;
 }
+
+}  // namespace
 
 const char* finish_name(Finish f) {
   switch (f) {
@@ -55,12 +51,12 @@ bool Job::take(std::string& text_out, std::vector<TokenLogprob>& lp_out, int ms)
 }
 
 Scheduler::Scheduler(const ServerModel& m, const SchedulerOptions& o)
-    : m_(m), opts_(o), vocab_(m.model->config.vocab_size) {
+    : m_(m), opts_(o), vocab_(m.engine->config().vocab_size) {
   opts_.parallel = std::max(1, opts_.parallel);
   opts_.queue = std::max(0, opts_.queue);
   opts_.keep_sessions = std::max(0, opts_.keep_sessions);
   opts_.prefill_chunk = std::max<int64_t>(1, opts_.prefill_chunk);
-  work_.resize(static_cast<size_t>(vocab_));
+  stats_.engine = m_.engine->stats();  // before the scheduler thread owns the engine
   if (m_.kv) stats_.kv_conversations = m_.kv->conversations();
   thread_ = std::thread([this] { loop(); });
 }
@@ -180,46 +176,51 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
     for (size_t i = 1; i < idle_.size(); ++i)
       if (idle_[i].last_used < idle_[best].last_used) best = i;
   }
+  const ModelConfig& cfg = m_.engine->config();
+  std::unique_ptr<Session> session;
+  std::vector<int32_t> held;
   if (best < idle_.size()) {
-    s.session = std::move(idle_[best].session);
-    s.tokens = std::move(idle_[best].tokens);
+    session = std::move(idle_[best].session);
+    held = std::move(idle_[best].tokens);
     s.conv = idle_[best].conv;
     idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(best));
-    s.session->truncate(static_cast<int64_t>(best_common));
-    s.tokens.resize(best_common);
+    session->truncate(static_cast<int64_t>(best_common));
+    held.resize(best_common);
   }
   if (from_disk) {
     try {
-      if (!s.session) s.session = std::make_unique<Session>(m_.model->config, opts_.ctx, false);
-      best_common = m_.kv->load(saved.id, saved.common, *s.session, s.tokens);
+      if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, false);
+      best_common = m_.kv->load(saved.id, saved.common, *session, held);
       s.conv = saved.id;
       std::lock_guard l(mu_);
       stats_.kv_positions_loaded += best_common;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "strata: kv: resuming failed (%s); prefilling instead\n", e.what());
-      if (s.session) s.session->truncate(0);
-      s.tokens.clear();
+      if (session) session->truncate(0);
+      held.clear();
       s.conv = -1;
       best_common = 0;
     }
   }
-  if (!s.session) {
-    try {
-      s.session = std::make_unique<Session>(m_.model->config, opts_.ctx, false);
-    } catch (const std::bad_alloc&) {
-      end(s, Finish::Error, "out of memory for a new session");
-      return;
-    }
+  try {
+    if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, false);
+    s.seq = std::make_unique<Sequence>(std::move(session), std::move(held), cfg, m_.tok, m_.stop_ids);
+  } catch (const std::bad_alloc&) {
+    end(s, Finish::Error, "out of memory for a new session");
+    return;
   }
-  job->cached_tokens = static_cast<int64_t>(best_common);
-  s.sampler = std::make_unique<Sampler>(vocab_, job->sampling);
-  s.sampler->reset(p);
-  s.decoder = std::make_unique<StreamDecoder>(*m_.tok, /*skip_special=*/false);
-  s.stops = std::make_unique<StopStrings>(job->stop);
-  s.prefilling = true;
+  GenerationParams gp;
+  gp.sampling = job->sampling;
+  gp.max_tokens = job->max_tokens;
+  gp.stop = job->stop;
+  gp.ignore_eos = job->ignore_eos;
+  gp.top_logprobs = job->top_logprobs;
+  gp.constraint = job->constraint;
+  const int64_t reused = s.seq->begin(p, gp);
+  job->cached_tokens = reused;
   {
     std::lock_guard l(mu_);
-    stats_.cached_tokens += best_common;
+    stats_.cached_tokens += static_cast<uint64_t>(reused);
     stats_.prompt_tokens += p.size();
   }
   active_.push_back(std::move(s));
@@ -233,147 +234,84 @@ void Scheduler::step() {
   }
   std::erase_if(active_, [](const Seq& s) { return !s.job; });
 
+  // Which rows go into this forward: one decode row per generating
+  // sequence, then prompt rows of prefilling ones up to the chunk budget.
   rows_.clear();
-  std::vector<size_t> owners;  // active_ index of each logits row, in row order
-  std::vector<std::pair<size_t, int64_t>> prefilled;  // (active_ index, rows this step)
-  for (size_t i = 0; i < active_.size(); ++i) {
-    Seq& s = active_[i];
-    if (s.prefilling || !s.next) continue;
-    rows_.push_back({s.session.get(), static_cast<int32_t>(s.tokens.size()), *s.next, true});
-    owners.push_back(i);
-  }
-  int64_t budget = opts_.prefill_chunk;
-  for (size_t i = 0; i < active_.size() && budget > 0; ++i) {
-    Seq& s = active_[i];
-    if (!s.prefilling) continue;
-    const int64_t n = static_cast<int64_t>(s.job->prompt.size());
-    const int64_t start = static_cast<int64_t>(s.tokens.size());
-    const int64_t k = std::min(budget, n - start);
-    for (int64_t p = start; p < start + k; ++p) {
-      const bool last = p == n - 1;
-      rows_.push_back({s.session.get(), static_cast<int32_t>(p), s.job->prompt[static_cast<size_t>(p)], last});
-      if (last) owners.push_back(i);
+  owners_.clear();
+  logits_row_.assign(active_.size(), -1);
+  auto add = [&](size_t i, int64_t budget) {
+    Sequence& q = *active_[i].seq;
+    const int64_t k = q.add_rows(rows_, budget);
+    if (k > 0 && q.wants_logits()) {
+      logits_row_[i] = static_cast<int64_t>(owners_.size());
+      owners_.push_back(i);
     }
-    prefilled.emplace_back(i, k);
+    return k;
+  };
+  for (size_t i = 0; i < active_.size(); ++i)
+    if (!active_[i].seq->prefilling()) add(i, 1);
+  int64_t budget = opts_.prefill_chunk, prefill_rows = 0;
+  for (size_t i = 0; i < active_.size() && budget > 0; ++i) {
+    if (!active_[i].seq->prefilling()) continue;
+    const int64_t k = add(i, budget);
     budget -= k;
+    prefill_rows += k;
   }
   if (rows_.empty()) return;
 
-  logits_.resize(owners.size() * static_cast<size_t>(vocab_));
+  logits_.resize(owners_.size() * static_cast<size_t>(vocab_));
   try {
-    m_.runner->forward(rows_, m_.forward, owners.empty() ? nullptr : logits_.data(), nullptr);
+    m_.engine->forward(rows_, owners_.empty() ? nullptr : logits_.data(), nullptr, prefill_rows);
   } catch (const std::exception& e) {
     for (Seq& s : active_) end(s, Finish::Error, e.what());
     active_.clear();
     return;
   }
-  uint64_t prefill_rows = 0;
-  for (Seq& s : active_) {
-    if (!s.prefilling && s.next) {
-      s.tokens.push_back(*s.next);
-      s.next.reset();
-    }
-  }
-  for (auto [i, k] : prefilled) {
-    Seq& s = active_[i];
-    const auto& p = s.job->prompt;
-    const size_t start = s.tokens.size();
-    s.tokens.insert(s.tokens.end(), p.begin() + static_cast<std::ptrdiff_t>(start),
-                    p.begin() + static_cast<std::ptrdiff_t>(start + static_cast<size_t>(k)));
-    if (s.tokens.size() == p.size()) s.prefilling = false;
-    prefill_rows += static_cast<uint64_t>(k);
-  }
-  for (size_t r = 0; r < owners.size(); ++r) {
-    Seq& s = active_[owners[r]];
-    if (s.job) on_logits(s, logits_.data() + r * static_cast<size_t>(vocab_));
+  // Sequences without a logits row only take in what was fed; then each
+  // logits row is sampled, in row order.
+  StepOutput out;
+  for (size_t i = 0; i < active_.size(); ++i)
+    if (logits_row_[i] < 0) active_[i].seq->advance(nullptr, out);
+  for (size_t r = 0; r < owners_.size(); ++r) {
+    Seq& s = active_[owners_[r]];
+    if (!s.job) continue;
+    const bool go = s.seq->advance(logits_.data() + r * static_cast<size_t>(vocab_), out);
+    publish(s, out);
+    if (!go) end(s, finish_of(s.seq->reason()), s.seq->error());
   }
   std::erase_if(active_, [](const Seq& s) { return !s.job; });
   std::lock_guard l(mu_);
   ++stats_.steps;
   stats_.rows += rows_.size();
-  stats_.prefilled_tokens += prefill_rows;
+  stats_.prefilled_tokens += static_cast<uint64_t>(prefill_rows);
 }
 
-bool Scheduler::on_logits(Seq& s, const float* logits) {
+void Scheduler::publish(Seq& s, const StepOutput& out) {
   Job& j = *s.job;
-  std::copy(logits, logits + vocab_, work_.begin());
-  TokenLogprob lp;
-  double lse = 0;
-  if (j.top_logprobs >= 0) {
-    float mx = -INFINITY;
-    for (int64_t i = 0; i < vocab_; ++i) mx = std::max(mx, logits[i]);
-    double sum = 0;
-    for (int64_t i = 0; i < vocab_; ++i) sum += std::exp(static_cast<double>(logits[i]) - mx);
-    lse = mx + std::log(sum);
-  }
-  const std::span<const int32_t> ban = j.ignore_eos ? std::span<const int32_t>(m_.stop_ids) : std::span<const int32_t>{};
-  // response_format / tool_choice: tokens that would leave the language get -inf.
-  if (j.constraint && j.constraint->mask(work_, m_.stop_ids) == 0) {
-    end(s, Finish::Error, fmt::format("{}: no token can continue the constrained answer", j.constraint->what()));
-    return false;
-  }
-  const int32_t tok = s.sampler->sample(work_, ban);
-  const uint64_t now = now_ns();
-  if (!j.first_token_ns) {
+  const Sequence& q = *s.seq;
+  if (out.token >= 0 && !j.first_token_ns) {
     std::lock_guard l(j.mu);
-    j.first_token_ns = now;
+    j.first_token_ns = q.first_token_ns();
   }
-  if (!j.ignore_eos && std::find(m_.stop_ids.begin(), m_.stop_ids.end(), tok) != m_.stop_ids.end()) {
-    end(s, Finish::Stop);
-    return false;
-  }
-  s.sampler->accept(tok);
-  if (j.constraint && !j.constraint->advance(tok)) {
-    end(s, Finish::Error, fmt::format("{}: the sampled token does not continue the constrained answer", j.constraint->what()));
-    return false;
-  }
-  ++s.generated;
-  ++generated_total_;
-  if (j.top_logprobs >= 0) {
-    lp.token = tok;
-    lp.logprob = static_cast<float>(logits[tok] - lse);
-    if (j.top_logprobs > 0) {
-      std::vector<int32_t> idx(static_cast<size_t>(vocab_));
-      for (int64_t i = 0; i < vocab_; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(i);
-      const size_t k = std::min<size_t>(static_cast<size_t>(j.top_logprobs), idx.size());
-      std::partial_sort(idx.begin(), idx.begin() + static_cast<std::ptrdiff_t>(k), idx.end(), [&](int32_t a, int32_t b) {
-        return logits[a] != logits[b] ? logits[a] > logits[b] : a < b;
-      });
-      for (size_t i = 0; i < k; ++i) lp.top.emplace_back(idx[i], static_cast<float>(logits[idx[i]] - lse));
-    }
-  }
-  const std::string shown = s.stops->push(s.decoder->push(tok));
+  generated_total_ += static_cast<uint64_t>(q.generated() - s.counted);
+  s.counted = q.generated();
+  if (out.text.empty() && !out.logprob) return;
   {
     std::lock_guard l(j.mu);
-    j.text += shown;
-    if (j.top_logprobs >= 0) j.logprobs.push_back(std::move(lp));
-    j.completion_tokens = s.generated;
+    j.text += out.text;
+    if (out.logprob) j.logprobs.push_back(*out.logprob);
+    j.completion_tokens = q.generated();
   }
   j.cv.notify_all();
-  if (s.stops->stopped()) {
-    end(s, Finish::Stop);
-    return false;
-  }
-  if (j.constraint && j.constraint->done()) {  // the answer is complete and nothing may follow
-    end(s, Finish::Stop);
-    return false;
-  }
-  if (s.generated >= j.max_tokens || static_cast<int64_t>(s.tokens.size()) >= s.session->capacity()) {
-    end(s, Finish::Length);
-    return false;
-  }
-  s.next = tok;
-  return true;
 }
 
 void Scheduler::end(Seq& s, Finish f, const std::string& error) {
   std::shared_ptr<Job> job = std::move(s.job);
   s.job.reset();
-  std::string tail;
-  if (s.stops && s.decoder && !s.stops->stopped() && f != Finish::Error) {
-    tail = s.stops->push(s.decoder->flush());
-    if (!s.stops->stopped()) tail += s.stops->flush();
-  }
+  // The held-back text of an answer ended from outside (the sequence's own
+  // endings were published with their last step).
+  const std::string tail = s.seq ? s.seq->end(f == Finish::Error ? StopReason::Error : StopReason::Interrupted) : "";
+  const int64_t generated = s.seq ? s.seq->generated() : 0;
   const uint64_t now = now_ns();
   // Counters first: a client that hears of the end may read /metrics at once.
   {
@@ -392,9 +330,9 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
   }
   // A finished turn is saved before the client hears of its end, so an
   // answer the client has seen is one a restarted server resumes from.
-  if (m_.kv && s.session && (f == Finish::Stop || f == Finish::Length)) {
+  if (m_.kv && s.seq && (f == Finish::Stop || f == Finish::Length)) {
     try {
-      s.conv = m_.kv->save(s.conv, *s.session, s.tokens);
+      s.conv = m_.kv->save(s.conv, s.seq->session(), s.seq->tokens());
     } catch (const std::exception& e) {
       std::fprintf(stderr, "strata: kv: saving the conversation failed: %s\n", e.what());
     }
@@ -407,12 +345,13 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
     job->text += tail;
     job->finish = f;
     job->error = error;
-    job->completion_tokens = s.generated;
+    job->completion_tokens = generated;
     job->end_ns = now;
   }
   job->cv.notify_all();
-  if (s.session && opts_.keep_sessions > 0 && f != Finish::Error) {
-    idle_.push_back({std::move(s.session), std::move(s.tokens), ++tick_, s.conv});
+  if (s.seq && opts_.keep_sessions > 0 && f != Finish::Error) {
+    std::vector<int32_t> tokens = s.seq->tokens();
+    idle_.push_back({s.seq->release_session(), std::move(tokens), ++tick_, s.conv});
     if (static_cast<int64_t>(idle_.size()) > opts_.keep_sessions) {
       size_t old = 0;
       for (size_t i = 1; i < idle_.size(); ++i)
@@ -420,7 +359,7 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
       idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(old));
     }
   }
-  s.session.reset();
+  s.seq.reset();
 }
 
 void Scheduler::publish_stats() {
@@ -434,9 +373,10 @@ void Scheduler::publish_stats() {
   }
   uint64_t bytes = 0;
   for (const Seq& s : active_)
-    if (s.session) bytes += s.session->bytes();
+    if (s.seq) bytes += s.seq->session().bytes();
   for (const Idle& i : idle_) bytes += i.session->bytes();
-  const bool heat = m_.heat && now - last_heat_ns_ > 250'000'000ull;
+  const bool heat = now - last_heat_ns_ > 250'000'000ull;
+  EngineStats engine = m_.engine->stats();
   if (heat) last_heat_ns_ = now;
   std::lock_guard l(mu_);
   stats_.generated_tokens = generated_total_;
@@ -445,8 +385,8 @@ void Scheduler::publish_stats() {
   stats_.queued = static_cast<int64_t>(waiting_.size());
   stats_.idle_sessions = static_cast<int64_t>(idle_.size());
   stats_.session_bytes = bytes;
-  if (m_.disk) stats_.experts = m_.disk->stats();
-  if (heat) stats_.heat = m_.heat->usage();
+  stats_.engine = engine;
+  if (heat) stats_.heat = m_.engine->heat().usage();
 }
 
 }  // namespace strata::server

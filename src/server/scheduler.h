@@ -1,9 +1,11 @@
-// Continuous batching (ARCHITECTURE.md §1): one thread owns the ModelRunner;
-// every step is ONE forward over the rows of all active requests (one decode
-// row each, plus a bounded chunk of prefill rows of newly admitted ones, so
-// a long prompt interleaves with decodes instead of stalling them). Each
-// request has its own Session and Sampler; finished sessions stay in a small
-// LRU so a conversation's next turn prefills only what is new.
+// Continuous batching (ARCHITECTURE.md §1): one thread owns the engine's
+// forward; every step is ONE forward over the rows of all active requests
+// (one decode row each, plus a bounded chunk of prefill rows of newly
+// admitted ones, so a long prompt interleaves with decodes instead of
+// stalling them). The scheduler only decides which sequences' rows go into
+// each forward; each request is a runtime Sequence, which samples, stops and
+// detokenizes (runtime/generation.h). Finished sessions stay in a small LRU
+// so a conversation's next turn prefills only what is new.
 #pragma once
 #include <atomic>
 #include <condition_variable>
@@ -16,10 +18,9 @@
 #include <thread>
 #include <vector>
 
-#include "experts/disk_expert_store.h"
-#include "experts/expert_store.h"
-#include "model/forward.h"
-#include "runtime/session.h"
+#include "model/session.h"
+#include "runtime/engine.h"
+#include "runtime/generation.h"
 #include "server/kv_store.h"
 #include "text/json_constraint.h"
 #include "text/sampler.h"
@@ -27,32 +28,12 @@
 
 namespace strata::server {
 
-// Counts, per layer and expert, the batches that used each expert, then
-// forwards to the real store (the dashboard's expert heat).
-class CountingExpertStore final : public ExpertStore {
- public:
-  CountingExpertStore(ExpertStore& inner, const ModelConfig& c);
-  void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
-  void release(int64_t layer) override { inner_.release(layer); }
-  int64_t max_batch(int64_t layer) const override { return inner_.max_batch(layer); }
-  // Only from the thread that runs the forward.
-  const std::vector<std::vector<uint64_t>>& usage() const { return usage_; }
-
- private:
-  ExpertStore& inner_;
-  std::vector<std::vector<uint64_t>> usage_;
-};
-
 // What the scheduler runs on; the front end opens it (cmd_serve, tests).
 struct ServerModel {
-  const Model* model = nullptr;
-  ModelRunner* runner = nullptr;  // used only by the scheduler thread
-  ForwardOptions forward{};
+  Engine* engine = nullptr;       // its forward runs on the scheduler thread only
   const Tokenizer* tok = nullptr;
   std::vector<int32_t> stop_ids;  // end-of-turn ids: end the answer, never shown
-  const DiskExpertStore* disk = nullptr;          // for the memory tiers; may be null
-  const CountingExpertStore* heat = nullptr;      // may be null
-  KvStore* kv = nullptr;  // conversations saved to disk (--kv-dir); may be null
+  KvStore* kv = nullptr;          // conversations saved to disk (--kv-dir); may be null
 };
 
 struct SchedulerOptions {
@@ -65,12 +46,6 @@ struct SchedulerOptions {
 
 enum class Finish { None, Stop, Length, Timeout, Cancelled, Error };
 const char* finish_name(Finish f);  // OpenAI finish_reason ("stop", "length", ...)
-
-struct TokenLogprob {
-  int32_t token = 0;
-  float logprob = 0;
-  std::vector<std::pair<int32_t, float>> top;
-};
 
 // One request as the scheduler sees it. The HTTP thread fills the inputs,
 // submits, then reads pieces as they come; everything below `mu` is shared.
@@ -113,7 +88,7 @@ struct SchedulerStats {
   int64_t queued = 0, active = 0, idle_sessions = 0;
   uint64_t session_bytes = 0;
   uint64_t kv_conversations = 0, kv_bytes_written = 0, kv_positions_loaded = 0;  // --kv-dir
-  ExpertStoreStats experts{};
+  EngineStats engine{};                     // a snapshot, taken on the scheduler thread
   std::vector<std::vector<uint64_t>> heat;  // per layer, per expert (empty for dense layers)
 };
 
@@ -134,15 +109,9 @@ class Scheduler {
  private:
   struct Seq {
     std::shared_ptr<Job> job;
-    std::unique_ptr<Session> session;
-    std::vector<int32_t> tokens;  // what the session holds, in order
-    int64_t conv = -1;            // the saved conversation it continues (KvStore), -1: none
-    std::unique_ptr<Sampler> sampler;
-    std::unique_ptr<StreamDecoder> decoder;
-    std::unique_ptr<StopStrings> stops;
-    int64_t generated = 0;
-    std::optional<int32_t> next;  // sampled, shown, not yet fed
-    bool prefilling = true;
+    std::unique_ptr<Sequence> seq;
+    int64_t conv = -1;     // the saved conversation it continues (KvStore), -1: none
+    int64_t counted = 0;   // generated tokens already in generated_total_
   };
   struct Idle {
     std::unique_ptr<Session> session;
@@ -154,8 +123,8 @@ class Scheduler {
   void loop();
   void admit(const std::shared_ptr<Job>& job);
   void step();
-  // Samples from `logits`; returns false when the sequence ended.
-  bool on_logits(Seq& s, const float* logits);
+  // Hands what a step produced to the job.
+  void publish(Seq& s, const StepOutput& out);
   void end(Seq& s, Finish f, const std::string& error = {});
   void publish_stats();
 
@@ -173,7 +142,9 @@ class Scheduler {
   std::vector<Seq> active_;
   std::vector<Idle> idle_;
   std::vector<Row> rows_;
-  std::vector<float> logits_, work_;
+  std::vector<float> logits_;             // [rows wanting logits, vocab] of one step
+  std::vector<size_t> owners_;            // active_ index of each logits row
+  std::vector<int64_t> logits_row_;       // per active_ index: its logits row, -1: none
   uint64_t tick_ = 0;
   std::deque<std::pair<uint64_t, uint64_t>> rate_window_;  // (time, generated tokens so far)
   uint64_t generated_total_ = 0;

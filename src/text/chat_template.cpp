@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata {
 

@@ -4,7 +4,7 @@
 
 #include <cmath>
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "util/json.h"
+#include "core/json.h"
 
 namespace strata {
 

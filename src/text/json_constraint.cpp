@@ -9,7 +9,7 @@
 #include <set>
 
 #include "text/tokenizer.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 

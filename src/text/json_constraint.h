@@ -44,7 +44,7 @@
 #include <string_view>
 #include <vector>
 
-#include "util/json.h"
+#include "core/json.h"
 
 namespace strata {
 

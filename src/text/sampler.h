@@ -38,6 +38,7 @@ struct SamplerOptions {
   double presence_penalty = 0.0;    // generated tokens
   double frequency_penalty = 0.0;   // generated tokens
   uint64_t seed = 0;
+  bool operator==(const SamplerOptions&) const = default;
 };
 
 class Sampler {

@@ -12,8 +12,8 @@
 #include "text/tokenizer_json.h"
 #include "text/tokenizer_regex.h"
 #include "text/unicode.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata {
 

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata::tok {
 

@@ -9,7 +9,7 @@
 #include <utility>
 #include <vector>
 
-#include "util/json.h"
+#include "core/json.h"
 
 namespace strata::tok {
 

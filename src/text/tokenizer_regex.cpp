@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata::tok {
 

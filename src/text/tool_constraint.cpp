@@ -4,7 +4,7 @@
 #include <limits>
 
 #include "text/tokenizer.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 

@@ -7,7 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata::unicode {
 

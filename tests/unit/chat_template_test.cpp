@@ -20,7 +20,7 @@
 
 #include "test_util.h"
 #include "text/tokenizer.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 namespace {

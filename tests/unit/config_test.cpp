@@ -2,7 +2,7 @@
 // (docs/glm5-architecture.md §1, §8), the GLM-5.2 schedules come out right,
 // and every hostile or unsupported config is refused with the file and the
 // field named, before anything is sized from it.
-#include "model/config.h"
+#include "core/config.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "test_util.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 namespace {

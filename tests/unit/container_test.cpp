@@ -13,7 +13,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "test_util.h"
-#include "util/json.h"
+#include "core/json.h"
 
 namespace strata {
 namespace {
@@ -42,9 +42,10 @@ struct Result {
 };
 
 // Teacher-forced logits (and MTP logits) of `ids`, `chunk` rows per call.
-Result run(const Model& m, ExpertStore& store, const std::vector<int32_t>& ids, int64_t chunk) {
+Result run(const Model& m, ExpertStore& store, const std::vector<int32_t>& ids, int64_t chunk,
+           const ComputeOptions& compute = {}) {
   ThreadPool pool(2);
-  ModelRunner r(m, store, pool);
+  ModelRunner r(m, store, pool, compute);
   const int64_t T = static_cast<int64_t>(ids.size()), V = m.config.vocab_size, D = m.config.hidden_size;
   Session s(m.config, T, true);
   Result out;
@@ -83,7 +84,7 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
   ExpertCacheOptions all;
   all.ram_bytes = 1ull << 40;
   all.pin_all = true;
-  DiskExpertStore resident(*m, all);
+  DiskExpertStore resident(m->expert_files(), all);
   EXPECT_EQ(resident.pinned_bytes(), resident.total_expert_bytes()) << "every expert should be pinned";
   const Result a = run(*m, resident, ids, 1000);
   EXPECT_EQ(resident.stats().misses, 0u);
@@ -91,7 +92,7 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
   ExpertCacheOptions tiny;  // one LRU slot per layer: nearly every request is a disk read
   tiny.ram_bytes = 1;
   tiny.autopin = false;
-  DiskExpertStore one(*m, tiny);
+  DiskExpertStore one(m->expert_files(), tiny);
   EXPECT_EQ(one.pinned_bytes(), 0u);
   const Result b = run(*m, one, ids, 1000);
   const Result b1 = run(*m, one, ids, 1);
@@ -106,7 +107,7 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
   ASSERT_TRUE(one.save_usage());
   ExpertCacheOptions half;
   half.ram_bytes = one.total_expert_bytes() / 2;
-  DiskExpertStore learned(*m, half);
+  DiskExpertStore learned(m->expert_files(), half);
   EXPECT_GT(learned.pinned_bytes(), 0u) << "usage.json should have pinned experts";
   EXPECT_LE(learned.pinned_bytes(), half.ram_bytes);
   const Result c = run(*m, learned, ids, 7);
@@ -132,12 +133,8 @@ TEST(Container, Int8ComputesExactlyItsDequantizedWeights) {
   // from the reference is quantization, not the engine. Checked with f32
   // activations (the int8-activation kernels add their own, documented
   // rounding: docs/kernels.md).
-  const IntActivations saved = int_activations();
-  set_int_activations(IntActivations::F32);
-  struct Restore {
-    IntActivations a;
-    ~Restore() { set_int_activations(a); }
-  } restore{saved};
+  ComputeOptions f32;
+  f32.acts = IntActivations::F32;
   for (const std::string name : {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16"}) {
     TempDir tmp;
     const std::string dir = tmp.file("c"), deq = tmp.file("deq");
@@ -148,13 +145,13 @@ TEST(Container, Int8ComputesExactlyItsDequantizedWeights) {
     auto d = load_model(deq);
     ExpertCacheOptions o;
     o.autopin = false;
-    DiskExpertStore store(*m, o);
-    ResidentExpertStore dstore(d->weights);
+    DiskExpertStore store(m->expert_files(), o);
+    ResidentExpertStore dstore(d->weights.experts);
     const std::string rp = fixture(name) + "/reference.json";
     const Json ref = parse_json(test_util::read_file(rp), rp);
     const auto ids = ref["ids"].get<std::vector<int32_t>>();
-    const Result r = run(*m, store, ids, 1000);
-    const Result rd = run(*d, dstore, ids, 1000);
+    const Result r = run(*m, store, ids, 1000, f32);
+    const Result rd = run(*d, dstore, ids, 1000, f32);
     EXPECT_EQ(r.logits, rd.logits) << name;
     EXPECT_EQ(r.mtp, rd.mtp) << name;
     const int64_t V = m->config.vocab_size;
@@ -197,7 +194,7 @@ TEST_F(DamagedContainer, CorruptExpertIsRefusedWhenRead) {
   ExpertCacheOptions o;
   o.pin_all = true;
   o.ram_bytes = 1ull << 40;
-  const std::string msg = error_of([&] { DiskExpertStore s(*m, o); });
+  const std::string msg = error_of([&] { DiskExpertStore s(m->expert_files(), o); });
   EXPECT_NE(msg.find("experts-001.bin"), std::string::npos) << msg;
   EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
   EXPECT_NE(msg.find("expert 0 of layer 1"), std::string::npos) << msg;

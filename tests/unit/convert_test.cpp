@@ -21,11 +21,12 @@
 
 #include "format/container.h"
 #include "format/container_writer.h"
+#include "format/checkpoint_tensors.h"
 #include "format/safetensors.h"
-#include "kernels/numeric.h"
-#include "model/config.h"
-#include "model/weight.h"
-#include "quant/quant.h"
+#include "core/numeric.h"
+#include "core/config.h"
+#include "core/weight.h"
+#include "core/quant.h"
 #include "test_util.h"
 
 namespace strata {

@@ -15,12 +15,13 @@
 #include <variant>
 #include <vector>
 
+#include "format/checkpoint_tensors.h"
 #include "format/safetensors.h"
-#include "kernels/numeric.h"
-#include "model/config.h"
-#include "model/weight.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/numeric.h"
+#include "core/config.h"
+#include "core/weight.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata {
 namespace {

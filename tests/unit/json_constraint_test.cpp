@@ -18,8 +18,8 @@
 #include <fmt/format.h>
 
 #include "text/tokenizer.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata {
 namespace {

@@ -1,7 +1,7 @@
 // parse_json and read_small_file on hostile input: duplicate keys at any
 // level, nesting beyond the bound (without recursing), syntax errors, and
 // oversized files are strata::Errors naming the origin.
-#include "util/json.h"
+#include "core/json.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -10,7 +10,7 @@
 #include <string>
 
 #include "test_util.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 namespace {

@@ -17,12 +17,13 @@
 #include "experts/expert_store.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
-#include "kernels/numeric.h"
+#include "core/numeric.h"
 #include "kernels/qgemm.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "quant/quant.h"
-#include "runtime/thread_pool.h"
+#include "core/quant.h"
+#include "core/error.h"
+#include "core/thread_pool.h"
 
 namespace strata {
 namespace {
@@ -108,30 +109,35 @@ Weight make_int_weight(int bits, int64_t group, int64_t rows, int64_t cols, std:
 std::vector<float> run_matmul(const Weight& w, const std::vector<float>& x, int64_t nrows, KernelPath p,
                               ThreadPool* pool = nullptr) {
   std::vector<float> y(static_cast<size_t>(nrows * w.rows), -1.0f);
-  matmul(w, x.data(), nrows, y.data(), pool, p);
+  ComputeOptions o;
+  o.path = p;
+  matmul(Compute(pool, o), w, x.data(), nrows, y.data());
   return y;
 }
 
-TEST(KernelPaths, DetectionForcingAndDescription) {
+TEST(KernelPaths, DetectionChoiceAndDescription) {
   EXPECT_TRUE(kernel_path_supported(KernelPath::Scalar));
   EXPECT_TRUE(kernel_path_supported(best_kernel_path()));
-  const KernelPath before = active_kernel_path();
+  const KernelPath before = best_kernel_path();
+  EXPECT_EQ(Compute(nullptr).path(), before);  // the default is the best path
   for (KernelPath p : supported_paths()) {
-    EXPECT_TRUE(force_kernel_path(p));
-    EXPECT_EQ(active_kernel_path(), p);
+    ComputeOptions o;
+    o.path = p;
+    EXPECT_EQ(Compute(nullptr, o).path(), p);
     EXPECT_EQ(parse_kernel_path(kernel_path_name(p)), p);
   }
-  EXPECT_TRUE(force_kernel_path(before));
   EXPECT_FALSE(parse_kernel_path("sse4").has_value());
   // Every path has a name, also the other architecture's (never supported there).
   for (KernelPath p : kAllKernelPaths) EXPECT_EQ(parse_kernel_path(kernel_path_name(p)), p);
 #if defined(__x86_64__)
   for (KernelPath p : {KernelPath::Neon, KernelPath::NeonDotprod, KernelPath::NeonI8mm}) {
     EXPECT_FALSE(kernel_path_supported(p)) << kernel_path_name(p);
-    EXPECT_FALSE(force_kernel_path(p)) << kernel_path_name(p);
+    ComputeOptions o;
+    o.path = p;
+    EXPECT_THROW(Compute(nullptr, o), strata::Error) << kernel_path_name(p);
   }
 #endif
-  const std::string d = kernel_description();
+  const std::string d = kernel_description(before);
   EXPECT_NE(d.find(kernel_path_name(before)), std::string::npos) << d;
   std::printf("  %s\n", d.c_str());
 }
@@ -351,7 +357,7 @@ TEST(KernelQGemm, ActivationQuantizationErrorWithinStatedBound) {
       const Weight w = make_int_weight(bits, group, rows, cols, rng);
       auto x = random_floats(rng, nrows * cols);
       for (int64_t i = 0; i < nrows * cols; i += 97) x[i] *= 30.0f;
-      const auto y = run_matmul(w, x, nrows, active_kernel_path());
+      const auto y = run_matmul(w, x, nrows, best_kernel_path());
       std::vector<float> wr(static_cast<size_t>(cols));
       double worst = 0.0;
       for (int64_t o = 0; o < rows; ++o) {
@@ -413,13 +419,13 @@ TEST(KernelMatmul, ModelLogitsAreIdenticalOnEveryPath) {
   const auto model = load_model(dir);
   const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 8, 4};
   const int64_t V = model->config.vocab_size;
-  const KernelPath before = active_kernel_path();
   std::vector<float> first;
   for (KernelPath p : supported_paths()) {
-    ASSERT_TRUE(force_kernel_path(p));
+    ComputeOptions o;
+    o.path = p;
     ThreadPool pool(2);
-    ResidentExpertStore store(model->weights);
-    ModelRunner runner(*model, store, pool);
+    ResidentExpertStore store(model->weights.experts);
+    ModelRunner runner(*model, store, pool, o);
     Session s(model->config, static_cast<int64_t>(ids.size()), false);
     std::vector<Row> rows;
     for (size_t i = 0; i < ids.size(); ++i) rows.push_back({&s, static_cast<int32_t>(i), ids[i], true});
@@ -430,7 +436,6 @@ TEST(KernelMatmul, ModelLogitsAreIdenticalOnEveryPath) {
     else
       EXPECT_TRUE(all_same(first, logits)) << kernel_path_name(p);
   }
-  force_kernel_path(before);
 }
 
 TEST(KernelThreadPool, EveryIndexRunsOnceAcrossManySmallJobs) {

@@ -11,7 +11,7 @@
 #include "experts/expert_store.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "util/json.h"
+#include "core/json.h"
 
 namespace strata {
 namespace {
@@ -42,7 +42,7 @@ int32_t argmax(const float* x, int64_t n) {
 Scored score(const Model& m, const std::vector<int32_t>& ids, ForwardOptions fo, int threads, int64_t chunk,
              bool mtp) {
   ThreadPool pool(threads);
-  ResidentExpertStore store(m.weights);
+  ResidentExpertStore store(m.weights.experts);
   ModelRunner runner(m, store, pool);
   const int64_t T = static_cast<int64_t>(ids.size()), V = m.config.vocab_size, D = m.config.hidden_size;
   Session s(m.config, T, mtp);
@@ -124,7 +124,7 @@ TEST_P(FixtureTest, GreedyContinuationMatchesReference) {
   const auto prompt = ref["greedy"]["prompt"].get<std::vector<int32_t>>();
   const auto want = ref["greedy"]["ids"].get<std::vector<int32_t>>();
   ThreadPool pool(2);
-  ResidentExpertStore store(model->weights);
+  ResidentExpertStore store(model->weights.experts);
   ModelRunner runner(*model, store, pool);
   const int64_t V = model->config.vocab_size;
   Session s(model->config, static_cast<int64_t>(prompt.size() + want.size()), false);

@@ -5,8 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/numeric.h"
-#include "quant/quant.h"
+#include "core/numeric.h"
+#include "core/quant.h"
 
 namespace strata {
 namespace {

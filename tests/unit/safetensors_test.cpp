@@ -2,6 +2,7 @@
 // weight loading: every malformed file must be refused with a strata::Error
 // naming the file and the tensor, never a crash; valid files must read back
 // exactly.
+#include "format/checkpoint_tensors.h"
 #include "format/safetensors.h"
 
 #include <gmock/gmock.h>
@@ -15,10 +16,10 @@
 #include <string>
 #include <vector>
 
-#include "kernels/numeric.h"
-#include "model/weight.h"
+#include "core/numeric.h"
+#include "core/weight.h"
 #include "test_util.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 namespace {

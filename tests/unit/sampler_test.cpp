@@ -12,7 +12,7 @@
 
 #include "test_util.h"
 #include "text/generation_config.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 namespace {

@@ -13,12 +13,12 @@
 #include "experts/expert_store.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 #include "server/http_server.h"
 #include "text/json_constraint.h"
 #include "text/generation_config.h"
 #include "text/tokenizer.h"
-#include "util/json.h"
+#include "core/json.h"
 #include "tiny_server.h"
 
 namespace strata {

@@ -15,12 +15,12 @@
 #include "experts/expert_store.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 #include "server/http_server.h"
 #include "server/kv_store.h"
 #include "test_util.h"
 #include "text/tokenizer.h"
-#include "util/json.h"
+#include "core/json.h"
 
 namespace strata {
 namespace {
@@ -29,7 +29,7 @@ const std::string kModelDir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/
 const std::string kTokenizer = std::string(STRATA_SOURCE_DIR) + "/tests/chat/byte-tokenizer.json";
 
 struct Shared {
-  std::unique_ptr<Model> model = load_model(kModelDir, LoadOptions{.load_mtp = false});
+  std::shared_ptr<const Model> model = load_model(kModelDir, LoadOptions{.load_mtp = false});
   Tokenizer tok = Tokenizer::load(kTokenizer);
   GenerationConfig gen = load_generation_config(kModelDir);
 };
@@ -48,16 +48,14 @@ class TestServer {
     o.port = 0;
     if (o.sched.ctx == 4096) o.sched.ctx = 256;
     o.model_id = "tiny";
-    pool_ = std::make_unique<ThreadPool>(1);
-    store_ = std::make_unique<ResidentExpertStore>(s.model->weights);
-    heat_ = std::make_unique<server::CountingExpertStore>(*store_, s.model->config);
-    runner_ = std::make_unique<ModelRunner>(*s.model, *heat_, *pool_);
+    EngineOptions eo;
+    eo.threads = 1;
+    eo.verbose = false;
+    engine_ = std::make_unique<Engine>(s.model, eo);
     server::ServerModel sm;
-    sm.model = s.model.get();
-    sm.runner = runner_.get();
+    sm.engine = engine_.get();
     sm.tok = &s.tok;
     sm.stop_ids = {253, 254, 255};
-    sm.heat = heat_.get();
     sm.kv = kv;
     ChatTemplate raw;
     raw.dialect = dialect;
@@ -78,10 +76,7 @@ class TestServer {
   int port() const { return port_; }
 
  private:
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<ExpertStore> store_;
-  std::unique_ptr<server::CountingExpertStore> heat_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Engine> engine_;
   std::unique_ptr<server::Server> srv_;
   int port_ = 0;
   std::thread thread_;

@@ -20,14 +20,14 @@
 #include "experts/expert_store.h"
 #include "model/forward.h"
 #include "model/model.h"
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 #include "server/http_server.h"
 #include "text/generation_config.h"
 #include "text/json_constraint.h"
 #include "text/tokenizer.h"
 #include "text/tool_constraint.h"
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 #include "tiny_server.h"
 
 namespace strata {

@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "util/error.h"
-#include "util/json.h"
+#include "core/error.h"
+#include "core/json.h"
 
 namespace strata::test_util {
 

@@ -9,10 +9,8 @@
 #include <thread>
 #include <utility>
 
-#include "experts/expert_store.h"
-#include "model/forward.h"
 #include "model/model.h"
-#include "runtime/thread_pool.h"
+#include "runtime/engine.h"
 #include "server/http_server.h"
 #include "text/generation_config.h"
 #include "text/tokenizer.h"
@@ -22,7 +20,7 @@ namespace strata::test_util {
 inline const std::string kTinyDir = std::string(STRATA_SOURCE_DIR) + "/models/glm5-strata-tiny";
 
 struct Tiny {
-  std::unique_ptr<Model> model = load_model(kTinyDir, LoadOptions{.load_mtp = false});
+  std::shared_ptr<const Model> model = load_model(kTinyDir, LoadOptions{.load_mtp = false});
   Tokenizer tok = Tokenizer::load(kTinyDir);
   GenerationConfig gen = load_generation_config(kTinyDir);
 };
@@ -41,12 +39,12 @@ class TinyServer {
     o.sched.ctx = ctx;
     o.sched.parallel = 4;
     o.model_id = "tiny";
-    pool_ = std::make_unique<ThreadPool>(1);
-    store_ = std::make_unique<ResidentExpertStore>(t.model->weights);
-    runner_ = std::make_unique<ModelRunner>(*t.model, *store_, *pool_);
+    EngineOptions eo;
+    eo.threads = 1;
+    eo.verbose = false;
+    engine_ = std::make_unique<Engine>(t.model, eo);
     server::ServerModel sm;
-    sm.model = t.model.get();
-    sm.runner = runner_.get();
+    sm.engine = engine_.get();
     sm.tok = &t.tok;
     for (int64_t id : t.gen.eos_token_ids) sm.stop_ids.push_back(static_cast<int32_t>(id));
     for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
@@ -73,9 +71,7 @@ class TinyServer {
   }
 
  private:
-  std::unique_ptr<ThreadPool> pool_;
-  std::unique_ptr<ExpertStore> store_;
-  std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Engine> engine_;
   std::unique_ptr<server::Server> srv_;
   int port_ = 0;
   std::thread thread_;

@@ -1,4 +1,4 @@
-#include "util/json.h"
+#include "core/json.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 

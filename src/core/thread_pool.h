@@ -32,6 +32,9 @@ class ThreadPool {
   // Calls fn(begin, end) over [0, n) split into at most size() chunks, the
   // caller taking one; returns when all are done. Not reentrant.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  // The same, also passing the chunk's part number (< size(); no two chunks
+  // of one call share it): the index of per-part scratch in a workspace.
+  void parallel_parts(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn);
 
  private:
   void worker_loop(int id);
@@ -41,7 +44,7 @@ class ThreadPool {
   const int spin_us_;
   // The job: written by the caller before generation_ is bumped, read by
   // workers after they see the new generation.
-  const std::function<void(int64_t, int64_t)>* job_ = nullptr;
+  const std::function<void(int, int64_t, int64_t)>* job_ = nullptr;
   int64_t job_n_ = 0;
   alignas(64) std::atomic<uint64_t> generation_{0};
   alignas(64) std::atomic<int> pending_{0};  // workers still running the job

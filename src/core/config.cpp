@@ -1,10 +1,10 @@
-#include "model/config.h"
+#include "core/config.h"
 
 #include <algorithm>
 #include <cmath>
 #include <optional>
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
+#include "core/config.h"
 
 namespace strata {
 

@@ -1,4 +1,4 @@
-#include "runtime/thread_pool.h"
+#include "core/thread_pool.h"
 
 #include <chrono>
 
@@ -59,10 +59,15 @@ ThreadPool::~ThreadPool() {
 // reads generation_ (under mu_). One of them sees the other, so no wake-up
 // is lost, and a job finds hot workers without taking the mutex.
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
+  // One captured reference fits std::function's local buffer: no allocation.
+  parallel_parts(n, [&fn](int, int64_t b, int64_t e) { fn(b, e); });
+}
+
+void ThreadPool::parallel_parts(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   const int parts = size();
   if (parts == 1 || n == 1) {
-    fn(0, n);
+    fn(0, 0, n);
     return;
   }
   job_ = &fn;
@@ -75,7 +80,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   }
   int64_t b, e;
   chunk(n, parts, 0, &b, &e);
-  if (b < e) fn(b, e);
+  if (b < e) fn(0, b, e);
   if (!spin_until(spin_us_, [&] { return pending_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock<std::mutex> lk(mu_);
     caller_sleeping_.store(true, std::memory_order_seq_cst);
@@ -105,7 +110,7 @@ void ThreadPool::worker_loop(int id) {
   while (wait_for_job(&seen)) {
     int64_t b, e;
     chunk(job_n_, size(), id, &b, &e);
-    if (b < e) (*job_)(b, e);
+    if (b < e) (*job_)(id, b, e);
     if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && caller_sleeping_.load(std::memory_order_seq_cst)) {
       { std::lock_guard<std::mutex> lk(mu_); }
       cv_done_.notify_one();

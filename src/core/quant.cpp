@@ -1,4 +1,4 @@
-#include "quant/quant.h"
+#include "core/quant.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,6 +1,6 @@
-#include "runtime/session.h"
+#include "model/session.h"
 
-#include "util/error.h"
+#include "core/error.h"
 
 namespace strata {
 

@@ -6,7 +6,6 @@
 #include <string>
 #include <vector>
 
-#include "format/safetensors.h"
 
 namespace strata {
 
@@ -41,14 +40,11 @@ struct Weight {
   size_t bytes() const { return view_data ? view_bytes : data.size() + scales.size() * sizeof(float); }
 };
 
-// Loads a 2-D weight `name` (bf16, f16, f32, or F8_E4M3 with a
-// `<module>.weight_scale_inv` beside it), checking its shape against
-// [rows, cols]. block_* are the FP8 block size from the config.
-Weight load_weight(const Checkpoint& ck, const std::string& name, int64_t rows, int64_t cols,
-                   int64_t block_rows = 128, int64_t block_cols = 128);
-
-// Loads a vector or matrix of any float dtype as f32 (norms, biases,
-// embeddings when small), checking the shape.
-std::vector<float> load_f32(const Checkpoint& ck, const std::string& name, const std::vector<int64_t>& shape);
+// A SwiGLU MLP, down(silu(gate x) * up x): a dense layer's MLP, a shared
+// expert, or one routed expert (what an ExpertStore hands out).
+struct MlpWeights {
+  Weight gate, up, down;
+  size_t bytes() const { return gate.bytes() + up.bytes() + down.bytes(); }
+};
 
 }  // namespace strata

@@ -1,0 +1,100 @@
+// The absorbed form of MLA (the decode form): kv_b's key half folds into the
+// query (q_abs = q_nope . W_UK per head), scores are taken against the cached
+// latent directly, and the value half (W_UV) is applied to the weighted sum
+// of latents. No key is ever expanded.
+#include <algorithm>
+#include <cmath>
+
+#include "model/attend.h"
+#include "model/forward.h"
+#include "model/workspace.h"
+
+namespace strata {
+
+void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
+  const ModelConfig& c = m_.config;
+  const AttentionWeights& aw = m_.weights.layers[static_cast<size_t>(L)].attn;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t H = c.num_attention_heads, nope = c.qk_nope_head_dim, rd = c.qk_rope_head_dim;
+  const int64_t qk = nope + rd, vd = c.v_head_dim, kvl = c.kv_lora_rank, hs = nope + vd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
+  const float* q = ws_.q.data();
+  float* o = ws_.o.data();
+  const KernelTable& kt = compute_.kernels();
+
+  // q_abs[r,h,:] = sum_d q_nope[r,h,d] * kv_b[h*hs + d, :]
+  float* qabs = grow(ws_.qabs, static_cast<size_t>(n * H * kvl));
+  float* olat = grow(ws_.olat, static_cast<size_t>(n * H * kvl));
+  std::fill(qabs, qabs + n * H * kvl, 0.0f);
+  pool_.parallel_parts(H, [&](int part, int64_t h0, int64_t h1) {
+    float* wrow = grow(ws_.parts[static_cast<size_t>(part)].wrow, static_cast<size_t>(kvl));
+    for (int64_t h = h0; h < h1; ++h)
+      for (int64_t d = 0; d < nope; ++d) {
+        aw.kv_b.row_f32(h * hs + d, wrow);
+        for (int64_t r = 0; r < n; ++r) {
+          const float a = q[(r * H + h) * qk + d];
+          float* dst = qabs + (r * H + h) * kvl;
+          for (int64_t i = 0; i < kvl; ++i) dst[i] += a * wrow[i];
+        }
+      }
+  });
+
+  // Prefill (several rows): one task per row, and where the row attends to
+  // every causal key, the scores of all its heads as two f32 GEMMs over the
+  // cache (each key read once for all heads). gemm_f32 is dot16 of a key row
+  // and a query row, exactly what score_keys computes: the same floats
+  // either way. Decode (few rows): one task per (row, head).
+  const bool by_row = n >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
+  if (by_row) {
+    pool_.parallel_parts(n, [&](int part, int64_t b, int64_t e) {
+      Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
+      for (int64_t r = b; r < e; ++r) {
+        const LayerCache& cache = rows[r].seq->layer(L);
+        const KeySet ks = keys_of(ws_, rows, r);
+        const int64_t K = ks.size();
+        const KeyRows lat{cache.latent.data(), kvl, kvl}, rope{cache.rope_key.data(), rd, rd};
+        float* s = grow(ps.scores, static_cast<size_t>(H * K));
+        if (!ks.sel) {
+          float* s2 = grow(ps.scores2, static_cast<size_t>(H * K));
+          float* qp = grow(ps.qrope, static_cast<size_t>(H * rd));
+          for (int64_t h = 0; h < H; ++h) std::copy_n(q + (r * H + h) * qk + nope, rd, qp + h * rd);
+          kt.gemm_f32(cache.latent.data(), K, kvl, qabs + r * H * kvl, H, s, K);
+          kt.gemm_f32(cache.rope_key.data(), K, rd, qp, H, s2, K);
+          for (int64_t i = 0; i < H * K; ++i) s[i] = (s[i] + s2[i]) * scale;
+        } else {
+          for (int64_t h = 0; h < H; ++h)
+            score_keys(compute_, ks, qabs + (r * H + h) * kvl, lat, q + (r * H + h) * qk + nope, rope, scale, s + h * K);
+        }
+        for (int64_t h = 0; h < H; ++h) softmax_sum(s + h * K, ks, lat, olat + (r * H + h) * kvl);
+      }
+    });
+  } else {
+    pool_.parallel_parts(n * H, [&](int part, int64_t b, int64_t e) {
+      Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
+      for (int64_t rh = b; rh < e; ++rh) {
+        const int64_t r = rh / H;
+        const LayerCache& cache = rows[r].seq->layer(L);
+        const KeySet ks = keys_of(ws_, rows, r);
+        const KeyRows lat{cache.latent.data(), kvl, kvl}, rope{cache.rope_key.data(), rd, rd};
+        float* s = grow(ps.scores, static_cast<size_t>(ks.size()));
+        score_keys(compute_, ks, qabs + rh * kvl, lat, q + rh * qk + nope, rope, scale, s);
+        softmax_sum(s, ks, lat, olat + rh * kvl);
+      }
+    });
+  }
+
+  // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows as f32
+  // against the rows' latents as one gemm_f32 (the same floats as a dot16 each).
+  pool_.parallel_parts(H, [&](int part, int64_t h0, int64_t h1) {
+    Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
+    float* wv = grow(ps.wv, static_cast<size_t>(vd * kvl));
+    float* xh = grow(ps.xh, static_cast<size_t>(n * kvl));
+    for (int64_t h = h0; h < h1; ++h) {
+      for (int64_t d = 0; d < vd; ++d) aw.kv_b.row_f32(h * hs + nope + d, wv + d * kvl);
+      for (int64_t r = 0; r < n; ++r) std::copy_n(olat + (r * H + h) * kvl, kvl, xh + r * kvl);
+      kt.gemm_f32(wv, vd, kvl, xh, n, o + h * vd, H * vd);
+    }
+  });
+}
+
+}  // namespace strata

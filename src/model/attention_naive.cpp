@@ -1,0 +1,51 @@
+// The naive form of MLA (the prefill form): every key a sequence's rows can
+// see is expanded once from the cached latent (k_nope and v per head, one
+// matmul by kv_b), then ordinary attention per (row, head). Agrees with the
+// absorbed form within 1e-4 (AbsorbedDecodeEqualsNaivePrefill).
+#include <algorithm>
+#include <cmath>
+
+#include "model/attend.h"
+#include "model/forward.h"
+#include "model/workspace.h"
+
+namespace strata {
+
+void ModelRunner::attend_naive(int64_t L, std::span<const Row> rows) {
+  const ModelConfig& c = m_.config;
+  const AttentionWeights& aw = m_.weights.layers[static_cast<size_t>(L)].attn;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  const int64_t H = c.num_attention_heads, nope = c.qk_nope_head_dim, rd = c.qk_rope_head_dim;
+  const int64_t qk = nope + rd, vd = c.v_head_dim, hs = nope + vd;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
+  const float* q = ws_.q.data();
+  float* o = ws_.o.data();
+
+  std::vector<Session*>& seqs = ws_.sessions;
+  seqs.clear();
+  for (const Row& r : rows)
+    if (std::find(seqs.begin(), seqs.end(), r.seq) == seqs.end()) seqs.push_back(r.seq);
+  for (Session* sq : seqs) {
+    int64_t keys = 0;
+    for (const Row& r : rows)
+      if (r.seq == sq) keys = std::max<int64_t>(keys, r.pos + 1);
+    const LayerCache& cache = sq->layer(L);
+    float* ex = grow(ws_.expanded, static_cast<size_t>(keys * H * hs));
+    mm(aw.kv_b, cache.latent.data(), keys, ex);
+    const KeyRows rope{cache.rope_key.data(), rd, rd};
+    pool_.parallel_parts(n * H, [&](int part, int64_t b, int64_t e) {
+      Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
+      for (int64_t rh = b; rh < e; ++rh) {
+        const int64_t r = rh / H, h = rh % H;
+        if (rows[r].seq != sq) continue;
+        const KeySet ks = keys_of(ws_, rows, r);
+        float* s = grow(ps.scores, static_cast<size_t>(ks.size()));
+        const float* qn = q + rh * qk;
+        score_keys(compute_, ks, qn, KeyRows{ex + h * hs, H * hs, nope}, qn + nope, rope, scale, s);
+        softmax_sum(s, ks, KeyRows{ex + h * hs + nope, H * hs, vd}, o + rh * vd);
+      }
+    });
+  }
+}
+
+}  // namespace strata

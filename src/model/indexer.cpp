@@ -1,0 +1,89 @@
+// The DSA lightning indexer: its own key cache (LayerNorm'd, roped keys of
+// index_head_dim), and per query row the index_topk keys with the highest
+// score sum_h w_h * relu(q_h . k / sqrt(d)). A row with at most index_topk
+// causal keys (or --dense-attention) keeps them all. GLM-5.2 shared layers
+// reuse the selection of the nearest full layer before them.
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/ops.h"
+#include "model/forward.h"
+#include "model/workspace.h"
+
+namespace strata {
+
+namespace {
+constexpr float kIndexerNormEps = 1e-6f;
+}  // namespace
+
+void ModelRunner::indexer(int64_t L, std::span<const Row> rows) {
+  const ModelConfig& c = m_.config;
+  const IndexerWeights& iw = m_.weights.layers[static_cast<size_t>(L)].attn.indexer;
+  const int64_t n = static_cast<int64_t>(rows.size()), rd = c.qk_rope_head_dim;
+  const int64_t Hi = c.index_n_heads, Di = c.index_head_dim;
+  const float* xn = ws_.xn.data();
+  const float* rc = ws_.rope_cos.data();
+  const float* rsn = ws_.rope_sin.data();
+  float* iq = grow(ws_.idx_q, static_cast<size_t>(n * Hi * Di));
+  float* ik = grow(ws_.idx_k, static_cast<size_t>(n * Di));
+  float* iwt = grow(ws_.idx_w, static_cast<size_t>(n * Hi));
+  mm(iw.wq_b, ws_.q_lat.data(), n, iq);
+  mm(iw.wk, xn, n, ik);
+  mm(iw.weights_proj, xn, n, iwt);
+  const float wscale = 1.0f / std::sqrt(static_cast<float>(Hi));
+  for (int64_t r = 0; r < n; ++r) {
+    const float* cs = rc + r * rd / 2;
+    const float* sn = rsn + r * rd / 2;
+    float* key = rows[r].seq->layer(L).index_key.data() + rows[r].pos * Di;
+    layernorm(ik + r * Di, iw.k_norm_weight.data(), iw.k_norm_bias.data(), Di, kIndexerNormEps, key);
+    rope_interleaved(key, cs, sn, rd);  // the indexer's rope dims come first
+    for (int64_t h = 0; h < Hi; ++h) rope_interleaved(iq + (r * Hi + h) * Di, cs, sn, rd);
+    for (int64_t h = 0; h < Hi; ++h) iwt[r * Hi + h] *= wscale;
+  }
+}
+
+void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const ForwardOptions& opts) {
+  const ModelConfig& c = m_.config;
+  const int64_t n = static_cast<int64_t>(rows.size());
+  if (ws_.selection.size() < static_cast<size_t>(n)) ws_.selection.resize(static_cast<size_t>(n));
+  grow(ws_.select_all, static_cast<size_t>(n));
+  // Shared layers (GLM-5.2 IndexShare) reuse the selection of the most recent
+  // full layer, which is still in the workspace.
+  if (!c.indexer_full(L)) return;
+  const int64_t Hi = c.index_n_heads, Di = c.index_head_dim;
+  const float qscale = 1.0f / std::sqrt(static_cast<float>(Di));
+  const float* iq = ws_.idx_q.data();
+  const float* iwt = ws_.idx_w.data();
+  pool_.parallel_parts(n, [&](int part, int64_t b, int64_t e) {
+    Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
+    for (int64_t r = b; r < e; ++r) {
+      const int64_t nkeys = rows[r].pos + 1;
+      if (opts.dense_attention || nkeys <= c.index_topk) {
+        ws_.select_all[static_cast<size_t>(r)] = 1;
+        continue;
+      }
+      ws_.select_all[static_cast<size_t>(r)] = 0;
+      const float* keys = rows[r].seq->layer(L).index_key.data();
+      float* s = grow(ps.iscore, static_cast<size_t>(nkeys));
+      int32_t* ord = grow(ps.order, static_cast<size_t>(nkeys));
+      for (int64_t t = 0; t < nkeys; ++t) {
+        float acc = 0.0f;
+        for (int64_t h = 0; h < Hi; ++h) {
+          const float d = compute_.dot(iq + (r * Hi + h) * Di, keys + t * Di, Di) * qscale;
+          acc += iwt[r * Hi + h] * std::max(d, 0.0f);
+        }
+        s[t] = acc;
+        ord[t] = static_cast<int32_t>(t);
+      }
+      // Highest scores first, lower position on exact ties (deterministic).
+      std::nth_element(ord, ord + c.index_topk - 1, ord + nkeys, [&](int32_t a, int32_t b2) {
+        return s[a] != s[b2] ? s[a] > s[b2] : a < b2;
+      });
+      auto& sel = ws_.selection[static_cast<size_t>(r)];
+      sel.assign(ord, ord + c.index_topk);
+      std::sort(sel.begin(), sel.end());
+    }
+  });
+}
+
+}  // namespace strata

@@ -1,0 +1,78 @@
+#include "runtime/stats.h"
+
+#include <sys/resource.h>
+
+#include <fmt/format.h>
+
+namespace strata {
+
+namespace {
+double rate(uint64_t n, uint64_t ns) { return ns ? static_cast<double>(n) * 1e9 / static_cast<double>(ns) : 0.0; }
+double sec(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+}  // namespace
+
+double EngineStats::prompt_tok_s() const { return rate(tokens.prompt_tokens, tokens.prompt_ns); }
+double EngineStats::decode_tok_s() const { return rate(tokens.decode_tokens, tokens.decode_ns); }
+
+uint64_t peak_rss_bytes() {
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
+}
+
+std::string stats_text(const EngineStats& s) {
+  const PhaseStats& ps = s.phases;
+  return fmt::format(
+      "prompt {} tok {:.1f} tok/s | decode {} tok {:.1f} tok/s | experts hit {:.1f}%, read {:.1f} MB\n"
+      "time {:.3f} s = attention {:.3f} + router {:.3f} + expert wait {:.3f} + expert matmul {:.3f} + other {:.3f} | "
+      "peak RSS {:.1f} MB\n",
+      s.tokens.prompt_tokens, s.prompt_tok_s(), s.tokens.decode_tokens, s.decode_tok_s(), 100.0 * s.experts.hit_rate(),
+      static_cast<double>(s.experts.bytes_read) / 1e6, sec(ps.total_ns), sec(ps.attention_ns), sec(ps.router_ns),
+      sec(ps.expert_wait_ns), sec(ps.expert_ns), sec(ps.other_ns()), static_cast<double>(s.peak_rss_bytes) / 1e6);
+}
+
+Json stats_json(const EngineStats& s) {
+  const PhaseStats& ps = s.phases;
+  Json j;
+  j["prompt_tokens"] = s.tokens.prompt_tokens;
+  j["prompt_tok_s"] = s.prompt_tok_s();
+  j["decode_tokens"] = s.tokens.decode_tokens;
+  j["decode_tok_s"] = s.decode_tok_s();
+  j["expert_requests"] = s.experts.requests;
+  j["expert_hit_rate"] = s.experts.hit_rate();
+  j["bytes_read"] = s.experts.bytes_read;
+  j["experts_prefetched"] = s.experts.prefetched;
+  j["prefetch_hits"] = s.experts.prefetch_hits;
+  j["time_s"] = {{"total", sec(ps.total_ns)},         {"attention", sec(ps.attention_ns)},
+                 {"router", sec(ps.router_ns)},       {"expert_wait", sec(ps.expert_wait_ns)},
+                 {"expert_matmul", sec(ps.expert_ns)}, {"other", sec(ps.other_ns())}};
+  j["resident_bytes"] = s.resident_bytes;
+  if (s.memory.on_disk) {
+    j["ram_budget_bytes"] = s.memory.budget_bytes;
+    j["pinned_bytes"] = s.memory.pinned_bytes;
+    j["cache_bytes"] = s.memory.cache_bytes;
+  }
+  j["peak_rss_bytes"] = s.peak_rss_bytes;
+  return j;
+}
+
+Json stats_experts_json(const EngineStats& s) {
+  return Json{{"requests", s.experts.requests},       {"hits", s.experts.hits},
+              {"misses", s.experts.misses},           {"hit_rate", s.experts.hit_rate()},
+              {"bytes_read", s.experts.bytes_read},   {"prefetched", s.experts.prefetched},
+              {"prefetch_hits", s.experts.prefetch_hits}};
+}
+
+Json stats_memory_json(const EngineStats& s) {
+  Json mem;
+  mem["resident_bytes"] = s.resident_bytes;
+  if (s.memory.on_disk) {
+    mem["pinned_bytes"] = s.memory.pinned_bytes;
+    mem["cache_bytes"] = s.memory.cache_bytes;
+    mem["on_disk_bytes"] = s.memory.on_disk_bytes;
+    mem["ram_budget_bytes"] = s.memory.budget_bytes;
+  }
+  return mem;
+}
+
+}  // namespace strata

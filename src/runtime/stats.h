@@ -1,0 +1,45 @@
+// One statistics report for every front end (ARCHITECTURE.md §8): the CLI's
+// --stats line and --stats-json, the server's /v1/stats, /metrics and the
+// dashboard all render this struct. Counters live where they arise (the
+// runner's phases, the expert store); the engine gathers them here.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/json.h"
+#include "experts/expert_store.h"
+#include "model/forward.h"
+
+namespace strata {
+
+// Tokens the front ends fed, and the forward time they took.
+struct TokenCounts {
+  uint64_t prompt_tokens = 0, prompt_ns = 0;  // prefill
+  uint64_t decode_tokens = 0, decode_ns = 0;  // one row per generated token
+};
+
+struct EngineStats {
+  TokenCounts tokens;
+  PhaseStats phases;         // where forward time went
+  ExpertStoreStats experts;  // requests, hits, bytes read, read-ahead
+  ExpertMemory memory;       // expert budget, pinned, cache, on disk
+  uint64_t resident_bytes = 0;  // the model's resident weights
+  uint64_t peak_rss_bytes = 0;  // the process's peak resident set
+
+  double prompt_tok_s() const;
+  double decode_tok_s() const;
+};
+
+// The process's peak resident set so far (getrusage).
+uint64_t peak_rss_bytes();
+
+// --stats: two lines, for people.
+std::string stats_text(const EngineStats& s);
+// --stats-json: one flat object, a stable schema (docs/cli.md).
+Json stats_json(const EngineStats& s);
+// The same numbers grouped as /v1/stats serves them: "experts" and
+// "memory" objects (docs/server.md); the server adds its own counters.
+Json stats_experts_json(const EngineStats& s);
+Json stats_memory_json(const EngineStats& s);
+
+}  // namespace strata
