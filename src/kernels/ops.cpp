@@ -32,8 +32,13 @@ void rope_interleaved(float* x, const float* cos, const float* sin, int64_t dim)
 
 void rope_angles(int64_t pos, double theta, int64_t dim, float* cos, float* sin) {
   for (int64_t i = 0; i < dim / 2; ++i) {
-    // inv_freq and the angle are f32 products in the reference.
-    const float inv_freq = static_cast<float>(1.0 / std::pow(theta, static_cast<double>(2 * i) / dim));
+    // inv_freq = 1 / theta^(2i/dim) rounded as the reference (torch, float32)
+    // rounds it: exponent, power and reciprocal each to f32. One rounding of
+    // the exact reciprocal instead differs by 1 ulp in about a third of the
+    // frequencies, and the angle error that makes grows with the position.
+    const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+    const float power = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(theta)), e));
+    const float inv_freq = 1.0f / power;
     const float angle = static_cast<float>(pos) * inv_freq;
     cos[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
     sin[i] = static_cast<float>(std::sin(static_cast<double>(angle)));

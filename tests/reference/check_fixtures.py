@@ -117,6 +117,12 @@ def check_fixture(d: str) -> Checker:
         a, b = new[k], ref[k]
         ck.ok((a is None and b is None) or (a is not None and b is not None and math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-7)),
               f"{k} {a} vs {b}")
+    if "rope" in ref:  # RoPE tables (long-context fixture)
+        rp = ref["rope"]
+        cos, sin = R.rope_tables(rp["theta"], rp["dim"], torch.tensor(rp["positions"], dtype=torch.long))
+        ck.ok(rp["theta"] == model.cfg.rope_theta and rp["dim"] == model.cfg.qk_rope_head_dim, "rope theta / dim")
+        ck.close(cos.numpy(), rp["cos"], "rope cos")
+        ck.close(sin.numpy(), rp["sin"], "rope sin")
     ck.ok(ref["min_topk_gap"] >= 1e-4, f"min_topk_gap {ref['min_topk_gap']} >= 1e-4")
     ck.ok(ref["min_router_gap"] >= 1e-5, f"min_router_gap {ref['min_router_gap']} >= 1e-5")
     ck.ok(len(ref["dense_differs_at"]) > 0, "DSA result differs from dense somewhere")

@@ -437,13 +437,19 @@ class GlmMoeDsaRef:
         kk = min(c.index_topk, T)
         idx = score.topk(kk, dim=-1).indices
         sel = torch.zeros(T, T, dtype=torch.bool).scatter(1, idx, True)
-        for s_ in range(T):
-            if s_ + 1 > c.index_topk:  # selection actually drops visible keys
-                vis = score[s_, :s_ + 1].sort(descending=True).values
-                gap = float(vis[kk - 1] - vis[kk])
-                st.topk_gaps.append(gap)
-                st.topk_rel_gaps.append(gap / max(float(vis.abs().max()), 1e-30))
-                st.selection_active_queries += 1
+        # Robustness stats over the queries whose selection actually drops visible keys (s + 1 > topk):
+        # the kk-th minus the (kk+1)-th visible score, alone and over the query's max |visible score|.
+        # All rows at once (a per-query loop is quadratic in Python at thousands of positions); the
+        # same floats as sorting each row's visible scores.
+        if T > c.index_topk:
+            active = torch.arange(c.index_topk, T)
+            part = score[active]
+            top = part.topk(kk + 1, dim=-1).values  # the row has >= kk+1 visible (finite) scores
+            gaps = (top[:, kk - 1] - top[:, kk]).tolist()
+            amax = part.masked_fill(~causal[active], 0.0).abs().amax(dim=-1).tolist()
+            st.topk_gaps += gaps
+            st.topk_rel_gaps += [g / max(a, 1e-30) for g, a in zip(gaps, amax)]
+            st.selection_active_queries += len(gaps)
         return sel
 
     def attention(self, L: int, x: torch.Tensor, cos, sin, prev_sel, full_indexer: bool,
