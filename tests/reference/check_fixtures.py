@@ -106,9 +106,10 @@ def compare_reference(ck: Checker, new: dict, ref: dict, keys=None):
     Near-tie rule: where the committed top-1 margin is <= MARGIN_ATOL the two leading logits may swap
     under another summation order, so that position is excused from the exact top-1 comparison (and
     printed); dense_differs_at is compared outside the positions excused in top1 or dense_top1.  The
-    greedy continuation is compared up to and including its first excused step (after it the sequence
-    may follow another path); when it has one, the statistics gathered over the greedy forwards
-    (min_greedy_margin, the gap minima, the bias fraction) are not compared (printed)."""
+    greedy ids are compared exactly before the first excused step (from it on the sequence may follow
+    another path), its margins up to and including that step; when the continuation did change, the
+    statistics gathered over the greedy forwards (min_greedy_margin, the gap minima, the bias fraction)
+    are not compared (printed)."""
     if keys is None:
         keys = sorted(ref)
         ck.ok(set(new) == set(ref), f"key sets equal (only new {sorted(set(new) - set(ref))}, "
@@ -151,16 +152,16 @@ def compare_reference(ck: Checker, new: dict, ref: dict, keys=None):
             ck.ok(sorted(a) == sorted(b) == ["ids", "margins", "prompt"], f"greedy keys {sorted(a)}")
             ck.ok(a["prompt"] == b["prompt"], "greedy prompt identical")
             ck.ok(len(a["ids"]) == len(b["ids"]) == len(b["margins"]) == len(a["margins"]), "greedy lengths")
-            n = len(b["ids"])
+            n = m = len(b["ids"])  # ids compared exactly: the first n; margins: the first m
             for i, mi in enumerate(b["margins"]):
                 if mi <= MARGIN_ATOL:
-                    n = i + 1
-                    greedy_diverged = a["ids"][:n] != b["ids"][:n] or a["ids"] != b["ids"]
-                    print(f"  [{ck.name}] greedy step {i}: near tie (committed margin {mi:.3g}), compared up "
-                          f"to it only; {'same' if not greedy_diverged else 'other'} continuation")
+                    n, m = i, i + 1
+                    greedy_diverged = a["ids"] != b["ids"]
+                    print(f"  [{ck.name}] greedy step {i}: near tie (committed margin {mi:.3g}), ids compared "
+                          f"before it only; {'other' if greedy_diverged else 'same'} continuation")
                     break
             ck.ok(a["ids"][:n] == b["ids"][:n], f"greedy ids identical (first {n}): {a['ids'][:n]} vs {b['ids'][:n]}")
-            ck.close(a["margins"][:n], b["margins"][:n], f"greedy margins (first {n})", MARGIN_ATOL)
+            ck.close(a["margins"][:m], b["margins"][:m], f"greedy margins (first {m})", MARGIN_ATOL)
         else:
             ck.ok(False, f"{k}: no comparison rule in check_fixtures.compare_reference")
     for k in keys:
@@ -306,7 +307,7 @@ def selftest_compare(ref: dict) -> list:
 
     def greedy_tie(new, old):  # a near tie at step 3: what follows may be another continuation
         old["greedy"]["margins"][3], new["greedy"]["margins"][3] = 0.5 * MARGIN_ATOL, 0.2 * MARGIN_ATOL
-        new["greedy"]["ids"][4:] = [(t + 1) % 256 for t in new["greedy"]["ids"][4:]]
+        new["greedy"]["ids"][3:] = [(t + 1) % 256 for t in new["greedy"]["ids"][3:]]
         new["greedy"]["margins"][4:] = [m + 1 for m in new["greedy"]["margins"][4:]]
         new["min_router_gap"] *= 0.5
 
@@ -321,7 +322,9 @@ def selftest_compare(ref: dict) -> list:
     expect(lambda n, o: None, True, "an identical copy")
     expect(noise, True, "noise within the tolerances")
     expect(near_tie, True, "another top-1 at a near tie")
-    expect(greedy_tie, True, "another greedy continuation after a near tie")
+    expect(greedy_tie, True, "another greedy continuation from a near tie on")
+    expect(lambda n, o: greedy_tie(n, o) or n["greedy"]["ids"].__setitem__(2, (n["greedy"]["ids"][2] + 1) % 256),
+           False, "another greedy id before a near tie")
     expect(set_(["logits", "17", 3], lambda v: v + 1.2 * LOGIT_ATOL), False, "a logit moved beyond LOGIT_ATOL")
     expect(set_(["top1", 5], lambda v: (v + 1) % 256), False, "another top-1 where the margin is wide")
     expect(set_(["mtp_top1", 0], lambda v: (v + 1) % 256), False, "another MTP top-1")
