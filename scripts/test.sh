@@ -43,9 +43,10 @@ release_tests() {
 }
 
 # The sanitizer build registers the gtests (the HTTP server's included), the
-# chat tests and bench_json; not the Python-oracle tests (no strata code in
-# them), the Node tests or the peak-RSS test (ASan's shadow memory is not the
-# program's RSS). CMake prints the list it leaves out.
+# chat tests (chat_attach, chat_template_jinja; chat_tmux is excluded below)
+# and bench_json. Not the Python-oracle tests (no strata code in them), the
+# Node tests, or the peak-RSS test (ASan's shadow memory is not the program's
+# RSS): CMake prints the list it leaves out.
 asan_build() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON \
     -DSTRATA_PY_TESTS=OFF -DSTRATA_NODE_TESTS=OFF >/dev/null &&
@@ -63,7 +64,7 @@ phase "npm packages for the cross-checks" npm_packages
 phase "Release build" release_build
 phase "Release tests" release_tests
 phase "ASan/UBSan build" asan_build
-phase "ASan/UBSan tests (every gtest, the HTTP server's included, chat_attach, bench_json)" asan_tests
+phase "ASan/UBSan tests (every gtest, the HTTP server's included; chat_attach, chat_template_jinja, bench_json)" asan_tests
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== FAILED: ${#failed[@]} phase(s):"
