@@ -17,9 +17,10 @@ done
 # Build: compiler, CMake, Ninja, and the libraries (see README "Dependencies").
 pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libxxhash-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libbenchmark-dev)
 # Tests: the PyTorch reference oracle (Debian's torch; there is no pip here),
-# OpenBLAS so it runs at a useful speed, Node.js for the llama.cpp cross-check.
+# OpenBLAS so it runs at a useful speed, Node.js for the llama.cpp cross-check,
+# Jinja2 for the chat-template test, tmux for the terminal chat test.
 if [ "$want_test" = 1 ]; then
-  pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread tmux)
+  pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread python3-jinja2 tmux)
   # The dashboard test drives Debian's Chromium with npm playwright-core.
   pkgs+=(chromium)
   # The AArch64 NEON kernels: cross-compiled and run under qemu-user

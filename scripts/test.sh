@@ -1,26 +1,74 @@
 #!/usr/bin/env bash
 # Runs the whole test suite: installs dependencies, builds Release and
 # ASan/UBSan, runs the unit + model tests in both, then the cross-checks.
+#
+# Every phase runs even when an earlier one failed, so one run reports every
+# failure (a test phase after a failed build runs what was built; the build's
+# failure is reported either way). The exit status is non-zero when any phase
+# failed, after a summary that names them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh --test-deps --no-build
 
-echo "== npm packages for the cross-checks"
-(cd tools/llama_check && { [ -d node_modules/node-llama-cpp ] || npm ci --no-audit --no-fund; })
-(cd tests/server && { [ -d node_modules/openai ] || npm ci --no-audit --no-fund; })
-tests/tokenizer/install.sh
+failed=()
+# phase NAME COMMAND...: runs one phase and records its failure. A command
+# tested by `||` runs without errexit (bash ignores set -e there), so each
+# phase's steps are chained with && and the first failing step ends it.
+phase() {
+  local name=$1 rc=0
+  shift
+  echo "== $name"
+  "$@" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "== $name: FAILED (exit status $rc)"
+    failed+=("$name (exit status $rc)")
+  fi
+}
 
-echo "== Release build"
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
-ninja -C build
-echo "== Release tests"
+npm_packages() {
+  (cd tools/llama_check && { [ -d node_modules/node-llama-cpp ] || npm ci --no-audit --no-fund; }) &&
+    (cd tests/server && { [ -d node_modules/openai ] || npm ci --no-audit --no-fund; }) &&
+    tests/tokenizer/install.sh
+}
+
+# ninja -k 0: build every target that can be built, so a test phase after a
+# failed build still runs the tests of the targets that did build.
+release_build() {
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && ninja -C build -k 0
+}
+
 # A test that fails is run once more before the run fails: the server tests
 # time real sockets and threads on a shared 2-core machine.
-(cd build && ctest --output-on-failure -j2 --repeat until-pass:2)
+release_tests() {
+  (cd build && ctest --output-on-failure -j2 --repeat until-pass:2)
+}
 
-echo "== ASan/UBSan build"
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON -DSTRATA_PY_TESTS=OFF >/dev/null
-ninja -C build-asan strata strata_tests
-echo "== ASan/UBSan tests (every gtest, the HTTP server's included; the tmux chat test runs in Release only)"
-(cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure -j2 --repeat until-pass:2 -E "chat_tmux")
+# The sanitizer build registers the gtests (the HTTP server's included), the
+# chat tests (chat_attach, chat_template_jinja; chat_tmux is excluded below)
+# and bench_json. Not the Python-oracle tests (no strata code in them), the
+# Node tests, or the peak-RSS test (ASan's shadow memory is not the program's
+# RSS): CMake prints the list it leaves out.
+asan_build() {
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON \
+    -DSTRATA_PY_TESTS=OFF -DSTRATA_NODE_TESTS=OFF >/dev/null &&
+    ninja -C build-asan -k 0 strata strata_tests
+}
+
+# The tmux chat test runs in Release only (its waits are sized for it).
+asan_tests() {
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure -j2 --repeat until-pass:2 -E "chat_tmux")
+}
+
+phase "dependencies (scripts/setup.sh --test-deps)" scripts/setup.sh --test-deps --no-build
+phase "npm packages for the cross-checks" npm_packages
+phase "Release build" release_build
+phase "Release tests" release_tests
+phase "ASan/UBSan build" asan_build
+phase "ASan/UBSan tests (every gtest, the HTTP server's included; chat_attach, chat_template_jinja, bench_json)" asan_tests
+
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "== FAILED: ${#failed[@]} phase(s):"
+  printf '   %s\n' "${failed[@]}"
+  exit 1
+fi
+echo "== all phases passed"

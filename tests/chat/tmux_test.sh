@@ -7,14 +7,15 @@
 # on exit.
 #
 # Models:
-#   * always: the tiny fixture tests/fixtures/glm5-tiny-bf16 with the byte-level
+#   * the tiny fixture tests/fixtures/glm5-tiny-bf16 with the byte-level
 #     tokenizer tests/chat/byte-tokenizer.json (vocab 256 has no room for GLM's
 #     special tokens, so the chat runs with --chat-template raw), after a
 #     `strata run --raw` check (seeded reproducibility, the refusal of a GLM
 #     template without GLM tokens);
-#   * when present: the trained default model models/glm5-strata-tiny (or
-#     $STRATA_CHAT_MODEL) through its GLM chat template; skipped with a message
-#     otherwise.
+#   * the trained default model models/glm5-strata-tiny (committed; or
+#     $STRATA_CHAT_MODEL) through its GLM chat template, after a sampling check
+#     of `strata run`: equal seeds give equal text, different seeds different
+#     text, and a sample is not the greedy answer. A missing model fails.
 # Both get a copy of config.json with a longer max_position_embeddings so the
 # interrupted answer is long enough to be interrupted on a fast machine.
 #
@@ -28,6 +29,10 @@ CTX=16384
 WAIT=${STRATA_CHAT_WAIT:-120}  # seconds, per wait
 
 command -v tmux >/dev/null || { echo "FAIL: tmux is not installed (scripts/setup.sh --test-deps installs it)"; exit 1; }
+if [ ! -f "$TRAINED/config.json" ] || [ ! -f "$TRAINED/tokenizer.json" ]; then
+  echo "FAIL: the chat model $TRAINED (config.json, tokenizer.json) is missing (STRATA_CHAT_MODEL names another)"
+  exit 1
+fi
 
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/strata-chat-XXXXXX")
 SESSION="strata-chat-test-$$"
@@ -152,11 +157,24 @@ echo "ok: run --raw"
 chat_test "$FIX" "the fixture (byte tokenizer, raw template)" --chat-template raw
 
 # ---- the trained default model, through its GLM chat template
-if [ -f "$TRAINED/config.json" ] && [ -f "$TRAINED/tokenizer.json" ]; then
-  TM="$WORK/trained"
-  make_model "$TRAINED" "$TM"
-  chat_test "$TM" "$(basename "$TRAINED") (GLM template)"
-else
-  echo "SKIP: chat on the trained model: $TRAINED is not there yet (set STRATA_CHAT_MODEL to use another)"
-fi
+TM="$WORK/trained"
+make_model "$TRAINED" "$TM"
+
+# Sampling: 32 tokens at temperature 1 from a model trained on text spread over
+# many tokens, so two seeds (or a sample and the greedy answer) agreeing on all
+# 32 would be a sampler that ignores its seed or its temperature, not chance.
+echo "== run: seeds on $(basename "$TRAINED")"
+sample() { "$STRATA" run --model "$TM" --raw -p "Once upon a time" -n 32 --threads 2 --ignore-eos "$@" 2>"$WORK/err"; }
+s5=$(sample --seed 5 --temperature 1) || fail "strata run --seed 5 failed: $(cat "$WORK/err")"
+s5b=$(sample --seed 5 --temperature 1) || fail "strata run --seed 5 failed: $(cat "$WORK/err")"
+s6=$(sample --seed 6 --temperature 1) || fail "strata run --seed 6 failed: $(cat "$WORK/err")"
+greedy=$(sample --temperature 0) || fail "strata run --temperature 0 failed: $(cat "$WORK/err")"
+[ -n "$s5" ] || fail "strata run printed nothing"
+[ "$s5" = "$s5b" ] || fail "the same seed gave different text: '$s5' vs '$s5b'"
+[ "$s5" != "$s6" ] || fail "seeds 5 and 6 gave the same text: '$s5'"
+[ "$s5" != "$greedy" ] || fail "seed 5 at temperature 1 gave the greedy text: '$s5'"
+[ "$s6" != "$greedy" ] || fail "seed 6 at temperature 1 gave the greedy text: '$s6'"
+echo "ok: seeds (5: '${s5:0:40}...', 6: '${s6:0:40}...', greedy: '${greedy:0:40}...')"
+
+chat_test "$TM" "$(basename "$TRAINED") (GLM template)"
 echo "PASS"

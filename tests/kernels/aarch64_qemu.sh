@@ -51,11 +51,51 @@ if [ "$(uname -m)" = x86_64 ]; then
     for f in "${srcs[@]}" "$root"/src/kernels/*.h; do [ "$f" -nt "$host" ] && stale=1; done
   fi
   # The engine's kernel flags (CMakeLists.txt); the SIMD files carry their ISA in target pragmas.
-  [ "$stale" = 1 ] && c++ -std=c++20 -O3 -ffp-contract=off -w -I"$root/src" "${srcs[@]}" -o "$host"
-  digests="$("$host" --digest; for c in max cortex-a76 cortex-a53; do qemu-aarch64 -cpu "$c" "$bin" --digest; done)"
-  echo "$digests" | sort | uniq -c
-  if [ "$(echo "$digests" | awk '{print $3}' | sort -u | wc -l)" != 1 ]; then
-    echo "FAILED: the paths' outputs differ between x86 and AArch64"
+  if [ "$stale" = 1 ]; then
+    c++ -std=c++20 -O3 -ffp-contract=off -w -I"$root/src" "${srcs[@]}" -o "$host" ||
+      { echo "FAILED: building the host digest test"; exit 1; }
+  fi
+  # digest LABEL PATHS COMMAND...: COMMAND --digest must exit 0 and print one
+  # well-formed "digest PATH HEX16" line per supported path; PATHS is the exact
+  # comma-separated list expected, or "x86" for the host (scalar first, then
+  # whichever x86 paths this CPU has).
+  digests=""
+  digest() {
+    local label=$1 want=$2 out rc=0 paths
+    shift 2
+    out=$("$@" --digest) || rc=$?
+    if [ "$rc" != 0 ]; then
+      echo "FAILED: $label --digest exited with status $rc"
+      fail=1
+      return 0
+    fi
+    if [ -z "$out" ] || printf '%s\n' "$out" | grep -Evq '^digest [a-z0-9-]+ [0-9a-f]{16}$'; then
+      echo "FAILED: $label --digest printed no or malformed lines: '$out'"
+      fail=1
+      return 0
+    fi
+    paths=$(printf '%s\n' "$out" | awk '{print $2}' | paste -sd, -)
+    if [ "$want" = x86 ]; then
+      [[ "$paths" =~ ^scalar(,avx2)?(,avx512)?(,avx512-vnni)?$ ]] || {
+        echo "FAILED: $label --digest paths '$paths', expected scalar then x86 paths"
+        fail=1
+        return 0
+      }
+    elif [ "$paths" != "$want" ]; then
+      echo "FAILED: $label --digest paths '$paths', expected '$want'"
+      fail=1
+      return 0
+    fi
+    digests+="$out"$'\n'
+  }
+  digest "host $(uname -m)" x86 "$host"
+  digest "qemu -cpu max" scalar,neon,neon-dotprod,neon-i8mm qemu-aarch64 -cpu max "$bin"
+  digest "qemu -cpu cortex-a76" scalar,neon,neon-dotprod qemu-aarch64 -cpu cortex-a76 "$bin"
+  digest "qemu -cpu cortex-a53" scalar,neon qemu-aarch64 -cpu cortex-a53 "$bin"
+  printf '%s' "$digests" | sort | uniq -c
+  distinct=$(printf '%s' "$digests" | awk '{print $3}' | sort -u | wc -l)
+  if [ "$distinct" != 1 ]; then
+    echo "FAILED: the paths' outputs differ between x86 and AArch64 ($distinct distinct digests)"
     fail=1
   fi
 fi

@@ -150,11 +150,14 @@ def test_model(fixtures_dir):
         import json
         ids = json.load(open(os.path.join(fixtures_dir, name, "reference.json")))["ids"]
         full = m.forward(ids)
+        # A prefix runs matrix products of other shapes, which BLAS blocks and sums in another order
+        # (as do other BLAS kernels: check_fixtures.py); measured up to 5.7e-5 on these logits (std ~6).
+        # A causality or position bug moves them by O(0.1) or more.
         for n in (5, 16, 17, 30):
             pre = m.forward(ids[:n])
-            ok = torch.allclose(pre["logits"], full["logits"][:n], atol=2e-4, rtol=1e-4)
-            okm = torch.allclose(pre["mtp_logits"], full["mtp_logits"][:n - 1], atol=2e-4, rtol=1e-4)
-            check(ok and okm, f"prefix invariance (logits + MTP) for prefix length {n}")
+            d = max(float((pre["logits"] - full["logits"][:n]).abs().max()),
+                    float((pre["mtp_logits"] - full["mtp_logits"][:n - 1]).abs().max()))
+            check(d <= 5e-4, f"prefix invariance (logits + MTP) for prefix length {n}: max diff {d:.3g} <= 5e-4")
         short = ids[:c.index_topk]
         a, b = m.forward(short), m.forward(short, dense=True)
         check(torch.allclose(a["logits"], b["logits"], atol=1e-5) and torch.allclose(a["mtp_logits"], b["mtp_logits"], atol=1e-5),
@@ -179,7 +182,8 @@ def test_model(fixtures_dir):
         S = S.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril()[:, None, :], float("-inf"))
         o_lat = torch.einsum("sht,tc->shc", S.softmax(-1), cl)
         o = torch.einsum("shc,hdc->shd", o_lat, Wkvb[:, dn:]).reshape(T, H * dv) @ m.W(p + "o_proj.weight").t()
-        check(torch.allclose(o, naive, atol=1e-4, rtol=1e-4), "absorbed (MQA latent) MLA == naive MLA")
+        d = float((o - naive).abs().max())  # measured ~1e-6 (outputs up to ~3)
+        check(d <= 1e-4, f"absorbed (MQA latent) MLA == naive MLA: max diff {d:.3g} <= 1e-4")
 
 
 def main():

@@ -13,6 +13,10 @@
 // the prefixes differ, so later tokens are not compared. That difference is
 // explained the same way, by the margins at that step.
 //
+// Every field compared is required (reference: ids, top1, top1_margin,
+// greedy.ids, greedy.margins; llama.cpp: top1, top1_margin, greedy,
+// greedy_margin): a missing one is bad input, never a skipped comparison.
+//
 // Exit status: 0 when every disagreement is explained, 1 otherwise, 2 on bad
 // input.
 import fs from "node:fs";
@@ -46,13 +50,26 @@ function load(p) {
 }
 const ref = load(refPath);
 const got = load(llamaPath);
-for (const k of ["top1", "ids"]) if (!Array.isArray(ref[k])) die(`${refPath}: missing array "${k}"`);
-if (!Array.isArray(got.top1)) die(`${llamaPath}: missing array "top1"`);
-if (got.top1.length !== ref.top1.length)
-    die(`top1 lengths differ: reference ${ref.top1.length}, llama.cpp ${got.top1.length}`);
+function need(obj, path, file, length) {
+    const v = path.split(".").reduce((o, k) => (o == null ? undefined : o[k]), obj);
+    if (!Array.isArray(v)) die(`${file}: missing array "${path}"`);
+    if (length !== undefined && v.length !== length) die(`${file}: "${path}" has ${v.length} entries, expected ${length}`);
+    return v;
+}
+need(ref, "ids", refPath);
+const refTop1 = need(ref, "top1", refPath);
+need(ref, "top1_margin", refPath, refTop1.length);
+const refGreedy = need(ref, "greedy.ids", refPath);
+need(ref, "greedy.margins", refPath, refGreedy.length);
+need(got, "top1", llamaPath, refTop1.length);
+need(got, "top1_margin", llamaPath, refTop1.length);
+// llama.cpp may have generated more greedy tokens than the reference holds; only the first are compared.
+if (need(got, "greedy", llamaPath).length < refGreedy.length)
+    die(`llama.cpp produced ${got.greedy.length} greedy tokens, the reference has ${refGreedy.length}`);
+need(got, "greedy_margin", llamaPath, got.greedy.length);
 
 const fmt = (x) => (x == null ? "n/a" : Number(x).toFixed(4));
-const nearTie = (a, b) => (a != null || b != null) && (a ?? 0) + (b ?? 0) < tol;
+const nearTie = (a, b) => typeof a === "number" && typeof b === "number" && a + b < tol;
 
 const tf = {positions: ref.top1.length, agree: 0, explained: [], unexplained: []};
 for (let i = 0; i < ref.top1.length; i++) {
@@ -60,30 +77,24 @@ for (let i = 0; i < ref.top1.length; i++) {
         tf.agree++;
         continue;
     }
-    const rm = ref.top1_margin?.[i], lm = got.top1_margin?.[i];
+    const rm = ref.top1_margin[i], lm = got.top1_margin[i];
     const item = {pos: i, reference: ref.top1[i], llama: got.top1[i], ref_margin: rm ?? null, llama_margin: lm ?? null};
     (nearTie(rm, lm) ? tf.explained : tf.unexplained).push(item);
 }
 let maxMarginDiff = 0;
 for (let i = 0; i < ref.top1.length; i++)
-    if (ref.top1[i] === got.top1[i] && ref.top1_margin?.[i] != null && got.top1_margin?.[i] != null)
+    if (ref.top1[i] === got.top1[i])
         maxMarginDiff = Math.max(maxMarginDiff, Math.abs(ref.top1_margin[i] - got.top1_margin[i]));
 
-const g = {length: 0, match: 0, first_difference: null, explained: true};
-const refGreedy = ref.greedy?.ids;
-if (Array.isArray(refGreedy) && Array.isArray(got.greedy)) {
-    g.length = refGreedy.length;
-    if (got.greedy.length < refGreedy.length)
-        die(`llama.cpp produced ${got.greedy.length} greedy tokens, the reference has ${refGreedy.length}`);
-    let k = 0;
-    while (k < refGreedy.length && refGreedy[k] === got.greedy[k]) k++;
-    g.match = k;
-    if (k < refGreedy.length) {
-        const rm = ref.greedy.margins?.[k], lm = got.greedy_margin?.[k];
-        g.first_difference = {step: k, reference: refGreedy[k], llama: got.greedy[k], ref_margin: rm ?? null,
-            llama_margin: lm ?? null};
-        g.explained = nearTie(rm, lm);
-    }
+const g = {length: refGreedy.length, match: 0, first_difference: null, explained: true};
+let k = 0;
+while (k < refGreedy.length && refGreedy[k] === got.greedy[k]) k++;
+g.match = k;
+if (k < refGreedy.length) {
+    const rm = ref.greedy.margins[k], lm = got.greedy_margin[k];
+    g.first_difference = {step: k, reference: refGreedy[k], llama: got.greedy[k], ref_margin: rm ?? null,
+        llama_margin: lm ?? null};
+    g.explained = nearTie(rm, lm);
 }
 
 const ok = tf.unexplained.length === 0 && g.explained;
@@ -104,16 +115,14 @@ if (parsed.values.json) {
     for (const d of [...tf.explained, ...tf.unexplained])
         process.stdout.write(`  pos ${d.pos}: reference ${d.reference} (margin ${fmt(d.ref_margin)}), ` +
             `llama.cpp ${d.llama} (margin ${fmt(d.llama_margin)})\n`);
-    if (g.length) {
-        process.stdout.write(`greedy: ${g.match}/${g.length} tokens match`);
-        if (g.first_difference) {
-            const d = g.first_difference;
-            process.stdout.write(`; first difference at step ${d.step}: reference ${d.reference} ` +
-                `(margin ${fmt(d.ref_margin)}), llama.cpp ${d.llama} (margin ${fmt(d.llama_margin)})` +
-                (g.explained ? " -- near-tie" : " -- UNEXPLAINED"));
-        }
-        process.stdout.write("\n");
+    process.stdout.write(`greedy: ${g.match}/${g.length} tokens match`);
+    if (g.first_difference) {
+        const d = g.first_difference;
+        process.stdout.write(`; first difference at step ${d.step}: reference ${d.reference} ` +
+            `(margin ${fmt(d.ref_margin)}), llama.cpp ${d.llama} (margin ${fmt(d.llama_margin)})` +
+            (g.explained ? " -- near-tie" : " -- UNEXPLAINED"));
     }
+    process.stdout.write("\n");
     process.stdout.write(ok ? "PASS\n" : "FAIL\n");
 }
 process.exit(ok ? 0 : 1);

@@ -60,8 +60,9 @@ gguf="$work/$name.$gguf_type.gguf"
 # Token ids, greedy prompt and length from the reference.
 read -r ids prompt n_new < <(node -e '
   const r = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
-  const g = r.greedy ?? {prompt: r.ids, ids: []};
-  console.log(r.ids.join(","), g.prompt.join(","), g.ids.length);
+  if (!r.greedy || !Array.isArray(r.greedy.prompt) || !Array.isArray(r.greedy.ids))
+    throw new Error(`${process.argv[1]}: no "greedy": {"prompt", "ids"}`);
+  console.log(r.ids.join(","), r.greedy.prompt.join(","), r.greedy.ids.length);
 ' "$fixture/reference.json")
 
 threads_arg=()
