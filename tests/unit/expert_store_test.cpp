@@ -228,8 +228,8 @@ TEST_F(ExpertStoreTest, PinFlagPinsThatManyBytes) {
   // 100 kB pins floor(100000 / rb) experts of layer 1 (the MTP layer's
   // experts, larger, come last in layer order).
   const std::string cmd = std::string(STRATA_BINARY) + " score --model " + dir +
-                          " --ids 1,2,3,4 --ram 1 --pin 0.0001 --no-autopin --no-prefetch --stats-json --json >/dev/null 2>" +
-                          stats;
+                          " --ids 1,2,3,4 --ram 1 --pin 0.0001 --no-autopin --no-prefetch --stats-json --json" +
+                          " >/dev/null 2>" + stats;
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << test_util::read_file(stats);
   const std::string text = test_util::read_file(stats);
   std::string line, json_line;
@@ -239,7 +239,8 @@ TEST_F(ExpertStoreTest, PinFlagPinsThatManyBytes) {
   const Json j = parse_json(json_line, stats);
   EXPECT_EQ(j["pinned_bytes"].get<uint64_t>(), 100000 / rb * rb) << text;
   // A malformed size is refused, naming the flag.
-  const std::string bad = std::string(STRATA_BINARY) + " score --model " + dir + " --ids 1 --pin 12x >/dev/null 2>" + stats;
+  const std::string bad =
+      std::string(STRATA_BINARY) + " score --model " + dir + " --ids 1 --pin 12x >/dev/null 2>" + stats;
   EXPECT_NE(std::system(bad.c_str()), 0);
   EXPECT_NE(test_util::read_file(stats).find("--pin 12x"), std::string::npos) << test_util::read_file(stats);
 }

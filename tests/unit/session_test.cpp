@@ -140,7 +140,8 @@ TEST_F(SessionTruncate, ToZeroIsAFreshSession) {
   EXPECT_EQ(a.n_past, 0);
   EXPECT_EQ(a.mtp_n_past, 0);
   Row r{&a, 1, alt[1], true};
-  std::vector<float> one(static_cast<size_t>(model->config.vocab_size)), one_h(static_cast<size_t>(model->config.hidden_size));
+  std::vector<float> one(static_cast<size_t>(model->config.vocab_size));
+  std::vector<float> one_h(static_cast<size_t>(model->config.hidden_size));
   EXPECT_NE(error_of([&] { runner.forward({&r, 1}, {}, one.data(), one_h.data()); }).find("gap"), std::string::npos);
   // Re-fed from position 0 one row at a time: equal to a fresh session.
   Session b(model->config, kT, true);
