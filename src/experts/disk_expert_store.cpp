@@ -237,6 +237,10 @@ void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
   }
   assign(l, expert, s);
   s.prefetched = false;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    s.error.clear();  // a failed read-ahead's error belongs to the expert it was for, not to the slot
+  }
   stats_.bytes_read += l.read_bytes;
   stats_.read_ns += now_ns() - t0;
 }

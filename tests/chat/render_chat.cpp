@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "text/chat_template.h"
-#include "util/error.h"
+#include "core/error.h"
 
 namespace {
 

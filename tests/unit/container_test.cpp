@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "experts/disk_expert_store.h"
 #include "format/container.h"
@@ -135,6 +136,13 @@ TEST(Container, Int8ComputesExactlyItsDequantizedWeights) {
   // rounding: docs/kernels.md).
   ComputeOptions f32;
   f32.acts = IntActivations::F32;
+  // Minimum teacher-forced top-1 agreement (of 48) per fixture: measured
+  // 43/39/28, the same with and without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
+  // (this is strata's own arithmetic, identical on every kernel path:
+  // KernelMatmul.ModelLogitsAreIdenticalOnEveryPath), less 2 as slack for a
+  // regenerated reference.json. A drop below means int8 quantization (or its
+  // dequantization) got worse: re-measure, and lower a bar only with a reason.
+  const std::map<std::string, int> min_agree = {{"glm5-tiny-bf16", 41}, {"glm5-tiny-fp8", 37}, {"glm52-tiny-bf16", 26}};
   for (const std::string name : {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16"}) {
     TempDir tmp;
     const std::string dir = tmp.file("c"), deq = tmp.file("deq");
@@ -160,6 +168,7 @@ TEST(Container, Int8ComputesExactlyItsDequantizedWeights) {
     std::printf("  %s int8: teacher-forced top-1 agreement with the unquantized reference %d/%zu\n", name.c_str(),
                 agree, ids.size());
     EXPECT_GE(agree, static_cast<int>(ids.size()) / 2) << name << ": int8 should still track the reference";
+    EXPECT_GE(agree, min_agree.at(name)) << name << ": int8 agreement fell below its measured level";
   }
 }
 

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -14,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <set>
 #include <string>
@@ -455,8 +457,75 @@ TEST_P(ConvertResume, SigkillThenResumeIsByteIdentical) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--resume"), std::string::npos) << r.err;
 
-  r = run_strata(convert_args(fixture(k.fixture), out, {"--resume"}), tmp);
+  // The files finished before the kill, by identity: a file the resume keeps
+  // is the same inode, untouched; a rewritten one is a new inode (written as
+  // .tmp beside the old one, then renamed over it). Damage between the kill
+  // and the resume: one finished file gets a flipped byte (same size: only
+  // its checksum tells), another (with 4+ finished) is cut short; both must
+  // be rewritten, the rest kept.
+  std::map<std::string, struct stat> finished;
+  for (const auto& [name, body] : dir_files(out)) {
+    if (name == "convert-state.json" || (name.size() > 4 && name.substr(name.size() - 4) == ".tmp")) continue;
+    struct stat st {};
+    ASSERT_EQ(::stat((out + "/" + name).c_str(), &st), 0) << name;
+    finished[name] = st;
+  }
+  ASSERT_EQ(static_cast<int>(finished.size()), k.after_files);
+  std::set<std::string> damaged;
+  if (k.after_files >= 2) {
+    std::string victim = finished.begin()->first;  // a .bin file (dense or experts) if one is finished
+    for (const auto& [name, st] : finished)
+      if (name.size() > 4 && name.substr(name.size() - 4) == ".bin") {
+        victim = name;
+        break;
+      }
+    std::string body = read_file(out + "/" + victim);
+    ASSERT_GT(body.size(), 100u);
+    body[body.size() / 2] = static_cast<char>(body[body.size() / 2] ^ 0x5a);
+    std::fstream f(out + "/" + victim, std::ios::in | std::ios::out | std::ios::binary);  // in place: same inode
+    f.seekp(static_cast<std::streamoff>(body.size() / 2));
+    f.put(body[body.size() / 2]);
+    f.close();
+    damaged.insert(victim);
+    // The flip kept the file's identity; its content is what must change.
+    struct stat st {};
+    ASSERT_EQ(::stat((out + "/" + victim).c_str(), &st), 0);
+    ASSERT_EQ(st.st_ino, finished[victim].st_ino);
+    finished[victim] = st;
+  }
+  if (k.after_files >= 4) {
+    std::string victim;
+    for (const auto& [name, st] : finished)
+      if (!damaged.count(name)) victim = name;
+    fs::resize_file(out + "/" + victim, fs::file_size(out + "/" + victim) - 1);
+    damaged.insert(victim);
+  }
+
+  // Without --quiet: the resume reports what it rewrites and what it kept.
+  std::vector<std::string> resume_args = convert_args(fixture(k.fixture), out, {"--resume"});
+  resume_args.erase(std::find(resume_args.begin(), resume_args.end(), "--quiet"));
+  r = run_strata(resume_args, tmp);
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  const int kept = k.after_files - static_cast<int>(damaged.size());
+  if (kept > 0)
+    EXPECT_NE(r.err.find(fmt::format("({} kept from the interrupted run)", kept)), std::string::npos) << r.err;
+  else
+    EXPECT_EQ(r.err.find("kept from the interrupted run"), std::string::npos) << r.err;
+  for (const auto& [name, st0] : finished) {
+    struct stat st {};
+    ASSERT_EQ(::stat((out + "/" + name).c_str(), &st), 0) << name;
+    const bool rewrite_msg = r.err.find(out + "/" + name + " differs from the recorded checksum; rewriting it") !=
+                             std::string::npos;
+    if (damaged.count(name)) {
+      EXPECT_NE(st.st_ino, st0.st_ino) << name << " was damaged but not rewritten";
+      EXPECT_TRUE(rewrite_msg) << name << ": " << r.err;
+    } else {
+      EXPECT_EQ(st.st_ino, st0.st_ino) << name << " was finished before the kill but rewritten by the resume";
+      EXPECT_EQ(st.st_mtim.tv_sec, st0.st_mtim.tv_sec) << name;
+      EXPECT_EQ(st.st_mtim.tv_nsec, st0.st_mtim.tv_nsec) << name;
+      EXPECT_FALSE(rewrite_msg) << name << ": " << r.err;
+    }
+  }
   const auto a = dir_files(ref), b = dir_files(out);
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, body] : a) {

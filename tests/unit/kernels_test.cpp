@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -438,24 +439,41 @@ TEST(KernelMatmul, ModelLogitsAreIdenticalOnEveryPath) {
   }
 }
 
+// Every index of every job runs exactly once -- checked per index and per
+// job, so a chunk run twice plus a chunk skipped (same total) fails -- with the
+// default spin, with spin_us=0 (workers and caller sleep on the condition
+// variables at once: the plain wake-up path) and with a 1 us spin.
 TEST(KernelThreadPool, EveryIndexRunsOnceAcrossManySmallJobs) {
-  for (int threads : {1, 2, 3, 4}) {
-    ThreadPool pool(threads);
-    EXPECT_EQ(pool.size(), std::max(1, threads));
-    std::vector<std::atomic<int>> hits(1000);
-    for (int it = 0; it < 3000; ++it) {
-      const int64_t n = 1 + it % 37;
-      pool.parallel_for(n, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) hits[i].fetch_add(1, std::memory_order_relaxed);
-      });
-      // Now and then let the workers fall asleep, so both wake-up paths run.
-      if (it % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+  for (int spin_us : {-1, 0, 1}) {
+    for (int threads : {1, 2, 3, 4}) {
+      ThreadPool pool(threads, spin_us);
+      EXPECT_EQ(pool.size(), std::max(1, threads));
+      std::vector<std::atomic<int>> hits(64);
+      const std::function<void(int64_t, int64_t)> job = [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1, std::memory_order_relaxed);
+      };
+      int bad_jobs = 0;
+      for (int it = 0; it < 3000; ++it) {
+        const int64_t n = 1 + it % 37;
+        for (auto& h : hits) h.store(0, std::memory_order_relaxed);
+        pool.parallel_for(n, job);
+        // parallel_for has returned: every worker is done with this job.
+        bool ok = true;
+        for (int64_t i = 0; i < static_cast<int64_t>(hits.size()); ++i) {
+          const int want = i < n ? 1 : 0, got = hits[static_cast<size_t>(i)].load(std::memory_order_relaxed);
+          if (got != want) {
+            ok = false;
+            if (bad_jobs < 5)
+              ADD_FAILURE() << "spin_us " << spin_us << ", " << threads << " threads, job " << it << " (n=" << n
+                            << "): index " << i << " ran " << got << " times, expected " << want;
+          }
+        }
+        bad_jobs += !ok;
+        // Now and then let the workers fall asleep, so both wake-up paths run.
+        if (it % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));
+      }
+      EXPECT_EQ(bad_jobs, 0) << "spin_us " << spin_us << ", " << threads << " threads";
     }
-    int64_t total = 0;
-    for (int i = 0; i < 37; ++i) total += hits[i].load();
-    int64_t want = 0;
-    for (int it = 0; it < 3000; ++it) want += 1 + it % 37;
-    EXPECT_EQ(total, want) << threads;
   }
 }
 

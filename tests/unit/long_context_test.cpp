@@ -26,7 +26,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "test_util.h"
-#include "util/json.h"
+#include "core/json.h"
 
 namespace strata {
 namespace {
@@ -82,9 +82,9 @@ void fill_top1(Pass& out, int64_t V) {
 // Teacher-forced logits and MTP logits of ids[0, T), cut into calls as `cut`
 // says, on a pool of `threads`.
 Pass teacher_forced(const Model& m, ExpertStore& store, const std::vector<int32_t>& ids, int64_t T,
-                    const ForwardOptions& fo, int threads, Cut cut) {
+                    const ForwardOptions& fo, int threads, Cut cut, const ComputeOptions& compute = {}) {
   ThreadPool pool(threads);
-  ModelRunner runner(m, store, pool);
+  ModelRunner runner(m, store, pool, compute);
   const int64_t V = m.config.vocab_size, D = m.config.hidden_size;
   Session s(m.config, T, true);
   Pass out;
@@ -151,7 +151,7 @@ class LongContext : public ::testing::Test {
 
   // Teacher-forced pass on the resident (safetensors) weights.
   Pass run(int64_t n, Cut cut, int threads = 2, ForwardOptions fo = {}) const {
-    ResidentExpertStore store(model_->weights);
+    ResidentExpertStore store(model_->weights.experts);
     return teacher_forced(*model_, store, ids, n, fo, threads, cut);
   }
 
@@ -299,7 +299,7 @@ TEST_F(LongContext, RowsAreBatchAndThreadInvariant) {
   // one row per call together with rows of a second sequence (other ids, at
   // other positions).
   ThreadPool pool(2);
-  ResidentExpertStore store(model().weights);
+  ResidentExpertStore store(model().weights.experts);
   ModelRunner runner(model(), store, pool);
   const int64_t other_len = T / 2;
   std::vector<int32_t> other(ids.rbegin(), ids.rend());
@@ -322,15 +322,6 @@ TEST_F(LongContext, RowsAreBatchAndThreadInvariant) {
 // Every kernel path computes the same floats (docs/kernels.md), here through
 // a whole forward at a length where DSA selects: the prefill batch (keep-all
 // rows as GEMMs, selecting rows as dots), then decode rows one per call.
-class KernelPathGuard {
- public:
-  KernelPathGuard() : before_(active_kernel_path()) {}
-  ~KernelPathGuard() { force_kernel_path(before_); }
-
- private:
-  KernelPath before_;
-};
-
 std::vector<KernelPath> supported_paths() {
   std::vector<KernelPath> v;
   for (KernelPath p : kAllKernelPaths)
@@ -340,12 +331,12 @@ std::vector<KernelPath> supported_paths() {
 
 void expect_paths_agree(const Model& m, ExpertStore& store, const std::vector<int32_t>& ids, int64_t n,
                         const char* what) {
-  KernelPathGuard guard;
   const int64_t V = m.config.vocab_size;
   std::vector<float> first, first_mtp;
   for (KernelPath p : supported_paths()) {
-    ASSERT_TRUE(force_kernel_path(p));
-    const Pass s = teacher_forced(m, store, ids, n, {}, 2, {n - 8, 1});
+    ComputeOptions co;
+    co.path = p;
+    const Pass s = teacher_forced(m, store, ids, n, {}, 2, {n - 8, 1}, co);
     std::printf("  %s, %s: %lld positions\n", what, kernel_path_name(p), static_cast<long long>(n));
     if (first.empty()) {
       first = s.logits;
@@ -361,7 +352,7 @@ TEST_F(LongContext, EveryKernelPathGivesTheSameLogits) {
   // 512 positions: > 2 x index_topk, selection active for 7/8 of the rows.
   const int64_t n = std::min<int64_t>(T, 512);
   ASSERT_GT(n, 2 * topk);
-  ResidentExpertStore store(model().weights);
+  ResidentExpertStore store(model().weights.experts);
   expect_paths_agree(model(), store, ids, n, "bf16 weights");
 }
 
@@ -375,7 +366,7 @@ TEST_F(LongContext, Int8ContainerGivesTheSameLogitsOnEveryKernelPath) {
   const auto m = load_model(dir);
   ExpertCacheOptions o;
   o.autopin = false;
-  DiskExpertStore store(*m, o);
+  DiskExpertStore store(m->expert_files(), o);
   const int64_t n = std::min<int64_t>(T, 384);
   ASSERT_GT(n, 2 * topk);
   expect_paths_agree(*m, store, ids, n, "int8 container");

@@ -1,0 +1,439 @@
+// DiskExpertStore over a converted tiny container (glm5-tiny-bf16, int4
+// experts): which slot the LRU evicts, what autopin and --pin pin, that
+// read-ahead happens (and never changes a result), and that a corrupt expert
+// is refused with a message naming file, layer and expert when it is first
+// read -- lazily or by a failed read-ahead. Observed through stats() only.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <span>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "experts/disk_expert_store.h"
+#include "format/container.h"
+#include "model/forward.h"
+#include "model/model.h"
+#include "test_util.h"
+#include "core/json.h"
+
+namespace strata {
+namespace {
+
+namespace fs = std::filesystem;
+using test_util::error_of;
+using test_util::TempDir;
+
+std::string fixture(const std::string& name) { return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name; }
+
+// One conversion for the whole suite; tests that write into a container
+// (usage.json, damage) work on their own copy.
+class ExpertStoreTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    tmp_ = new TempDir;
+    const std::string out = tmp_->file("c");
+    const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + fixture("glm5-tiny-bf16") + " --out " +
+                            out + " --quiet 2>" + tmp_->file("convert.log");
+    if (std::system(cmd.c_str()) != 0) {
+      convert_error_ = cmd + "\n" + test_util::read_file(tmp_->file("convert.log"));
+      return;
+    }
+    container_ = out;
+  }
+  static void TearDownTestSuite() {
+    delete tmp_;
+    tmp_ = nullptr;
+  }
+  void SetUp() override { ASSERT_FALSE(container_.empty()) << "conversion failed: " << convert_error_; }
+
+  // A private copy of the container.
+  std::string copy_container() {
+    const std::string dst = mine_.file("c");
+    fs::copy(container_, dst, fs::copy_options::recursive);
+    return dst;
+  }
+  // Without the MTP layer every MoE layer (1..3) has the same expert size,
+  // so a budget of N x that x 3 layers gives each layer N LRU slots.
+  static std::unique_ptr<Model> open(const std::string& dir) {
+    LoadOptions lo;
+    lo.load_mtp = false;
+    return load_model(dir, lo);
+  }
+  static uint64_t expert_bytes(const Model& m) {
+    uint64_t rb = 0;
+    for (const auto& r : m.manifest->expert_layers) {
+      if (r.layer >= static_cast<int64_t>(m.weights.layers.size())) continue;
+      const uint64_t b = (r.blob_bytes + kExpertAlign - 1) / kExpertAlign * kExpertAlign;
+      EXPECT_TRUE(rb == 0 || rb == b) << "expert sizes differ between layers";
+      rb = b;
+    }
+    return rb;
+  }
+  static const ExpertLayerRecord& record(const Model& m, int64_t layer) {
+    for (const auto& r : m.manifest->expert_layers)
+      if (r.layer == layer) return r;
+    throw std::runtime_error("no expert layer " + std::to_string(layer));
+  }
+  // Flips one byte inside expert `e` of `layer`.
+  static void corrupt_expert(const Model& m, const std::string& dir, int64_t layer, int32_t e) {
+    const ExpertLayerRecord& r = record(m, layer);
+    std::fstream f(dir + "/" + r.file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << r.file;
+    const auto off = static_cast<std::streamoff>(r.stride * static_cast<uint64_t>(e) + r.blob_bytes / 2);
+    f.seekg(off);
+    char ch = 0;
+    f.get(ch);
+    f.seekp(off);
+    f.put(static_cast<char>(ch ^ 0x5a));
+  }
+
+  static inline TempDir* tmp_ = nullptr;
+  static inline std::string container_, convert_error_;
+  TempDir mine_;
+};
+
+// Acquires `experts` of `layer` in one call and checks the hits and misses
+// it adds, and that only misses read from disk (expert_bytes 0: not checked,
+// for when a read-ahead may be in flight and add its bytes meanwhile).
+void expect_acquire(DiskExpertStore& s, int64_t layer, std::vector<int32_t> experts, uint64_t hits, uint64_t misses,
+                    uint64_t expert_bytes, const std::string& what) {
+  const ExpertStoreStats a = s.stats();
+  std::vector<const MlpWeights*> out;
+  s.acquire(layer, experts, out);
+  s.release(layer);
+  const ExpertStoreStats b = s.stats();
+  EXPECT_EQ(out.size(), experts.size()) << what;
+  EXPECT_EQ(b.hits - a.hits, hits) << what;
+  EXPECT_EQ(b.misses - a.misses, misses) << what;
+  if (expert_bytes) {
+    EXPECT_EQ(b.bytes_read - a.bytes_read, misses * expert_bytes) << what;
+  }
+}
+
+TEST_F(ExpertStoreTest, LruEvictsTheLeastRecentlyUsed) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  ExpertCacheOptions o;
+  o.ram_bytes = 3 * rb * 3;  // 3 slots in each of the 3 MoE layers
+  o.autopin = false;
+  o.prefetch = false;
+  DiskExpertStore s(m->expert_files(), o);
+  ASSERT_EQ(s.pinned_bytes(), 0u);
+  ASSERT_EQ(s.max_batch(1), 3);
+  ASSERT_EQ(s.cache_capacity_bytes(), 9 * rb);
+  EXPECT_EQ(s.stats().bytes_read, 0u) << "nothing is read before it is asked for";
+
+  expect_acquire(s, 1, {0}, 0, 1, rb, "load 0");
+  expect_acquire(s, 1, {1}, 0, 1, rb, "load 1");
+  expect_acquire(s, 1, {2}, 0, 1, rb, "load 2");
+  expect_acquire(s, 1, {0}, 1, 0, rb, "touch 0: recency is now 1 < 2 < 0");
+  expect_acquire(s, 1, {3}, 0, 1, rb, "load 3 evicts 1 (least recent; 0 was loaded first but touched since)");
+  expect_acquire(s, 1, {2, 0}, 2, 0, rb, "2 and 0 survived");
+  expect_acquire(s, 1, {1}, 0, 1, rb, "1 was evicted; reloading it evicts 3");
+  expect_acquire(s, 1, {2, 0, 1}, 3, 0, rb, "2, 0, 1 resident");
+  expect_acquire(s, 1, {3}, 0, 1, rb, "3 was evicted");
+  // Layers have their own slots: layer 1's traffic evicted nothing of layer 2.
+  expect_acquire(s, 2, {5}, 0, 1, rb, "layer 2 load 5");
+  for (int32_t e : {4, 5, 6, 7}) expect_acquire(s, 1, {e}, 0, 1, rb, "layer 1 churn");
+  expect_acquire(s, 2, {5}, 1, 0, rb, "layer 2 keeps 5");
+  // One call never asks for more than its slots (the MoE splits by max_batch).
+  const std::string msg = error_of([&] {
+    std::vector<const MlpWeights*> out;
+    s.acquire(1, std::vector<int32_t>{0, 1, 2, 3}, out);
+  });
+  EXPECT_NE(msg.find("3 cache slots"), std::string::npos) << msg;
+}
+
+TEST_F(ExpertStoreTest, AutopinPinsTheHottestExpertsOfEarlierRuns) {
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  const uint64_t rb = expert_bytes(*m);
+  // Five used experts; a budget of 6 experts pins half of it (3) and leaves
+  // one LRU slot per layer.
+  Json u;
+  u["format"] = "strata-usage";
+  u["version"] = 1;
+  u["layers"]["1"] = std::vector<uint64_t>{0, 0, 50, 0, 0, 100, 0, 0};
+  u["layers"]["2"] = std::vector<uint64_t>{0, 0, 0, 0, 90, 0, 1, 0};
+  u["layers"]["3"] = std::vector<uint64_t>{0, 0, 0, 0, 0, 0, 0, 70};
+  test_util::write_file(dir + "/usage.json", u.dump());
+  ExpertCacheOptions o;
+  o.ram_bytes = 6 * rb;
+  o.prefetch = false;
+  {
+    DiskExpertStore s(m->expert_files(), o);
+    EXPECT_EQ(s.pinned_bytes(), 3 * rb) << s.describe();
+    EXPECT_EQ(s.stats().bytes_read, 3 * rb) << "the pinned experts are read at start";
+    EXPECT_EQ(s.max_batch(1), 1);
+    // The three hottest (100, 90, 70) are hits without a read...
+    expect_acquire(s, 1, {5}, 1, 0, rb, "layer 1 expert 5 (100 uses)");
+    expect_acquire(s, 2, {4}, 1, 0, rb, "layer 2 expert 4 (90 uses)");
+    expect_acquire(s, 3, {7}, 1, 0, rb, "layer 3 expert 7 (70 uses)");
+    // ... the next two are not pinned ...
+    expect_acquire(s, 1, {2}, 0, 1, rb, "layer 1 expert 2 (50 uses)");
+    expect_acquire(s, 2, {6}, 0, 1, rb, "layer 2 expert 6 (1 use)");
+    // ... and pins never leave, whatever the LRU traffic.
+    for (int32_t e : {0, 1, 3, 4, 6, 7}) expect_acquire(s, 1, {e}, 0, 1, rb, "layer 1 churn");
+    expect_acquire(s, 1, {5}, 1, 0, rb, "layer 1 expert 5 still pinned");
+    // This run's use is added to the file.
+    ASSERT_TRUE(s.save_usage());
+    const Json saved = parse_json(test_util::read_file(dir + "/usage.json"), dir + "/usage.json");
+    EXPECT_EQ(saved["layers"]["1"].get<std::vector<uint64_t>>(), (std::vector<uint64_t>{1, 1, 51, 1, 1, 102, 1, 1}));
+    EXPECT_EQ(saved["layers"]["2"].get<std::vector<uint64_t>>(), (std::vector<uint64_t>{0, 0, 0, 0, 91, 0, 2, 0}));
+    EXPECT_EQ(saved["layers"]["3"].get<std::vector<uint64_t>>(), (std::vector<uint64_t>{0, 0, 0, 0, 0, 0, 0, 71}));
+  }
+  // --no-autopin: the same usage pins nothing.
+  o.autopin = false;
+  DiskExpertStore off(m->expert_files(), o);
+  EXPECT_EQ(off.pinned_bytes(), 0u);
+  EXPECT_EQ(off.stats().bytes_read, 0u);
+}
+
+TEST_F(ExpertStoreTest, PinBytesPinsThatMuch) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  ExpertCacheOptions o;
+  o.ram_bytes = 1ull << 30;
+  o.prefetch = false;
+  o.pin_bytes = 4 * rb + rb / 2;  // room for 4 experts, not 5
+  {
+    DiskExpertStore s(m->expert_files(), o);
+    EXPECT_EQ(s.pinned_bytes(), 4 * rb) << s.describe();
+    EXPECT_EQ(s.stats().bytes_read, 4 * rb);
+    // Without usage, in layer order: layer 1's experts 0..3.
+    expect_acquire(s, 1, {0, 1, 2, 3}, 4, 0, rb, "pinned");
+    expect_acquire(s, 1, {4}, 0, 1, rb, "not pinned");
+    expect_acquire(s, 2, {0}, 0, 1, rb, "not pinned");
+  }
+  // Clamped to the budget less one LRU slot per layer.
+  o.ram_bytes = 10 * rb;
+  o.pin_bytes = 1ull << 40;
+  DiskExpertStore c(m->expert_files(), o);
+  EXPECT_EQ(c.pinned_bytes(), 7 * rb) << c.describe();
+  EXPECT_EQ(c.max_batch(1), 1);
+}
+
+// The flag: `--pin GB` through the CLI, with its JSON statistics.
+TEST_F(ExpertStoreTest, PinFlagPinsThatManyBytes) {
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  const uint64_t rb = expert_bytes(*m);
+  const std::string stats = mine_.file("stats.txt");
+  // 100 kB pins floor(100000 / rb) experts of layer 1 (the MTP layer's
+  // experts, larger, come last in layer order).
+  const std::string cmd = std::string(STRATA_BINARY) + " score --model " + dir +
+                          " --ids 1,2,3,4 --ram 1 --pin 0.0001 --no-autopin --no-prefetch --stats-json --json" +
+                          " >/dev/null 2>" + stats;
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << test_util::read_file(stats);
+  const std::string text = test_util::read_file(stats);
+  std::string line, json_line;
+  for (std::istringstream in(text); std::getline(in, line);)
+    if (!line.empty() && line[0] == '{') json_line = line;
+  ASSERT_FALSE(json_line.empty()) << text;
+  const Json j = parse_json(json_line, stats);
+  EXPECT_EQ(j["pinned_bytes"].get<uint64_t>(), 100000 / rb * rb) << text;
+  // A malformed size is refused, naming the flag.
+  const std::string bad =
+      std::string(STRATA_BINARY) + " score --model " + dir + " --ids 1 --pin 12x >/dev/null 2>" + stats;
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  EXPECT_NE(test_util::read_file(stats).find("--pin 12x"), std::string::npos) << test_util::read_file(stats);
+}
+
+// Teacher-forced logits of `ids`, one row per forward call (decode).
+std::vector<float> decode_all(const Model& m, ExpertStore& store, const std::vector<int32_t>& ids) {
+  ThreadPool pool(2);
+  ModelRunner r(m, store, pool);
+  const int64_t T = static_cast<int64_t>(ids.size()), V = m.config.vocab_size;
+  Session s(m.config, T, false);
+  std::vector<float> logits(static_cast<size_t>(T * V));
+  for (int64_t p = 0; p < T; ++p) {
+    Row row{&s, static_cast<int32_t>(p), ids[static_cast<size_t>(p)], true};
+    r.forward({&row, 1}, {}, logits.data() + p * V, nullptr);
+  }
+  return logits;
+}
+
+std::vector<int32_t> fixture_ids() {
+  const std::string p = fixture("glm5-tiny-bf16") + "/reference.json";
+  return parse_json(test_util::read_file(p), p)["ids"].get<std::vector<int32_t>>();
+}
+
+TEST_F(ExpertStoreTest, ReadAheadHappensAndNeverChangesLogits) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  const auto ids = fixture_ids();
+  ExpertCacheOptions all;
+  all.ram_bytes = 1ull << 30;
+  all.pin_all = true;
+  all.prefetch = false;
+  DiskExpertStore resident(m->expert_files(), all);
+  const std::vector<float> want = decode_all(*m, resident, ids);
+
+  ExpertCacheOptions o;
+  o.ram_bytes = 4 * rb * 3;  // half of each layer's experts
+  o.autopin = false;
+  o.prefetch = false;
+  DiskExpertStore off(m->expert_files(), o);
+  EXPECT_FALSE(off.wants_prefetch());
+  const std::vector<float> got_off = decode_all(*m, off, ids);
+  o.prefetch = true;
+  DiskExpertStore on(m->expert_files(), o);
+  EXPECT_TRUE(on.wants_prefetch());
+  const std::vector<float> got_on = decode_all(*m, on, ids);
+
+  const ExpertStoreStats a = off.stats(), b = on.stats();
+  std::printf("  prefetch off: %llu requests, %llu misses; on: %llu misses, %llu read ahead, %llu hits on them\n",
+              (unsigned long long)a.requests, (unsigned long long)a.misses, (unsigned long long)b.misses,
+              (unsigned long long)b.prefetched, (unsigned long long)b.prefetch_hits);
+  EXPECT_GT(a.misses, 0u) << "the cache must be small enough for reads to matter";
+  EXPECT_EQ(a.prefetched, 0u);
+  EXPECT_EQ(a.prefetch_hits, 0u);
+  EXPECT_GT(b.prefetched, 0u) << "read-ahead is on but nothing was read ahead";
+  EXPECT_GT(b.prefetch_hits, 0u) << "no request was served by a read-ahead";
+  EXPECT_LE(b.prefetch_hits, b.hits);
+  EXPECT_EQ(a.requests, b.requests);
+  EXPECT_EQ(a.hits + a.misses, a.requests);
+  EXPECT_EQ(b.hits + b.misses, b.requests);
+  EXPECT_EQ(got_off, want);
+  EXPECT_EQ(got_on, want);
+}
+
+TEST_F(ExpertStoreTest, FailedReadAheadSurfacesWhenTheExpertIsAcquired) {
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  const uint64_t rb = expert_bytes(*m);
+  corrupt_expert(*m, dir, 2, 3);
+  ExpertCacheOptions o;
+  o.ram_bytes = 4 * rb * 3;
+  o.autopin = false;
+  o.prefetch = true;
+  DiskExpertStore s(m->expert_files(), o);
+  // A read-ahead of the corrupt expert (and a good one) fails quietly ...
+  s.prefetch(2, std::vector<int32_t>{3, 5});
+  // ... the good one is served by its read-ahead ...
+  expect_acquire(s, 2, {5}, 1, 0, 0, "expert 5 read ahead");
+  EXPECT_EQ(s.stats().prefetch_hits, 1u);
+  // ... and the corrupt one is refused when asked for, naming what is damaged.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    const std::string msg = error_of([&] {
+      std::vector<const MlpWeights*> out;
+      s.acquire(2, std::vector<int32_t>{3}, out);
+    });
+    EXPECT_NE(msg.find(record(*m, 2).file), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expert 3 of layer 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+  }
+  EXPECT_EQ(s.stats().prefetched, 2u) << "both read-aheads ran (acquire waited for them)";
+  EXPECT_EQ(s.stats().prefetch_hits, 1u);
+  // The store still works: other experts load, and a read-ahead of the corrupt
+  // expert that is never asked for costs nothing but its read.
+  expect_acquire(s, 2, {0, 1}, 0, 2, rb, "after the error");
+  s.prefetch(2, std::vector<int32_t>{3});
+  expect_acquire(s, 2, {0, 1}, 2, 0, 0, "still resident");
+}
+
+// A stale read-ahead error must not outlive its expert: a slot whose
+// read-ahead failed, reused for a good expert, serves it as a hit.
+TEST_F(ExpertStoreTest, FailedReadAheadDoesNotTaintItsSlot) {
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  const uint64_t rb = expert_bytes(*m);
+  corrupt_expert(*m, dir, 2, 3);
+  ExpertCacheOptions o;
+  o.ram_bytes = 1 * rb * 3;  // one slot per layer: the read-ahead's slot is the only one
+  o.autopin = false;
+  o.prefetch = true;
+  DiskExpertStore s(m->expert_files(), o);
+  s.prefetch(2, std::vector<int32_t>{3});
+  expect_acquire(s, 2, {6}, 0, 1, 0, "6 evicts the failed read-ahead");  // waits for it: its bytes count too
+  expect_acquire(s, 2, {6}, 1, 0, rb, "6 is resident");
+}
+
+// A corrupt expert in a container opened without pins: nothing is read at
+// start; positions that do not route to it run (with the right logits), and
+// the first one that does is refused with the file, layer and expert named.
+TEST_F(ExpertStoreTest, CorruptExpertIsRefusedWhenFirstRouted) {
+  const auto ids = fixture_ids();
+  auto clean = open(container_);
+  // Where each (layer, expert) is first routed, from a clean run.
+  struct Recorder final : ExpertStore {
+    explicit Recorder(ExpertStore& in) : inner(in) {}
+    void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override {
+      for (int32_t e : experts) log.emplace_back(layer, e);
+      inner.acquire(layer, experts, out);
+    }
+    void release(int64_t layer) override { inner.release(layer); }
+    int64_t max_batch(int64_t layer) const override { return inner.max_batch(layer); }
+    ExpertStore& inner;
+    std::vector<std::pair<int64_t, int32_t>> log;
+  };
+  ExpertCacheOptions all;
+  all.ram_bytes = 1ull << 30;
+  all.pin_all = true;
+  all.prefetch = false;
+  DiskExpertStore resident(clean->expert_files(), all);
+  Recorder rec(resident);
+  std::vector<size_t> log_at;  // log size after each position
+  std::vector<float> want;
+  {
+    ThreadPool pool(1);
+    ModelRunner r(*clean, rec, pool);
+    Session sess(clean->config, static_cast<int64_t>(ids.size()), false);
+    const int64_t V = clean->config.vocab_size;
+    want.resize(ids.size() * static_cast<size_t>(V));
+    for (size_t p = 0; p < ids.size(); ++p) {
+      Row row{&sess, static_cast<int32_t>(p), ids[p], true};
+      r.forward({&row, 1}, {}, want.data() + p * static_cast<size_t>(V), nullptr);
+      log_at.push_back(rec.log.size());
+    }
+  }
+  // The expert first routed latest.
+  std::map<std::pair<int64_t, int32_t>, size_t> first;
+  for (size_t p = 0, i = 0; p < log_at.size(); ++p)
+    for (; i < log_at[p]; ++i) first.emplace(rec.log[i], p);
+  std::pair<int64_t, int32_t> target{};
+  size_t target_pos = 0;
+  for (const auto& [key, p] : first)
+    if (p > target_pos) target = key, target_pos = p;
+  ASSERT_GT(target_pos, 0u) << "every expert is routed at position 0";
+  std::printf("  corrupting expert %d of layer %lld, first routed at position %zu\n", target.second,
+              (long long)target.first, target_pos);
+
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  corrupt_expert(*m, dir, target.first, target.second);
+  for (bool prefetch : {false, true}) {
+    SCOPED_TRACE(prefetch ? "read-ahead on" : "read-ahead off");
+    ExpertCacheOptions o;
+    o.ram_bytes = 1ull << 30;  // room for everything: only the first use reads an expert
+    o.autopin = false;
+    o.prefetch = prefetch;
+    DiskExpertStore s(m->expert_files(), o);
+    EXPECT_EQ(s.stats().bytes_read, 0u);
+    ThreadPool pool(1);
+    ModelRunner r(*m, s, pool);
+    Session sess(m->config, static_cast<int64_t>(ids.size()), false);
+    const int64_t V = m->config.vocab_size;
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (size_t p = 0; p < target_pos; ++p) {
+      Row row{&sess, static_cast<int32_t>(p), ids[p], true};
+      ASSERT_NO_THROW(r.forward({&row, 1}, {}, logits.data(), nullptr)) << "position " << p;
+      EXPECT_TRUE(std::equal(logits.begin(), logits.end(), want.begin() + static_cast<int64_t>(p) * V)) << p;
+    }
+    EXPECT_GT(s.stats().bytes_read, 0u);
+    Row row{&sess, static_cast<int32_t>(target_pos), ids[target_pos], true};
+    const std::string msg = error_of([&] { r.forward({&row, 1}, {}, logits.data(), nullptr); });
+    EXPECT_NE(msg.find(record(*m, target.first).file), std::string::npos) << msg;
+    EXPECT_NE(msg.find(fmt::format("expert {} of layer {}", target.second, target.first)), std::string::npos) << msg;
+    EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace strata
