@@ -58,19 +58,14 @@ ThreadPool::~ThreadPool() {
 // bumps generation_ then reads sleepers_; a sleeper bumps sleepers_ then
 // reads generation_ (under mu_). One of them sees the other, so no wake-up
 // is lost, and a job finds hot workers without taking the mutex.
-void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn) {
-  // One captured reference fits std::function's local buffer: no allocation.
-  parallel_parts(n, [&fn](int, int64_t b, int64_t e) { fn(b, e); });
-}
-
-void ThreadPool::parallel_parts(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn) {
+void ThreadPool::run(int64_t n, Job job) {
   if (n <= 0) return;
   const int parts = size();
   if (parts == 1 || n == 1) {
-    fn(0, 0, n);
+    job.call(job.fn, 0, 0, n);
     return;
   }
-  job_ = &fn;
+  job_ = job;
   job_n_ = n;
   pending_.store(parts - 1, std::memory_order_relaxed);
   generation_.fetch_add(1, std::memory_order_seq_cst);
@@ -80,14 +75,14 @@ void ThreadPool::parallel_parts(int64_t n, const std::function<void(int, int64_t
   }
   int64_t b, e;
   chunk(n, parts, 0, &b, &e);
-  if (b < e) fn(0, b, e);
+  if (b < e) job.call(job.fn, 0, b, e);
   if (!spin_until(spin_us_, [&] { return pending_.load(std::memory_order_acquire) == 0; })) {
     std::unique_lock<std::mutex> lk(mu_);
     caller_sleeping_.store(true, std::memory_order_seq_cst);
     cv_done_.wait(lk, [&] { return pending_.load(std::memory_order_seq_cst) == 0; });
     caller_sleeping_.store(false, std::memory_order_relaxed);
   }
-  job_ = nullptr;
+  job_ = Job{nullptr, nullptr};
 }
 
 bool ThreadPool::wait_for_job(uint64_t* seen) {
@@ -110,7 +105,7 @@ void ThreadPool::worker_loop(int id) {
   while (wait_for_job(&seen)) {
     int64_t b, e;
     chunk(job_n_, size(), id, &b, &e);
-    if (b < e) (*job_)(id, b, e);
+    if (b < e) job_.call(job_.fn, id, b, e);
     if (pending_.fetch_sub(1, std::memory_order_seq_cst) == 1 && caller_sleeping_.load(std::memory_order_seq_cst)) {
       { std::lock_guard<std::mutex> lk(mu_); }
       cv_done_.notify_one();

@@ -10,7 +10,6 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
-#include <functional>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -30,13 +29,26 @@ class ThreadPool {
 
   int size() const { return static_cast<int>(workers_.size()) + 1; }
   // Calls fn(begin, end) over [0, n) split into at most size() chunks, the
-  // caller taking one; returns when all are done. Not reentrant.
-  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn);
+  // caller taking one; returns when all are done. Not reentrant. `fn` is
+  // called by reference (never copied), so a call allocates nothing.
+  template <typename F>
+  void parallel_for(int64_t n, const F& fn) {
+    run(n, Job{&fn, [](const void* f, int, int64_t b, int64_t e) { (*static_cast<const F*>(f))(b, e); }});
+  }
   // The same, also passing the chunk's part number (< size(); no two chunks
   // of one call share it): the index of per-part scratch in a workspace.
-  void parallel_parts(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn);
+  template <typename F>
+  void parallel_parts(int64_t n, const F& fn) {
+    run(n, Job{&fn, [](const void* f, int p, int64_t b, int64_t e) { (*static_cast<const F*>(f))(p, b, e); }});
+  }
 
  private:
+  // A callable by reference: what run() hands to the workers.
+  struct Job {
+    const void* fn;
+    void (*call)(const void* fn, int part, int64_t b, int64_t e);
+  };
+  void run(int64_t n, Job job);
   void worker_loop(int id);
   bool wait_for_job(uint64_t* seen);  // false: stop
 
@@ -44,7 +56,7 @@ class ThreadPool {
   const int spin_us_;
   // The job: written by the caller before generation_ is bumped, read by
   // workers after they see the new generation.
-  const std::function<void(int, int64_t, int64_t)>* job_ = nullptr;
+  Job job_{nullptr, nullptr};
   int64_t job_n_ = 0;
   alignas(64) std::atomic<uint64_t> generation_{0};
   alignas(64) std::atomic<int> pending_{0};  // workers still running the job

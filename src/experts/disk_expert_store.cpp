@@ -32,6 +32,10 @@ std::string gb(uint64_t b) {
 
 }  // namespace
 
+std::unique_ptr<ExpertStore> open_disk_expert_store(const ExpertFiles& files, const ExpertCacheOptions& o) {
+  return std::make_unique<DiskExpertStore>(files, o);
+}
+
 uint64_t available_memory_bytes() {
   std::ifstream f("/proc/meminfo");
   std::string key;

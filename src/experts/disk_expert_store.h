@@ -14,26 +14,12 @@
 #include <vector>
 
 #include "experts/expert_store.h"
+#include "experts/store_options.h"
 #include "format/container.h"
 
 namespace strata {
 
-struct ExpertCacheOptions {
-  uint64_t ram_bytes = 0;  // budget for cached + pinned experts; 0 = from available memory
-  bool pin_all = false;    // pin every expert that fits the budget
-  uint64_t pin_bytes = 0;  // pin this much (clamped to the budget)
-  bool autopin = true;     // without explicit pins, pin the hottest experts of earlier runs
-  bool direct_io = true;
-  bool prefetch = true;    // read predicted next-layer experts on an I/O thread
-};
 
-// Where a container's routed experts are: its directory and manifest, for
-// weight layers [0, n_layers) (an MTP layer that was not loaded is left out).
-struct ExpertFiles {
-  std::string dir;
-  std::shared_ptr<const Manifest> manifest;
-  int64_t n_layers = 0;
-};
 
 
 class DiskExpertStore final : public ExpertStore {

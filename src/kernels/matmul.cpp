@@ -1,7 +1,6 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
-#include <functional>
 #include <vector>
 
 #include "core/numeric.h"
@@ -41,24 +40,19 @@ void expand_row(const Weight& W, int64_t r, float* out) {
 
 template <typename Body>
 void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
-  if (!parallel) {
+  if (parallel)
+    pool->parallel_for(n, body);
+  else
     body(0, n);
-    return;
-  }
-  // One captured reference fits std::function's local buffer: no allocation per matmul.
-  const std::function<void(int64_t, int64_t)> fn = [&body](int64_t b, int64_t e) { body(b, e); };
-  pool->parallel_for(n, fn);
 }
 
 // The same, passing the part number (the index of per-part scratch).
 template <typename Body>
 void run_parts(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
-  if (!parallel) {
+  if (parallel)
+    pool->parallel_parts(n, body);
+  else
     body(0, 0, n);
-    return;
-  }
-  const std::function<void(int, int64_t, int64_t)> fn = [&body](int p, int64_t b, int64_t e) { body(p, b, e); };
-  pool->parallel_parts(n, fn);
 }
 
 }  // namespace

@@ -8,7 +8,7 @@
 
 #include "core/config.h"
 #include "core/weight.h"
-#include "experts/disk_expert_store.h"
+#include "experts/store_options.h"
 
 namespace strata {
 

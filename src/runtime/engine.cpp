@@ -36,7 +36,7 @@ void Engine::open() {
   const int threads = o.threads > 0 ? o.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   pool_ = std::make_unique<ThreadPool>(threads);
   if (model_->experts_on_disk) {
-    store_ = std::make_unique<DiskExpertStore>(model_->expert_files(), o.experts);
+    store_ = open_disk_expert_store(model_->expert_files(), o.experts);
     if (o.verbose) std::fprintf(stderr, "strata: %s\n", store_->describe().c_str());
   } else {
     store_ = std::make_unique<ResidentExpertStore>(model_->weights.experts);

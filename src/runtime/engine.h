@@ -11,7 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "experts/counting_expert_store.h"
-#include "experts/disk_expert_store.h"
+#include "experts/store_options.h"
 #include "kernels/matmul.h"
 #include "model/forward.h"
 #include "model/model.h"
