@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <cstdio>
+#include <latch>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "experts/expert_store.h"
@@ -428,16 +431,26 @@ TEST(Server, ConcurrentGreedyEqualsSequential) {
     for (int k = 0; k < 3 + (i * 5) % 17; ++k) ids.push_back((i * 37 + k * 11) % 250);
     bodies.push_back(Json{{"prompt", ids}, {"max_tokens", 8 + i % 5}, {"temperature", 0}, {"logprobs", 0}}.dump());
   }
+  // /v1/stats counters (steps, generated tokens), read between the phases:
+  // the concurrent phase is judged on its own deltas.
+  auto counters = [&] {
+    const Json st = get(s, "/v1/stats").json();
+    return std::pair<double, double>{st["steps"].get<double>(), st["generated_tokens"].get<double>()};
+  };
   std::vector<std::string> alone(kClients), together(kClients);
+  const auto before_alone = counters();
   for (int i = 0; i < kClients; ++i) {
     const Reply r = post(s, "/v1/completions", bodies[i]);
     ASSERT_EQ(r.status, 200) << r.body;
     const Json j = r.json();
     alone[i] = j["choices"][0].dump() + j["usage"].dump();
   }
+  const auto after_alone = counters();
   std::vector<std::thread> ts;
+  std::latch start(kClients);  // every client posts at once
   for (int i = 0; i < kClients; ++i)
     ts.emplace_back([&, i] {
+      start.arrive_and_wait();
       const Reply r = post(s, "/v1/completions", bodies[i]);
       if (r.status != 200) {
         together[i] = r.body;
@@ -448,8 +461,25 @@ TEST(Server, ConcurrentGreedyEqualsSequential) {
     });
   for (auto& t : ts) t.join();
   for (int i = 0; i < kClients; ++i) EXPECT_EQ(together[i], alone[i]) << "client " << i;
-  const Json st = get(s, "/v1/stats").json();
-  EXPECT_GT(st["rows"].get<double>() / st["steps"].get<double>(), 1.5) << "rows were not batched";
+  const auto after_together = counters();
+  // Sequences per step: a step samples at most one token per sequence, so
+  // generated tokens / steps is a lower bound on the sequences it decoded
+  // together. One request at a time can never exceed 1 (prefill steps sample
+  // nothing); a scheduler that never batches stays at or below 1 in the
+  // concurrent phase too. (rows / steps cannot tell: prefill chunks of 7 rows
+  // alone give ~1.8.)
+  const double alone_steps = after_alone.first - before_alone.first;
+  const double alone_tokens = after_alone.second - before_alone.second;
+  const double steps = after_together.first - after_alone.first;
+  const double tokens = after_together.second - after_alone.second;
+  ASSERT_GT(alone_steps, 0);
+  ASSERT_GT(steps, 0);
+  EXPECT_EQ(tokens, alone_tokens);  // the same answers
+  EXPECT_LE(alone_tokens / alone_steps, 1.0);
+  EXPECT_GT(tokens / steps, 1.5) << "sequences were not decoded together: " << tokens << " tokens in " << steps
+                                 << " steps";
+  std::printf("[ batching ] alone %.0f tokens in %.0f steps; together %.0f tokens in %.0f steps\n", alone_tokens,
+              alone_steps, tokens, steps);
 }
 
 // A conversation's next turn reuses the session's KV and answers exactly as a
