@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <latch>
 #include <memory>
@@ -22,6 +24,7 @@
 #include "server/http_server.h"
 #include "server/kv_store.h"
 #include "test_util.h"
+#include "tiny_server.h"
 #include "text/tokenizer.h"
 #include "util/json.h"
 
@@ -327,16 +330,101 @@ TEST(Server, ChatAndCompletions) {
   ASSERT_EQ(s1.status, 200);
   EXPECT_EQ(s1.json()["choices"][0]["text"], s2.json()["choices"][0]["text"]);
 
-  // A stop string cuts the text before it.
-  const Reply full = post(s, "/v1/completions", R"({"prompt":"xyz","max_tokens":6,"temperature":0,"ignore_eos":true})");
+  // A stop string cuts the text before it, with finish_reason "stop". The
+  // greedy text is mostly U+FFFD (lone byte tokens >= 0x80), so the stop
+  // strings are whole code points of it: the first one past the start that
+  // does not occur earlier, alone and followed by the next one (a stop string
+  // spanning two tokens).
+  const std::string plain = R"({"prompt":"xyz","max_tokens":6,"temperature":0,"ignore_eos":true})";
+  const Reply full = post(s, "/v1/completions", plain);
+  ASSERT_EQ(full.status, 200) << full.body;
   const std::string ft = full.json()["choices"][0]["text"];
-  if (ft.size() >= 3 && static_cast<unsigned char>(ft[2]) < 0x80) {
-    Json req = Json::parse(R"({"prompt":"xyz","max_tokens":6,"temperature":0,"ignore_eos":true})");
-    req["stop"] = Json::array({ft.substr(2, 1)});
-    const Json st = post(s, "/v1/completions", req.dump()).json();
-    EXPECT_EQ(st["choices"][0]["finish_reason"], "stop");
-    EXPECT_EQ(st["choices"][0]["text"].get<std::string>(), ft.substr(0, ft.find(ft[2])));
+  std::vector<size_t> cp;  // code point starts, then the end
+  for (size_t i = 0; i < ft.size(); ++i)
+    if ((static_cast<unsigned char>(ft[i]) & 0xC0) != 0x80) cp.push_back(i);
+  cp.push_back(ft.size());
+  size_t k = 1;
+  while (k + 1 < cp.size() && ft.find(ft.substr(cp[k], cp[k + 1] - cp[k])) != cp[k]) ++k;
+  ASSERT_LT(k + 1, cp.size()) << "no code point past the first that is new: " << ft;
+  std::vector<std::string> stops = {ft.substr(cp[k], cp[k + 1] - cp[k])};
+  if (k + 2 < cp.size()) stops.push_back(ft.substr(cp[k], cp[k + 2] - cp[k]));
+  for (const std::string& stop : stops) {
+    for (const bool stream : {false, true}) {
+      Json req = Json::parse(plain);
+      req["stop"] = Json::array({stop});
+      req["stream"] = stream;
+      const Reply r = post(s, "/v1/completions", req.dump());
+      ASSERT_EQ(r.status, 200) << r.body;
+      std::string text, finish;
+      if (stream) {
+        const auto ev = sse_events(r.body);
+        ASSERT_FALSE(ev.empty());
+        EXPECT_EQ(ev.back(), "[DONE]");
+        for (size_t i = 0; i + 1 < ev.size(); ++i) {
+          const Json c = Json::parse(ev[i]);
+          if (c["choices"].empty()) continue;
+          text += c["choices"][0]["text"].get<std::string>();
+          if (!c["choices"][0]["finish_reason"].is_null()) finish = c["choices"][0]["finish_reason"];
+        }
+      } else {
+        const Json j = r.json();
+        text = j["choices"][0]["text"];
+        finish = j["choices"][0]["finish_reason"];
+      }
+      EXPECT_EQ(finish, "stop") << "stop " << Json(stop).dump() << " stream " << stream;
+      EXPECT_EQ(text, ft.substr(0, cp[k])) << "stop " << Json(stop).dump() << " in " << Json(ft).dump();
+    }
   }
+}
+
+// Different seeds give different answers, and sampling is not greedy, on the
+// bundled trained model (its text tokens: the fixture's lone bytes >= 0x80
+// all read as U+FFFD, so its answers cannot be told apart by their bytes).
+// Chat logprobs give each token's bytes and its log-probability under the
+// model at temperature 1. Sampling at temperature >= 1 (top_p 1) reproduces
+// a given answer X with probability at most exp(sum of X's logprobs): one
+// factor per token (a higher temperature only lowers the top token's
+// probability, and the greedy answer takes the top token each time; ending
+// on a stop id is one more factor <= 1). Two answers with the same byte lists
+// are the same tokens when none of them reads as U+FFFD (a token's bytes are
+// unique in the vocabulary). The test checks both before it expects two
+// answers to differ, so a failure by chance has probability under 1e-6.
+TEST(Server, SeedsDifferAndSamplingIsNotGreedy) {
+  test_util::TinyServer s;
+  struct Answer {
+    std::vector<Json> bytes;
+    double logprob = 0;
+    std::string text;
+  };
+  auto ask = [&](double temperature, uint64_t seed) {
+    Json req = Json::parse(R"({"messages":[{"role":"user","content":"Describe a river."}],"max_tokens":24,
+                               "top_p":1,"logprobs":true,"chat_template_kwargs":{"enable_thinking":false}})");
+    req["temperature"] = temperature;
+    req["seed"] = seed;
+    const auto [status, body] = s.post("/v1/chat/completions", req.dump());
+    EXPECT_EQ(status, 200) << body;
+    Answer a;
+    const Json j = Json::parse(body);
+    for (const Json& lp : j["choices"][0]["logprobs"]["content"]) {
+      a.bytes.push_back(lp["bytes"]);
+      a.logprob += lp["logprob"].get<double>();
+      a.text += lp["token"].get<std::string>();
+    }
+    return a;
+  };
+  const Json fffd = Json::array({0xEF, 0xBF, 0xBD});
+  auto identifiable = [&](const Answer& a) { return std::find(a.bytes.begin(), a.bytes.end(), fffd) == a.bytes.end(); };
+  const Answer x = ask(1.0, 42), x2 = ask(1.0, 42), y = ask(1.0, 43), greedy = ask(0.0, 42);
+  EXPECT_EQ(x.bytes, x2.bytes);  // the same seed, the same answer
+  EXPECT_EQ(ask(0.0, 7).bytes, greedy.bytes);  // greedy ignores the seed
+  ASSERT_TRUE(identifiable(x)) << x.text;
+  ASSERT_TRUE(identifiable(greedy)) << greedy.text;
+  ASSERT_LT(std::exp(x.logprob), 1e-6) << "seed 43 could repeat seed 42's answer by chance: " << x.text;
+  EXPECT_NE(x.bytes, y.bytes) << "seeds 42 and 43 gave the same answer: " << x.text;
+  ASSERT_LT(std::exp(greedy.logprob), 1e-6) << "sampling could give the greedy answer by chance: " << greedy.text;
+  EXPECT_NE(x.bytes, greedy.bytes) << "temperature 1 gave the greedy answer: " << x.text;
+  std::printf("[ seeds ] P(seed 43 == seed 42) <= %.3g, P(sampled == greedy) <= %.3g\n", std::exp(x.logprob),
+              std::exp(greedy.logprob));
 }
 
 TEST(Server, LimitsKeyQueueTimeout) {
