@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -429,6 +430,71 @@ TEST(JsonConstraint, RandomGenerationOverModelVocab) {
     }
   }
   EXPECT_EQ(finished, 24);
+}
+
+// json_object mode to the end, over the bundled model's vocabulary: every
+// token of an object is allowed in turn, stop ids only once it is complete,
+// and once the top-level '}' is in, the answer is done: the mask leaves the
+// stop ids alone (none at all without them) and no token advances it.
+TEST(JsonConstraint, JsonObjectCompletesThenOnlyStopIds) {
+  const Tokenizer tok = Tokenizer::load(kTinyTokenizer);
+  auto v = JsonVocab::build(tok, 4096);
+  std::vector<int32_t> stops;
+  for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
+    if (auto id = tok.token_id(s)) stops.push_back(*id);
+  ASSERT_EQ(stops.size(), 3u);
+  const std::string text = "{\"name\": \"caf\xc3\xa9\", \"tags\": [1, 2.5, {\"ok\": true}], \"none\": null}";
+  ASSERT_TRUE(Json::accept(text));
+  const std::vector<int32_t> ids = tok.encode(text);
+  ASSERT_GT(ids.size(), 5u);
+  JsonConstraint c(JsonGrammar::any_object(), v);
+  std::vector<uint8_t> allowed;
+  std::string fed;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_FALSE(c.done()) << fed;
+    EXPECT_FALSE(c.accepting()) << fed;  // an object is complete only at its '}'
+    const size_t n = c.allowed(allowed, stops);
+    ASSERT_TRUE(allowed[static_cast<size_t>(ids[i])]) << "token " << i << " after " << fed;
+    for (int32_t s : stops) EXPECT_FALSE(allowed[static_cast<size_t>(s)]) << fed;
+    EXPECT_GE(n, 1u) << fed;
+    ASSERT_TRUE(c.advance(ids[i])) << fed;
+    fed += v->bytes(ids[i]);
+  }
+  ASSERT_EQ(fed, text);
+  EXPECT_TRUE(c.accepting());
+  EXPECT_TRUE(c.done());
+  // Only the stop ids remain.
+  EXPECT_EQ(c.allowed(allowed, stops), stops.size());
+  for (int32_t i = 0; i < 4096; ++i) {
+    const bool stop = std::find(stops.begin(), stops.end(), i) != stops.end();
+    EXPECT_EQ(allowed[static_cast<size_t>(i)], stop ? 1 : 0) << i;
+  }
+  std::vector<float> logits(4096, 1.f);
+  EXPECT_EQ(c.mask(logits, stops), stops.size());
+  for (int32_t i = 0; i < 4096; ++i) {
+    const bool stop = std::find(stops.begin(), stops.end(), i) != stops.end();
+    EXPECT_EQ(std::isfinite(logits[static_cast<size_t>(i)]), stop) << i;
+  }
+  std::fill(logits.begin(), logits.end(), 1.f);
+  EXPECT_EQ(c.mask(logits, {}), 0u);
+  for (float x : logits) EXPECT_EQ(x, -INFINITY);
+  // Nothing may follow: not whitespace, not a second object, not a comma.
+  for (const char* after : {" ", "\n", "}", "{", ","}) {
+    const std::vector<int32_t> t = tok.encode(after);
+    ASSERT_EQ(t.size(), 1u) << after;
+    EXPECT_FALSE(c.advance(t[0])) << after;
+  }
+  EXPECT_TRUE(c.done());
+  // The smallest object: "{" then "}".
+  JsonConstraint e(JsonGrammar::any_object(), v);
+  for (const char* piece : {"{", "}"}) {
+    const std::vector<int32_t> t = tok.encode(piece);
+    ASSERT_EQ(t.size(), 1u) << piece;
+    EXPECT_FALSE(e.done());
+    ASSERT_TRUE(e.advance(t[0])) << piece;
+  }
+  EXPECT_TRUE(e.done());
+  EXPECT_EQ(e.allowed(allowed, stops), stops.size());
 }
 
 // A synthetic 150k vocabulary shaped like a BPE one: words with and without a
