@@ -212,14 +212,17 @@ TEST(ServerTools, RoundTripWithToolResult) {
                                                 {"type", "function"},
                                                 {"function", {{"name", c.name}, {"arguments", c.arguments}}}}})}},
          Json{{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", R"({"temperature": 21, "sky": "clear"})"}}});
-    Json b = {{"messages", msgs}, {"tools", Json::parse(kTools)}, {"max_tokens", 40}, {"temperature", 0.0}};
+    // tool_choice defaults to auto. Greedy, this model answers (it thinks,
+    // then ends its turn after ~110 tokens): a normal answer that ends with
+    // an end-of-turn id, not another call and not cut by max_tokens.
+    Json b = {{"messages", msgs}, {"tools", Json::parse(kTools)}, {"max_tokens", 400}, {"temperature", 0.0}};
     if (stream) b["stream"] = true;
     const auto [s2, b2] = s.post("/v1/chat/completions", b.dump());
     ASSERT_EQ(s2, 200) << b2;
     const Call r = call_of(b2, stream);
-    // tool_choice defaults to auto: the model may call again, else it answers.
-    EXPECT_TRUE(r.finish == "stop" || r.finish == "length" || r.finish == "tool_calls") << b2;
-    if (r.finish == "tool_calls") expect_valid_call(r.name, r.arguments);
+    EXPECT_EQ(r.finish, "stop") << b2;
+    EXPECT_EQ(r.name, "") << b2;
+    EXPECT_TRUE(r.reasoning || !r.content.empty()) << b2;
     std::printf("[ round trip ] %s: %s\n", r.finish.c_str(), r.content.substr(0, 120).c_str());
   }
 }
