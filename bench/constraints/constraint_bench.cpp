@@ -134,7 +134,9 @@ void register_all() {
   for (const char* vn : {"tiny", "fake150k"})
     for (const auto& [what, prefix] : json_states)
       benchmark::RegisterBenchmark(("JsonMask/" + std::string(vn) + "/" + what).c_str(),
-                                   [vn = std::string(vn), prefix = prefix](benchmark::State& s) { json_mask(s, vn, prefix); })
+                                   [vn = std::string(vn), prefix = prefix](benchmark::State& s) {
+                                     json_mask(s, vn, prefix);
+                                   })
           ->Unit(benchmark::kMicrosecond);
   const std::vector<std::pair<std::string, std::string>> tool_states = {
       {"start", ""},
@@ -146,7 +148,9 @@ void register_all() {
   for (const char* vn : {"tiny", "toolfake150k"})
     for (const auto& [what, prefix] : tool_states)
       benchmark::RegisterBenchmark(("ToolMask/" + std::string(vn) + "/" + what).c_str(),
-                                   [vn = std::string(vn), prefix = prefix](benchmark::State& s) { tool_mask(s, vn, prefix); })
+                                   [vn = std::string(vn), prefix = prefix](benchmark::State& s) {
+                                     tool_mask(s, vn, prefix);
+                                   })
           ->Unit(benchmark::kMicrosecond);
   benchmark::RegisterBenchmark("ParseJson/many_keys", parse_many_keys)
       ->Arg(20000)

@@ -441,7 +441,8 @@ TEST(Server, SeedsDifferAndSamplingIsNotGreedy) {
 TEST(Server, JsonObjectAnswersComplete) {
   TestServer s;
   auto body = [](int i, bool stream) {
-    Json b = Json::parse(R"({"max_tokens":128,"temperature":0,"ignore_eos":true,"response_format":{"type":"json_object"}})");
+    Json b = Json::parse(
+        R"({"max_tokens":128,"temperature":0,"ignore_eos":true,"response_format":{"type":"json_object"}})");
     b["prompt"] = "p" + std::to_string(i);
     b["stream"] = stream;
     return b.dump();
