@@ -323,10 +323,14 @@ void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> toke
     const uint64_t count = tokens.size();
     std::memcpy(h + kCountAt, &count, 8);
     pwrite_all(fd.get(), h, kHeader, 0, tmp);
+    saved_step("write", tmp);
     write_records(fd.get(), s, tokens, 0, tmp);
     sync_or_fail(fd.get(), tmp);
+    saved_step("sync", tmp);
     if (::rename(tmp.c_str(), c.path.c_str()) != 0) fail("{}: rename failed: {}", c.path, std::strerror(errno));
+    saved_step("rename", c.path);
     sync_dir(dir_);
+    saved_step("sync dir", dir_);
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
@@ -345,6 +349,7 @@ void KvStore::write_records(int fd, const Session& s, std::span<const int32_t> t
     for (size_t i = 0; i < k; ++i)
       pack(s, static_cast<int64_t>(done + i), tokens[done + i], buf_.data() + i * record_bytes_);
     pwrite_all(fd, buf_.data(), buf_.size(), kHeader + done * record_bytes_, path);
+    saved_step("write", path);
     done += k;
   }
 }
@@ -358,15 +363,20 @@ void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens)
     // first, so a crash while they are overwritten cannot mix two histories.
     const uint64_t count = from;
     pwrite_all(fd.get(), &count, 8, kCountAt, c.path);
+    saved_step("write", c.path);
     sync_or_fail(fd.get(), c.path);
+    saved_step("sync", c.path);
     c.disk_count = from;
   }
   write_records(fd.get(), s, tokens, from, c.path);
   // The records are durable before the count that makes them visible.
   sync_or_fail(fd.get(), c.path);
+  saved_step("sync", c.path);
   const uint64_t count = tokens.size();
   pwrite_all(fd.get(), &count, 8, kCountAt, c.path);
+  saved_step("write", c.path);
   sync_or_fail(fd.get(), c.path);
+  saved_step("sync", c.path);
   bytes_written_ += (tokens.size() - from) * record_bytes_ + 8;
   c.tokens.assign(tokens.begin(), tokens.end());
   c.disk_count = tokens.size();

@@ -16,8 +16,10 @@
 // usable prefix there (the file is then reported and kept, not trusted).
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/matmul.h"
@@ -61,6 +63,14 @@ class KvStore {
   // appended; otherwise a new conversation file is written. Returns the id.
   int64_t save(int64_t origin, const Session& s, std::span<const int32_t> tokens);
 
+  // Test hook (tests/unit/kv_store_test.cpp, crashes during a save): when
+  // set, called after each step of a save that changes the disk: "write" (a
+  // header, a count or a run of records written to `path`), "sync"
+  // (fdatasync of `path`), "rename" (the new file is now `path`), "sync dir".
+  // A test copies the directory there, as a crash at that point leaves it.
+  // Never set by the server.
+  std::function<void(std::string_view step, const std::string& path)> on_save_step;
+
   size_t conversations() const { return convs_.size(); }
   size_t record_bytes() const { return record_bytes_; }
   uint64_t bytes_written() const { return bytes_written_; }
@@ -82,6 +92,9 @@ class KvStore {
   void append(Conv& c, const Session& s, std::span<const int32_t> tokens);
   void evict();
   void write_records(int fd, const Session& s, std::span<const int32_t> tokens, size_t from, const std::string& path);
+  void saved_step(const char* step, const std::string& path) const {
+    if (on_save_step) on_save_step(step, path);
+  }
   int lock_fd_ = -1;  // flock on DIR/.lock: one server per directory
 
   std::string dir_;

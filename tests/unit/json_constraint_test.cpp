@@ -2,12 +2,13 @@
 // refused prefixes, every supported schema keyword, errors for unsupported
 // ones, token masks (trie walk == feeding each token on its own), random
 // constrained generation over the bundled model's vocabulary (always JSON that
-// parses and validates), and the mask cost for 4096 and 150k vocabularies.
+// parses and validates), json_object answers to the end. What a mask costs is
+// measured by bench/constraints (build/strata_constraint_bench).
 #include "text/json_constraint.h"
 
 #include <gtest/gtest.h>
 
-#include <chrono>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -17,6 +18,7 @@
 
 #include <fmt/format.h>
 
+#include "constraint_fixtures.h"
 #include "text/tokenizer.h"
 #include "core/error.h"
 #include "core/json.h"
@@ -431,42 +433,74 @@ TEST(JsonConstraint, RandomGenerationOverModelVocab) {
   EXPECT_EQ(finished, 24);
 }
 
-// A synthetic 150k vocabulary shaped like a BPE one: words with and without a
-// leading space, punctuation runs, digits, JSON-ish pieces, raw UTF-8 bytes.
-std::vector<std::string> fake_vocab(size_t n) {
-  std::vector<std::string> out;
-  for (int b = 0; b < 256; ++b) out.push_back(std::string(1, static_cast<char>(b)));
-  std::mt19937_64 rng(3);
-  const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
-  const std::vector<std::string> punct = {"\"", "\":", "\",", "\":\"", "{\"", "}", "},", "[", "]", ",", ":",
-                                          "\",\"", " {", "\n", "  ", "\\n", ".", "-", "_", "'s", "()", "\");"};
-  std::set<std::string> seen(out.begin(), out.end());
-  while (out.size() < n) {
-    std::string t;
-    const uint64_t k = rng() % 10;
-    if (k < 6) {
-      if (rng() % 2) t += ' ';
-      if (rng() % 5 == 0) t += static_cast<char>('A' + rng() % 26);
-      const size_t len = 1 + rng() % 9;
-      for (size_t i = 0; i < len; ++i) t += letters[std::min<size_t>(rng() % 26, rng() % 26)];
-    } else if (k < 7) {
-      for (size_t i = 0, len = 1 + rng() % 3; i < len; ++i) t += std::to_string(rng() % 10);
-    } else if (k < 9) {
-      t = punct[rng() % punct.size()];
-      if (rng() % 2) t += letters.substr(rng() % 20, 1 + rng() % 5);
-    } else {
-      const char* u[] = {"\xc3\xa9", "\xe4\xb8\xad", "\xe6\x96\x87", "\xf0\x9f\x98\x80", "\xd0\xb8"};
-      for (size_t i = 0, len = 1 + rng() % 3; i < len; ++i) t += u[rng() % 5];
-      if (rng() % 3 == 0) t.pop_back();  // partial UTF-8
-    }
-    if (seen.insert(t).second) out.push_back(t);
+// json_object mode to the end, over the bundled model's vocabulary: every
+// token of an object is allowed in turn, stop ids only once it is complete,
+// and once the top-level '}' is in, the answer is done: the mask leaves the
+// stop ids alone (none at all without them) and no token advances it.
+TEST(JsonConstraint, JsonObjectCompletesThenOnlyStopIds) {
+  const Tokenizer tok = Tokenizer::load(kTinyTokenizer);
+  auto v = JsonVocab::build(tok, 4096);
+  std::vector<int32_t> stops;
+  for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
+    if (auto id = tok.token_id(s)) stops.push_back(*id);
+  ASSERT_EQ(stops.size(), 3u);
+  const std::string text = "{\"name\": \"caf\xc3\xa9\", \"tags\": [1, 2.5, {\"ok\": true}], \"none\": null}";
+  ASSERT_TRUE(Json::accept(text));
+  const std::vector<int32_t> ids = tok.encode(text);
+  ASSERT_GT(ids.size(), 5u);
+  JsonConstraint c(JsonGrammar::any_object(), v);
+  std::vector<uint8_t> allowed;
+  std::string fed;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_FALSE(c.done()) << fed;
+    EXPECT_FALSE(c.accepting()) << fed;  // an object is complete only at its '}'
+    const size_t n = c.allowed(allowed, stops);
+    ASSERT_TRUE(allowed[static_cast<size_t>(ids[i])]) << "token " << i << " after " << fed;
+    for (int32_t s : stops) EXPECT_FALSE(allowed[static_cast<size_t>(s)]) << fed;
+    EXPECT_GE(n, 1u) << fed;
+    ASSERT_TRUE(c.advance(ids[i])) << fed;
+    fed += v->bytes(ids[i]);
   }
-  return out;
+  ASSERT_EQ(fed, text);
+  EXPECT_TRUE(c.accepting());
+  EXPECT_TRUE(c.done());
+  // Only the stop ids remain.
+  EXPECT_EQ(c.allowed(allowed, stops), stops.size());
+  for (int32_t i = 0; i < 4096; ++i) {
+    const bool stop = std::find(stops.begin(), stops.end(), i) != stops.end();
+    EXPECT_EQ(allowed[static_cast<size_t>(i)], stop ? 1 : 0) << i;
+  }
+  std::vector<float> logits(4096, 1.f);
+  EXPECT_EQ(c.mask(logits, stops), stops.size());
+  for (int32_t i = 0; i < 4096; ++i) {
+    const bool stop = std::find(stops.begin(), stops.end(), i) != stops.end();
+    EXPECT_EQ(std::isfinite(logits[static_cast<size_t>(i)]), stop) << i;
+  }
+  std::fill(logits.begin(), logits.end(), 1.f);
+  EXPECT_EQ(c.mask(logits, {}), 0u);
+  for (float x : logits) EXPECT_EQ(x, -INFINITY);
+  // Nothing may follow: not whitespace, not a second object, not a comma.
+  for (const char* after : {" ", "\n", "}", "{", ","}) {
+    const std::vector<int32_t> t = tok.encode(after);
+    ASSERT_EQ(t.size(), 1u) << after;
+    EXPECT_FALSE(c.advance(t[0])) << after;
+  }
+  EXPECT_TRUE(c.done());
+  // The smallest object: "{" then "}".
+  JsonConstraint e(JsonGrammar::any_object(), v);
+  for (const char* piece : {"{", "}"}) {
+    const std::vector<int32_t> t = tok.encode(piece);
+    ASSERT_EQ(t.size(), 1u) << piece;
+    EXPECT_FALSE(e.done());
+    ASSERT_TRUE(e.advance(t[0])) << piece;
+  }
+  EXPECT_TRUE(e.done());
+  EXPECT_EQ(e.allowed(allowed, stops), stops.size());
 }
 
 // The string fast path (plain tokens by length, the rest walked) == brute force.
 TEST(JsonConstraint, MaskEqualsBruteForceLargeVocab) {
-  auto v = JsonVocab::from_bytes(fake_vocab(20000));
+  auto v = JsonVocab::from_bytes(test_util::json_fake_vocab(20000));
   EXPECT_GT(v->plain_tokens(), 10000u);
   auto g = schema(R"({"type":"object","properties":{"s":{"type":"string","maxLength":6},"t":{"type":"string"},
       "m":{"type":"object","additionalProperties":{"type":"string","minLength":1,"maxLength":3}}},
@@ -493,49 +527,6 @@ TEST(JsonConstraint, MaskEqualsBruteForceLargeVocab) {
     }
   }
   EXPECT_GE(checked, 40);
-}
-
-void time_masks(const char* name, std::shared_ptr<const JsonVocab> v) {
-  auto g = JsonGrammar::from_schema(nlohmann::ordered_json::parse(
-      R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"number"},
-          "xs":{"type":"array","items":{"type":"string","maxLength":8}}},"required":["name","n","xs"]})"));
-  const std::vector<std::pair<const char*, std::string>> states = {
-      {"start", ""},
-      {"in key", "{\"na"},
-      {"in string", "{\"name\":\"hello wo"},
-      {"in number", "{\"name\":\"x\",\"n\":12"},
-      {"in array", "{\"name\":\"x\",\"n\":1,\"xs\":[\"ab\","},
-  };
-  std::vector<float> logits(static_cast<size_t>(v->size()), 0.f);
-  std::printf("[ mask cost ] %s: %lld tokens, %zu trie nodes, %zu plain string tokens\n", name,
-              static_cast<long long>(v->size()), v->trie_nodes(), v->plain_tokens());
-  for (const auto& [what, prefix] : states) {
-    JsonConstraint c(g, v);
-    JsonState st(c.state());
-    ASSERT_TRUE(st.feed(prefix)) << prefix;
-    // Advance the constraint through single-byte tokens of the prefix.
-    for (char ch : prefix) {
-      int32_t id = -1;
-      for (int32_t i = 0; i < v->size() && id < 0; ++i)
-        if (v->bytes(i) == std::string_view(&ch, 1)) id = i;
-      ASSERT_GE(id, 0);
-      ASSERT_TRUE(c.advance(id));
-    }
-    const int reps = 20;
-    size_t allowed = 0;
-    const auto t0 = std::chrono::steady_clock::now();
-    for (int r = 0; r < reps; ++r) allowed = c.mask(logits, {});
-    const double us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / reps;
-    std::printf("[ mask cost ]   %-10s %8.1f us per token, %zu allowed\n", what, us, allowed);
-    EXPECT_GT(allowed, 0u);
-  }
-}
-
-TEST(JsonConstraint, MaskCost) {
-  const Tokenizer tok = Tokenizer::load(kTinyTokenizer);
-  time_masks("glm5-strata-tiny", JsonVocab::build(tok, 4096));
-  time_masks("fake 150k", JsonVocab::from_bytes(fake_vocab(150000)));
 }
 
 }  // namespace

@@ -6,7 +6,6 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <string>
 
 #include "test_util.h"
@@ -107,19 +106,18 @@ TEST(JsonTest, DepthErrorNamesTheField) {
               AllOf(HasSubstr("doc.json"), HasSubstr("\"t\" > \"shape\"")));
 }
 
-TEST(JsonTest, ManyKeysStayLinear) {
-  // 200,000 distinct keys in one object: duplicate detection must not be
-  // quadratic (that would be ~2e10 string comparisons).
+TEST(JsonTest, ManyKeys) {
+  // 200,000 distinct keys in one object parse, and a duplicate of one of
+  // them at the end is found. How long that takes (the duplicate check must
+  // not be quadratic: that version took two minutes here) is measured by
+  // build/strata_constraint_bench --benchmark_filter=ParseJson (docs/server.md).
   std::string doc = "{";
   for (int i = 0; i < 200000; ++i) doc += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
   doc += "}";
-  const auto t0 = std::chrono::steady_clock::now();
   const Json j = parse_json(doc, "doc.json");
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  EXPECT_EQ(j.size(), 200000u);
-  // Linear takes well under a second even under sanitizers; the quadratic
-  // version took two minutes. The bound is loose so a busy machine can't trip it.
-  EXPECT_LT(secs, 30.0);
+  ASSERT_EQ(j.size(), 200000u);
+  EXPECT_EQ(j["k0"], 0);
+  EXPECT_EQ(j["k199999"], 0);
   doc.back() = ',';
   doc += "\"k123456\":1}";
   EXPECT_THAT(parse_error(doc), HasSubstr("duplicate key \"k123456\""));

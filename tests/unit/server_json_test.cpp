@@ -166,6 +166,12 @@ TEST(ServerJson, JsonSchemaChatAndCompletions) {
   }
 }
 
+// json_object on the bundled model: every answer starts an object and is a
+// JSON-object prefix. This model never writes '}' (none of 600 sampled
+// answers, temperatures 0.7-2, closed an object), so its answers run to
+// max_tokens; answers that complete (finish "stop", a whole object, nothing
+// after it) are Server.JsonObjectAnswersComplete (on the random fixture) and
+// JsonConstraint.JsonObjectCompletesThenOnlyStopIds.
 TEST(ServerJson, JsonObjectMode) {
   TinyServer s;
   const Json rf = {{"type", "json_object"}};

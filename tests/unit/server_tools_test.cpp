@@ -8,7 +8,6 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 
-#include <chrono>
 #include <memory>
 #include <random>
 #include <set>
@@ -28,6 +27,7 @@
 #include "text/tool_constraint.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "constraint_fixtures.h"
 #include "tiny_server.h"
 
 namespace strata {
@@ -40,17 +40,7 @@ struct TinyServer : test_util::TinyServer {
 };
 
 
-const char* kTools = R"([
-  {"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-    "parameters": {"type": "object", "properties": {
-      "city": {"type": "string", "maxLength": 40},
-      "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
-      "days": {"type": "integer"},
-      "detail": {"type": "object", "properties": {"wind": {"type": "boolean"}}, "required": ["wind"]}},
-     "required": ["city", "days"]}}},
-  {"type": "function", "function": {"name": "get_time", "description": "Local time",
-    "parameters": {"type": "object", "properties": {"zone": {"type": "string"}}, "required": ["zone"]}}}
-])";
+using test_util::kTools;
 
 size_t code_points(const std::string& s) {
   size_t n = 0;
@@ -212,14 +202,17 @@ TEST(ServerTools, RoundTripWithToolResult) {
                                                 {"type", "function"},
                                                 {"function", {{"name", c.name}, {"arguments", c.arguments}}}}})}},
          Json{{"role", "tool"}, {"tool_call_id", "call_1"}, {"content", R"({"temperature": 21, "sky": "clear"})"}}});
-    Json b = {{"messages", msgs}, {"tools", Json::parse(kTools)}, {"max_tokens", 40}, {"temperature", 0.0}};
+    // tool_choice defaults to auto. Greedy, this model answers (it thinks,
+    // then ends its turn after ~110 tokens): a normal answer that ends with
+    // an end-of-turn id, not another call and not cut by max_tokens.
+    Json b = {{"messages", msgs}, {"tools", Json::parse(kTools)}, {"max_tokens", 400}, {"temperature", 0.0}};
     if (stream) b["stream"] = true;
     const auto [s2, b2] = s.post("/v1/chat/completions", b.dump());
     ASSERT_EQ(s2, 200) << b2;
     const Call r = call_of(b2, stream);
-    // tool_choice defaults to auto: the model may call again, else it answers.
-    EXPECT_TRUE(r.finish == "stop" || r.finish == "length" || r.finish == "tool_calls") << b2;
-    if (r.finish == "tool_calls") expect_valid_call(r.name, r.arguments);
+    EXPECT_EQ(r.finish, "stop") << b2;
+    EXPECT_EQ(r.name, "") << b2;
+    EXPECT_TRUE(r.reasoning || !r.content.empty()) << b2;
     std::printf("[ round trip ] %s: %s\n", r.finish.c_str(), r.content.substr(0, 120).c_str());
   }
 }
@@ -365,43 +358,6 @@ TEST(ToolConstraint, MasksOnTheTinyTokenizer) {
   EXPECT_FALSE(c.done());
 }
 
-// A synthetic byte vocabulary with the markup spelled in pieces ("<", "</",
-// "arg_", "key>", "<arg_value>", ...), words, digits, punctuation and UTF-8.
-std::vector<std::string> fake_vocab(size_t n) {
-  std::vector<std::string> out;
-  for (int b = 0; b < 256; ++b) out.push_back(std::string(1, static_cast<char>(b)));
-  const std::vector<std::string> pieces = {"<",         "</",         "<tool_call>", "</tool_call>", "<arg_key>",
-                                           "</arg_key>", "<arg_value>", "</arg_value>", "arg_",        "key>",
-                                           "value>",    "tool_",      "call>",       "get_",         "weather",
-                                           "time",      "city",       "zone",        "days",         "unit",
-                                           "celsius",   "\">",       " <",          "a<",           "{\"",
-                                           "\":",      "true",       "}",           "\n",          " "};
-  std::set<std::string> seen(out.begin(), out.end());
-  for (const auto& p : pieces)
-    if (seen.insert(p).second) out.push_back(p);
-  std::mt19937_64 rng(5);
-  const std::string letters = "etaoinshrdlcumwfgypbvkjxqz";
-  const char* u[] = {"\xc3\xa9", "\xe4\xb8\xad", "\xf0\x9f\x98\x80", "\xe3\x80\x80" /* ideographic space */};
-  while (out.size() < n) {
-    std::string t;
-    const uint64_t k = rng() % 10;
-    if (k < 6) {
-      if (rng() % 2) t += ' ';
-      for (size_t i = 0, len = 1 + rng() % 8; i < len; ++i) t += letters[std::min<size_t>(rng() % 26, rng() % 26)];
-      if (rng() % 4 == 0) t += rng() % 2 ? "<" : " ";
-    } else if (k < 7) {
-      for (size_t i = 0, len = 1 + rng() % 3; i < len; ++i) t += std::to_string(rng() % 10);
-    } else if (k < 9) {
-      t = pieces[rng() % pieces.size()] + letters.substr(rng() % 20, 1 + rng() % 4);
-    } else {
-      for (size_t i = 0, len = 1 + rng() % 3; i < len; ++i) t += u[rng() % 4];
-      if (rng() % 3 == 0) t.pop_back();  // partial UTF-8
-    }
-    if (seen.insert(t).second) out.push_back(t);
-  }
-  return out;
-}
-
 std::vector<uint8_t> brute_mask(const ToolCallConstraint& c, const JsonVocab& v,
                                 const std::array<int32_t, kToolMarkups>& ids) {
   std::vector<uint8_t> out(static_cast<size_t>(v.size()), 0);
@@ -424,7 +380,7 @@ std::vector<uint8_t> brute_mask(const ToolCallConstraint& c, const JsonVocab& v,
 // added tokens.
 TEST(ToolConstraint, MaskEqualsBruteForce) {
   // The last 6 ids stand for added markup tokens (empty bytes: never ordinary).
-  std::vector<std::string> bytes = fake_vocab(6000);
+  std::vector<std::string> bytes = test_util::tool_fake_vocab(6000);
   const int32_t base = static_cast<int32_t>(bytes.size());
   bytes.resize(bytes.size() + kToolMarkups);
   const auto v = JsonVocab::from_bytes(std::move(bytes));
@@ -462,40 +418,6 @@ TEST(ToolConstraint, MaskEqualsBruteForce) {
   EXPECT_GE(checked, 100);
   EXPECT_GE(finished, 6);
   std::printf("[ tool mask ] %d masks checked, %d of 12 random calls finished\n", checked, finished);
-}
-
-// What one mask costs (printed; no bound asserted): the bundled vocabulary
-// and a synthetic 150k one, at the start, in a name, in a raw string value
-// and in a JSON value.
-TEST(ToolConstraint, MaskCost) {
-  test_util::Tiny& t = tiny();
-  const std::array<int32_t, kToolMarkups> spelled = {-1, -1, -1, -1, -1, -1};
-  const std::vector<std::pair<const char*, std::string>> states = {
-      {"start", ""},
-      {"in name", "<tool_call>get_w"},
-      {"in string value", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par"},
-      {"in JSON value", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>P</arg_value><arg_key>days</arg_key>"
-                        "<arg_value>3</arg_value><arg_key>detail</arg_key><arg_value>{\"wi"},
-  };
-  for (const auto& [name, vocab] :
-       std::vector<std::pair<const char*, std::shared_ptr<const JsonVocab>>>{
-           {"glm5-strata-tiny", JsonVocab::build(t.tok, t.model->config.vocab_size)},
-           {"fake 150k", JsonVocab::from_bytes(fake_vocab(150000))}}) {
-    std::vector<float> logits(static_cast<size_t>(vocab->size()), 0.f);
-    std::array<int32_t, 256> byte_id{};  // the single-byte tokens
-    for (int32_t i = 0; i < vocab->size(); ++i)
-      if (vocab->usable(i) && vocab->bytes(i).size() == 1) byte_id[static_cast<uint8_t>(vocab->bytes(i)[0])] = i;
-    for (const auto& [what, prefix] : states) {
-      ToolCallConstraint c(weather(), vocab, spelled);
-      for (char ch : prefix) ASSERT_TRUE(c.advance(byte_id[static_cast<uint8_t>(ch)])) << prefix;
-      const auto t0 = std::chrono::steady_clock::now();
-      size_t allowed = 0;
-      for (int i = 0; i < 5; ++i) allowed = c.mask(logits, {});
-      const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() / 5;
-      std::printf("[ tool mask cost ] %s, %s: %.0f us, %zu allowed\n", name, what, us, allowed);
-      EXPECT_GT(allowed, 0u);
-    }
-  }
 }
 
 }  // namespace
