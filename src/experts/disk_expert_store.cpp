@@ -160,7 +160,12 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     throw;
   }
   prefetch_ = o.prefetch;
-  if (prefetch_) io_ = std::thread([this] { io_loop(); });
+  if (prefetch_) {
+    size_t slots = 0;
+    for (const Layer& l : layers_) slots += l.slots.size();
+    jobs_.resize(std::max<size_t>(1, slots));
+    io_ = std::thread([this] { io_loop(); });
+  }
 }
 
 DiskExpertStore::~DiskExpertStore() {
@@ -284,7 +289,7 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
       std::lock_guard<std::mutex> lk(mu_);
       v->loading = true;
       v->error.clear();
-      jobs_.push_back({layer, e, v});
+      jobs_[(jobs_head_ + jobs_count_++) % jobs_.size()] = Job{layer, e, v};
     }
     cv_.notify_one();
   }
@@ -295,10 +300,11 @@ void DiskExpertStore::io_loop() {
     Job job;
     {
       std::unique_lock<std::mutex> lk(mu_);
-      cv_.wait(lk, [&] { return stop_ || !jobs_.empty(); });
+      cv_.wait(lk, [&] { return stop_ || jobs_count_ > 0; });
       if (stop_) return;
-      job = jobs_.front();
-      jobs_.pop_front();
+      job = jobs_[jobs_head_];
+      jobs_head_ = (jobs_head_ + 1) % jobs_.size();
+      --jobs_count_;
     }
     Layer& l = layers_[static_cast<size_t>(job.layer)];
     const uint64_t t0 = now_ns();

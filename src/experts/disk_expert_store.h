@@ -6,7 +6,6 @@
 #pragma once
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -103,7 +102,10 @@ class DiskExpertStore final : public ExpertStore {
     int32_t expert;
     Slot* slot;
   };
-  std::deque<Job> jobs_;
+  // Queued read-aheads, a ring sized to every cache slot once (a slot is
+  // in at most one read-ahead): queueing one never allocates.
+  std::vector<Job> jobs_;
+  size_t jobs_head_ = 0, jobs_count_ = 0;
   bool stop_ = false;
   uint64_t io_bytes_ = 0, io_ns_ = 0, io_count_ = 0;  // under mu_
 };

@@ -76,7 +76,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
         const LayerCache& cache = rows[r].seq->layer(L);
         const KeySet ks = keys_of(ws_, rows, r);
         const KeyRows lat{cache.latent.data(), kvl, kvl}, rope{cache.rope_key.data(), rd, rd};
-        float* s = grow(ps.scores, static_cast<size_t>(ks.size()));
+        float* s = grow_keys(ps.scores, static_cast<size_t>(ks.size()), static_cast<size_t>(rows[r].seq->capacity()));
         score_keys(compute_, ks, qabs + rh * kvl, lat, q + rh * qk + nope, rope, scale, s);
         softmax_sum(s, ks, lat, olat + rh * kvl);
       }

@@ -39,7 +39,7 @@ void ModelRunner::attend_naive(int64_t L, std::span<const Row> rows) {
         const int64_t r = rh / H, h = rh % H;
         if (rows[r].seq != sq) continue;
         const KeySet ks = keys_of(ws_, rows, r);
-        float* s = grow(ps.scores, static_cast<size_t>(ks.size()));
+        float* s = grow_keys(ps.scores, static_cast<size_t>(ks.size()), static_cast<size_t>(sq->capacity()));
         const float* qn = q + rh * qk;
         score_keys(compute_, ks, qn, KeyRows{ex + h * hs, H * hs, nope}, qn + nope, rope, scale, s);
         softmax_sum(s, ks, KeyRows{ex + h * hs + nope, H * hs, vd}, o + rh * vd);

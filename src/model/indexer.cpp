@@ -64,8 +64,9 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
       }
       ws_.select_all[static_cast<size_t>(r)] = 0;
       const float* keys = rows[r].seq->layer(L).index_key.data();
-      float* s = grow(ps.iscore, static_cast<size_t>(nkeys));
-      int32_t* ord = grow(ps.order, static_cast<size_t>(nkeys));
+      const size_t cap = static_cast<size_t>(rows[r].seq->capacity());
+      float* s = grow_keys(ps.iscore, static_cast<size_t>(nkeys), cap);
+      int32_t* ord = grow_keys(ps.order, static_cast<size_t>(nkeys), cap);
       for (int64_t t = 0; t < nkeys; ++t) {
         float acc = 0.0f;
         for (int64_t h = 0; h < Hi; ++h) {

@@ -13,4 +13,12 @@ T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
+// A per-key buffer of one row (scores, key order): sized to the row's
+// session capacity the first time, so a context that grows by one key per
+// decode step never reallocates it. `keys` <= capacity.
+template <typename T>
+T* grow_keys(std::vector<T>& v, size_t keys, size_t capacity) {
+  return grow(v, keys > capacity ? keys : capacity);
+}
+
 }  // namespace strata

@@ -38,6 +38,7 @@ Sequence::Sequence(std::unique_ptr<Session> session, std::vector<int32_t> held, 
       sampler_(c.vocab_size, SamplerOptions{}) {
   if (static_cast<int64_t>(tokens_.size()) != session_->n_past)
     fail("sequence: the session holds {} positions but {} tokens were given", session_->n_past, tokens_.size());
+  tokens_.reserve(static_cast<size_t>(session_->capacity()));  // a growing answer never reallocates
 }
 
 std::unique_ptr<Session> Sequence::release_session() {

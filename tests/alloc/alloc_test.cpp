@@ -1,0 +1,160 @@
+// After warm-up, a decode step allocates nothing (STYLE.md: hot paths never
+// allocate per token). This test binary (strata_alloc_test, apart from
+// strata_tests so its replacement of the global operator new changes nothing
+// for the other tests or the sanitizers' checks) counts every operator new
+// while a test asks it to; the tests run decode steps through the library's
+// generation step (engine forward + sampling + stop checks +
+// detokenization) with the counter on: a resident model on 1 and 2 threads,
+// the bundled text model with stop strings, and a container whose experts
+// miss and are read ahead every step.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "runtime/generation.h"
+#include "runtime/text_model.h"
+#include "../unit/test_util.h"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<uint64_t> g_allocations{0};
+
+void* counted(size_t n) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  if (void* p = std::malloc(n ? n : 1)) return p;
+  throw std::bad_alloc();
+}
+void* counted_aligned(size_t n, std::align_val_t a) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  const size_t al = static_cast<size_t>(a);
+  if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(size_t n) { return counted(n); }
+void* operator new[](size_t n) { return counted(n); }
+void* operator new(size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void* operator new[](size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, size_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace strata {
+namespace {
+
+const std::string kSrc = STRATA_SOURCE_DIR;
+
+// Counts the allocations of `steps` decode steps of `seq` on `e`, after
+// `warmup` steps; every step feeds one token and samples the next.
+uint64_t allocations_per_decode(Engine& e, Sequence& seq, int warmup, int steps) {
+  std::vector<Row> rows;
+  rows.reserve(1024);
+  std::vector<float> logits(static_cast<size_t>(e.config().vocab_size));
+  StepOutput out;
+  out.text.reserve(256);
+  auto step = [&] {
+    rows.clear();
+    const bool prompt = seq.prefilling();
+    const int64_t k = seq.add_rows(rows, 512);
+    if (k > 0) e.forward(rows, seq.wants_logits() ? logits.data() : nullptr, nullptr, prompt ? k : 0);
+    return seq.advance(logits.data(), out);
+  };
+  while (seq.prefilling()) EXPECT_TRUE(step());
+  for (int i = 0; i < warmup; ++i) EXPECT_TRUE(step()) << "ended during warm-up: " << stop_reason_name(seq.reason());
+  g_allocations = 0;
+  g_counting = true;
+  int done = 0;
+  for (; done < steps; ++done)
+    if (!step()) break;
+  g_counting = false;
+  EXPECT_EQ(done, steps) << "the answer ended early: " << stop_reason_name(seq.reason());
+  return g_allocations.load();
+}
+
+GenerationParams long_answer(double temperature) {
+  GenerationParams p;
+  p.sampling.temperature = temperature;
+  p.sampling.top_p = 0.9;
+  p.sampling.repetition_penalty = 1.1;
+  p.sampling.seed = 3;
+  p.ignore_eos = true;  // the answer must not end before the counted steps
+  p.max_tokens = 1000;
+  return p;
+}
+
+TEST(Allocation, DecodeStepAllocatesNothingResident) {
+  const std::string dir = kSrc + "/tests/fixtures/glm5-tiny-bf16";
+  for (int threads : {1, 2}) {
+    EngineOptions o;
+    o.model = dir;
+    o.threads = threads;
+    o.verbose = false;
+    Engine e(o);
+    const std::vector<int32_t> stop = {253, 254, 255};
+    Sequence seq(e.config(), 256, nullptr, stop);
+    seq.begin(std::vector<int32_t>{1, 5, 9, 2, 7, 3, 8, 4, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, long_answer(0.8));
+    const uint64_t n = allocations_per_decode(e, seq, 40, 40);
+    std::printf("  resident, %d thread(s): %llu allocations in 40 decode steps\n", threads,
+                static_cast<unsigned long long>(n));
+    EXPECT_EQ(n, 0u) << threads << " thread(s)";
+  }
+}
+
+TEST(Allocation, DecodeStepWithTextAllocatesNothing) {
+  // The bundled trained model: detokenization and stop strings on the way.
+  const std::string dir = kSrc + "/models/glm5-strata-tiny";
+  EngineOptions o;
+  o.model = dir;
+  o.threads = 2;
+  o.verbose = false;
+  Engine e(o);
+  const TextModel tm = open_text_model(dir, e.config(), "raw", true);
+  Sequence seq(e.config(), 512, &tm.tok, tm.stop_ids);
+  GenerationParams p = long_answer(0.9);
+  p.stop = {"a stop string that never appears", "zzzzqqq"};
+  seq.begin(tm.tok.encode("The meaning of the word", true), p);
+  const uint64_t n = allocations_per_decode(e, seq, 60, 60);
+  std::printf("  text model: %llu allocations in 60 decode steps\n", static_cast<unsigned long long>(n));
+  EXPECT_EQ(n, 0u);
+}
+
+TEST(Allocation, DecodeStepAllocatesNothingFromAContainer) {
+  // Experts streamed through a small RAM cache with read-ahead: misses and
+  // prefetches every step.
+  test_util::TempDir tmp;
+  const std::string dir = tmp.file("c");
+  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + kSrc + "/tests/fixtures/glm5-tiny-bf16 --out " +
+                          dir + " -q >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  EngineOptions o;
+  o.model = dir;
+  o.threads = 2;
+  o.verbose = false;
+  o.experts.ram_bytes = 1;  // one cache slot per layer
+  o.experts.autopin = false;
+  Engine e(o);
+  const std::vector<int32_t> stop = {253, 254, 255};
+  Sequence seq(e.config(), 256, nullptr, stop);
+  seq.begin(std::vector<int32_t>{3, 1, 4, 1, 5, 9, 2, 6}, long_answer(0.8));
+  const uint64_t n = allocations_per_decode(e, seq, 40, 40);
+  const ExpertStoreStats st = e.experts().stats();
+  std::printf("  container, 1 slot per layer: %llu allocations in 40 decode steps (%llu misses, %llu read ahead)\n",
+              static_cast<unsigned long long>(n), static_cast<unsigned long long>(st.misses),
+              static_cast<unsigned long long>(st.prefetched));
+  EXPECT_GT(st.misses, 0u);
+  EXPECT_EQ(n, 0u);
+}
+
+}  // namespace
+}  // namespace strata
