@@ -1,7 +1,6 @@
 #include "text/tool_constraint.h"
 
 #include <algorithm>
-#include <limits>
 
 #include "text/tokenizer.h"
 #include "core/error.h"
@@ -399,22 +398,16 @@ uint8_t atomic_of(const std::array<int32_t, kToolMarkups>& ids) {
 
 ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallGrammar> g, std::shared_ptr<const JsonVocab> v,
                                        std::array<int32_t, kToolMarkups> markup_ids)
-    : g_(std::move(g)), vocab_(std::move(v)), ids_(markup_ids), state_(*g_, atomic_of(markup_ids)) {
-  stack_.assign(vocab_->max_len() + 1, state_);
-}
+    : g_(std::move(g)),
+      vocab_(std::move(v)),
+      ids_(markup_ids),
+      state_(*g_, atomic_of(markup_ids)),
+      walk_(state_, vocab_->max_len()) {}
 
 size_t ToolCallConstraint::allowed(std::vector<uint8_t>& out, std::span<const int32_t> stop_ids) {
   const JsonVocab& v = *vocab_;
   out.assign(static_cast<size_t>(v.size()), 0);
   size_t count = 0;
-  auto allow = [&](int32_t id, bool yes) {
-    if (id < 0 || id >= v.size()) return;
-    uint8_t& a = out[static_cast<size_t>(id)];
-    if (a != static_cast<uint8_t>(yes)) {
-      count = yes ? count + 1 : count - 1;
-      a = yes;
-    }
-  };
   if (!state_.done()) {
     const int64_t room = state_.raw_room();
     if (room >= 0) {
@@ -425,64 +418,43 @@ size_t ToolCallConstraint::allowed(std::vector<uint8_t>& out, std::span<const in
       // is walked.
       if (plain_flags_.empty()) build_plain_flags();
       const bool first = state_.raw_empty();
-      for (size_t k = 0; k < v.plain_.size() && v.plain_cps_[k] <= static_cast<uint64_t>(room); ++k) {
+      const std::span<const int32_t> plain = v.plain();
+      const std::span<const uint32_t> cps = v.plain_cps();
+      for (size_t k = 0; k < plain.size() && cps[k] <= static_cast<uint64_t>(room); ++k) {
         const uint8_t f = plain_flags_[k];
-        if ((f & 1) || (first && (f & 2)) || ((f & 4) && v.plain_cps_[k] == static_cast<uint64_t>(room))) continue;
-        out[static_cast<size_t>(v.plain_[k])] = 1;
+        if ((f & 1) || (first && (f & 2)) || ((f & 4) && cps[k] == static_cast<uint64_t>(room))) continue;
+        out[static_cast<size_t>(plain[k])] = 1;
         ++count;
       }
       for (int32_t id : plain_lt_) {
-        stack_[0] = state_;
-        if (stack_[0].feed(v.bytes(id))) {
+        if (walk_.accepts(state_, v.bytes(id))) {
           out[static_cast<size_t>(id)] = 1;
           ++count;
         }
       }
-      count += walk(v.rest_, out);
+      count += walk_.walk(v.rest(), state_, out);
     } else {
-      count += walk(v.all_, out);
+      count += walk_.walk(v.all(), state_, out);
     }
     for (int m = 0; m < kToolMarkups; ++m) {
       const int32_t id = ids_[static_cast<size_t>(m)];
       if (id < 0) continue;
       ToolState s(state_);
-      allow(id, s.feed_markup(m));
+      allow_token(out, id, s.feed_markup(m), count);
     }
   }
-  for (int32_t s : stop_ids) allow(s, state_.done());
-  return count;
-}
-
-size_t ToolCallConstraint::walk(const JsonVocab::Trie& t, std::vector<uint8_t>& out) {
-  // One state per depth; a refused byte skips its whole subtree.
-  size_t count = 0;
-  stack_[0] = state_;
-  const uint32_t n = static_cast<uint32_t>(t.byte.size());
-  for (uint32_t i = 1; i < n;) {
-    const size_t d = t.depth[i];
-    ToolState& s = stack_[d];
-    s = stack_[d - 1];
-    if (!s.feed(t.byte[i])) {
-      i = t.skip[i];
-      continue;
-    }
-    for (uint32_t k = t.tok_start[i]; k < t.tok_start[i + 1]; ++k) {
-      out[static_cast<size_t>(t.toks[k])] = 1;
-      ++count;
-    }
-    ++i;
-  }
+  for (int32_t s : stop_ids) allow_token(out, s, state_.done(), count);
   return count;
 }
 
 void ToolCallConstraint::build_plain_flags() {
-  const JsonVocab& v = *vocab_;
-  plain_flags_.assign(v.plain_.size(), 0);
+  const std::span<const int32_t> plain = vocab_->plain();
+  plain_flags_.assign(plain.size(), 0);
   plain_lt_.clear();
-  for (size_t k = 0; k < v.plain_.size(); ++k) {
-    const std::string_view b = v.bytes(v.plain_[k]);
+  for (size_t k = 0; k < plain.size(); ++k) {
+    const std::string_view b = vocab_->bytes(plain[k]);
     uint8_t f = b.find('<') != std::string_view::npos ? 1 : 0;
-    if (f) plain_lt_.push_back(v.plain_[k]);
+    if (f) plain_lt_.push_back(plain[k]);
     // Plain tokens are whole characters: decode the first and the last.
     size_t len = 0;
     if (py_space(decode_cp(b, 0, len))) f |= 2;
@@ -495,11 +467,7 @@ void ToolCallConstraint::build_plain_flags() {
 
 size_t ToolCallConstraint::mask(std::span<float> logits, std::span<const int32_t> stop_ids) {
   const size_t count = allowed(allowed_, stop_ids);
-  const size_t n = std::min(logits.size(), allowed_.size());
-  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-  for (size_t i = 0; i < n; ++i)
-    if (!allowed_[i]) logits[i] = kNegInf;
-  for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;
+  mask_logits(logits, allowed_);
   return count;
 }
 

@@ -35,6 +35,7 @@
 
 #include "text/chat_template.h"
 #include "text/json_constraint.h"
+#include "text/token_mask.h"
 
 namespace strata {
 
@@ -136,9 +137,8 @@ class ToolCallConstraint final : public TokenConstraint {
   std::shared_ptr<const JsonVocab> vocab_;
   std::array<int32_t, kToolMarkups> ids_;
   ToolState state_;
-  size_t walk(const JsonVocab::Trie& t, std::vector<uint8_t>& out);
   void build_plain_flags();
-  std::vector<ToolState> stack_;  // one per trie depth
+  TrieWalk<ToolState> walk_;
   std::vector<uint8_t> allowed_;
   // Per plain token of the vocabulary (JsonVocab's string fast path), built
   // on first use: bit 0 has '<', bit 1 starts and bit 2 ends with whitespace.
