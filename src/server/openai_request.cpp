@@ -220,7 +220,8 @@ std::string text_of_content(const Json& content, const std::string& param) {
   bad(param, "'content' must be a string, an array of text parts or null", "invalid_type");
 }
 
-// messages[i].tool_calls.
+// messages[i].tool_calls. Arguments given as an object are taken from the
+// ordered body: the template renders them in the client's order.
 std::vector<ToolCall> parse_tool_calls(const Json& tcs, size_t msg, const std::string& p, OrderedBody& ordered) {
   if (!tcs.is_array()) bad(p + ".tool_calls", "'tool_calls' must be an array", "invalid_type");
   std::vector<ToolCall> out;
@@ -242,7 +243,7 @@ std::vector<ToolCall> parse_tool_calls(const Json& tcs, size_t msg, const std::s
           bad(p + ".tool_calls", "function.arguments must be a JSON object (as a string)");
         }
       } else {
-        call.arguments = OrderedJson::parse(a->dump());
+        call.arguments = ordered.get().at("messages").at(msg).at("tool_calls").at(k).at("function").at("arguments");
       }
       if (!call.arguments.is_object()) bad(p + ".tool_calls", "function.arguments must be a JSON object");
     }
@@ -281,7 +282,8 @@ std::vector<ChatMessage> parse_messages(const Json& j, OrderedBody& ordered) {
   return out;
 }
 
-OrderedJson parse_tools(const Json& j) {
+// `tools`, in the client's key order (the template prints each as JSON).
+OrderedJson parse_tools(const Json& j, OrderedBody& ordered) {
   const Json* t = field(j, "tools");
   if (!t) return nullptr;
   if (!t->is_array()) bad("tools", "'tools' must be an array", "invalid_type");
@@ -291,7 +293,7 @@ OrderedJson parse_tools(const Json& j) {
       bad("tools", "each tool must be {\"type\": \"function\", \"function\": {\"name\": ...}}");
   }
   if (t->empty()) return nullptr;
-  return OrderedJson::parse(t->dump());
+  return ordered.get().at("tools");
 }
 
 // tool_choice. Returns whether one tool call is forced ("required" or a
@@ -322,14 +324,13 @@ bool parse_tool_choice(const Json& j, OrderedJson& tools, std::string& name) {
 // The grammar of a forced tool call over `tools` (parameters are generated
 // in schema order); `only`: the named function, empty: any of them.
 std::shared_ptr<const ToolCallGrammar> forced_call_grammar(const OrderedJson& tools, const std::string& only,
-                                                           const CommonRequest& c, ChatDialect dialect,
-                                                           OrderedBody& ordered) {
+                                                           const CommonRequest& c, ChatDialect dialect) {
   if (tools.is_null()) bad("tool_choice", "a required or named 'tool_choice' needs 'tools'");
   if (c.json) bad("response_format", "'response_format' cannot be combined with a required or named 'tool_choice'");
   if (dialect != ChatDialect::Glm)
     bad("tool_choice", "a required or named 'tool_choice' needs a model with the GLM chat template");
   try {
-    return ToolCallGrammar::build(ordered.get().at("tools"), only);
+    return ToolCallGrammar::build(tools, only);
   } catch (const Error& e) {
     const std::string what = e.what();
     if (what.rfind("tool_choice", 0) == 0) bad("tool_choice.function.name", what, "invalid_value");
@@ -357,10 +358,10 @@ ChatRequest parse_chat_request(const Json& j, std::string_view body, const Gener
   ChatRequest r;
   r.common = parse_common(j, gen, /*chat=*/true, ordered);
   r.messages = parse_messages(j, ordered);
-  r.tools = parse_tools(j);
+  r.tools = parse_tools(j, ordered);
   std::string forced_name;
   const bool forced = parse_tool_choice(j, r.tools, forced_name);
-  if (forced) r.tool_grammar = forced_call_grammar(r.tools, forced_name, r.common, dialect, ordered);
+  if (forced) r.tool_grammar = forced_call_grammar(r.tools, forced_name, r.common, dialect);
   r.render = parse_render_options(j);
   // A JSON answer or a forced tool call is the whole answer: no reasoning block before it.
   if (r.common.json || forced) r.render.enable_thinking = false;

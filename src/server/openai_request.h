@@ -6,9 +6,11 @@
 // same bad request always gets the same answer. Nothing here touches the
 // scheduler: the handlers turn a parsed request into a Job.
 //
-// Key order: nlohmann::json (Json) sorts object keys, but schemas are
-// generated in their properties' order: those are taken from the body parsed
-// again as OrderedJson (once per request, only when one is present).
+// Key order: nlohmann::json (Json) sorts object keys, but a chat template
+// renders tools and tool-call arguments in the client's order (Jinja's
+// tojson), and schemas are generated in their properties' order. Those
+// parts are taken from the body parsed again as OrderedJson (once per
+// request, only when one of them is present).
 #pragma once
 #include <cstdint>
 #include <memory>
