@@ -1,7 +1,10 @@
-// The OpenAI-compatible HTTP front end (docs/server.md): request parsing and
-// validation, responses (JSON and SSE), API key, body cap, queue limit,
-// Prometheus metrics and the dashboard. Generation itself is the
-// Scheduler's; this file only turns HTTP into Jobs and Jobs back into HTTP.
+// The OpenAI-compatible HTTP front end (docs/server.md): the routes, API
+// key, body cap, queue limit, responses (JSON and SSE) and the dashboard.
+// Generation itself is the Scheduler's; this file only turns HTTP into Jobs
+// and Jobs back into HTTP. Its parts: openai_request.h (bodies -> validated
+// requests), glm_output.h (the model's text -> reasoning, content and tool
+// calls), openai_response.h (ids, usage, logprobs), metrics.h (/v1/stats,
+// /metrics).
 #pragma once
 #include <cstdint>
 #include <memory>

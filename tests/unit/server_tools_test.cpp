@@ -21,6 +21,7 @@
 #include "model/model.h"
 #include "core/thread_pool.h"
 #include "server/http_server.h"
+#include "text/chat_template.h"
 #include "text/generation_config.h"
 #include "text/json_constraint.h"
 #include "text/tokenizer.h"
@@ -255,6 +256,60 @@ TEST(ServerTools, BadToolChoice) {
   // auto and none as before.
   EXPECT_EQ(s.post("/v1/chat/completions", body(tools + R"(,"tool_choice":"auto")")).first, 200);
   EXPECT_EQ(s.post("/v1/chat/completions", body(tools + R"(,"tool_choice":"none")")).first, 200);
+}
+
+// Tools and tool-call arguments reach the prompt in the client's key order
+// (as Jinja's tojson renders them), not re-sorted: the chat prompt is
+// exactly the locally rendered one, which a completion over its token ids
+// shows by leaving an idle session that the chat request then reuses whole.
+TEST(ServerTools, PromptKeepsTheClientsKeyOrder) {
+  TinyServer s;
+  const std::string tools_text =
+      R"([{"type": "function", "function": {"name": "set_alarm", "parameters": {"type": "object",)"
+      R"( "properties": {"time": {"type": "string"}, "label": {"type": "string"}}, "required": ["time"]}}}])";
+  const std::string args_text = R"({"time": "07:00", "label": "wake up", "days": [1, 2]})";
+  auto user = [](const std::string& text) {
+    ChatMessage m;
+    m.role = "user";
+    m.content = text;
+    return m;
+  };
+  ChatMessage call;
+  call.role = "assistant";
+  call.tool_calls.push_back(ToolCall{"call_1", "set_alarm", OrderedJson::parse(args_text)});
+  ChatMessage result;
+  result.role = "tool";
+  result.content = "ok";
+  const std::vector<ChatMessage> msgs = {user("Wake me at 7"), call, result, user("Thanks")};
+  const std::string messages_json =
+      R"([{"role": "user", "content": "Wake me at 7"},)"
+      R"( {"role": "assistant", "content": null, "tool_calls": [{"id": "call_1", "type": "function",)"
+      R"( "function": {"name": "set_alarm", "arguments": )" + args_text + R"(}}]},)"
+      R"( {"role": "tool", "tool_call_id": "call_1", "content": "ok"}, {"role": "user", "content": "Thanks"}])";
+  // With the tools, and without them (only the arguments' order is at stake).
+  for (const bool with_tools : {true, false}) {
+    const OrderedJson tools = with_tools ? OrderedJson::parse(tools_text) : OrderedJson(nullptr);
+    const std::string prompt = render_glm_chat(msgs, tools, ChatRenderOptions{});
+    // Sorted keys would render another prompt: the test can tell them apart.
+    std::vector<ChatMessage> sorted_msgs = msgs;
+    sorted_msgs[1].tool_calls[0].arguments = OrderedJson::parse(Json::parse(args_text).dump());
+    const OrderedJson sorted_tools = with_tools ? OrderedJson::parse(Json::parse(tools_text).dump()) : OrderedJson(nullptr);
+    ASSERT_NE(render_glm_chat(sorted_msgs, sorted_tools, ChatRenderOptions{}), prompt);
+
+    const std::vector<int32_t> ids = tiny().tok.encode(prompt, /*add_special=*/false);
+    const Json completion = {{"prompt", ids}, {"max_tokens", 1}, {"temperature", 0.0}};
+    const auto [s1, b1] = s.post("/v1/completions", completion.dump());
+    ASSERT_EQ(s1, 200) << b1;
+    std::string chat = R"({"max_tokens": 1, "temperature": 0, "messages": )" + messages_json;
+    if (with_tools) chat += R"(, "tools": )" + tools_text;
+    chat += "}";
+    const auto [s2, b2] = s.post("/v1/chat/completions", chat);
+    ASSERT_EQ(s2, 200) << b2;
+    const Json usage = Json::parse(b2)["usage"];
+    EXPECT_EQ(usage["prompt_tokens"], ids.size()) << "tools " << with_tools;
+    // All but the last token come from the completion's session: the same prompt.
+    EXPECT_EQ(usage["prompt_tokens_details"]["cached_tokens"], ids.size() - 1) << "tools " << with_tools;
+  }
 }
 
 // The recogniser on bytes.
