@@ -15,6 +15,7 @@
 
 namespace strata {
 namespace {
+#include "kernels/gemm_driver.h"
 
 inline float tree16(__m256 lo, __m256 hi) {
   const __m256 a8 = _mm256_add_ps(lo, hi);
@@ -106,29 +107,13 @@ void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t l
     for (int o = 0; o < NW; ++o) y[r * ldy + o] = tree16(acc[o][r][0], acc[o][r][1]);
 }
 
-template <bool BF16, int NW>
-void fgemm_rows(const void* w, int64_t cols, const float* x, int64_t nr, float* y, int64_t ldy) {
-  int64_t r = 0;
-  for (; r + 2 <= nr; r += 2) fgemm_tile<BF16, NW, 2>(w, cols, x + r * cols, y + r * ldy, ldy);
-  if (r < nr) fgemm_tile<BF16, NW, 1>(w, cols, x + r * cols, y + r * ldy, ldy);
-}
-
-inline int64_t row_block(int64_t row_bytes) {
-  const int64_t rb = (256 << 10) / (row_bytes > 0 ? row_bytes : 1) / 4 * 4;
-  return rb < 4 ? 4 : rb;
-}
-
 template <bool BF16>
 void fgemm(const void* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
   using T = std::conditional_t<BF16, uint16_t, float>;
   const T* wt = static_cast<const T*>(w);
-  const int64_t rb = row_block(cols * 4);
-  for (int64_t r0 = 0; r0 < nrows; r0 += rb) {
-    const int64_t nr = nrows - r0 < rb ? nrows - r0 : rb;
-    int64_t o = 0;
-    for (; o + 2 <= nw; o += 2) fgemm_rows<BF16, 2>(wt + o * cols, cols, x + r0 * cols, nr, y + r0 * ldy + o, ldy);
-    if (o < nw) fgemm_rows<BF16, 1>(wt + o * cols, cols, x + r0 * cols, nr, y + r0 * ldy + o, ldy);
-  }
+  gemm_tiles<2, 2>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
+    fgemm_tile<BF16, tw.n, tr.n>(wt + o * cols, cols, x + r * cols, y + r * ldy + o, ldy);
+  });
 }
 
 void k_gemm_f32(const float* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
@@ -169,22 +154,9 @@ void qgemm_tile(const QWeight& w, int64_t o, const QActs& a, int64_t r0, float* 
   alignas(32) int32_t isum[NR][16];
   alignas(32) float wsb[16];
   for (int64_t sb = 0; sb < nsuper; ++sb) {
-    const int64_t b0 = sb * 16, nb = a.nblocks - b0, off = sb * SB;
-    const uint8_t* wp = wrow + off;
-    if (off + SB > w.row_bytes) {
-      std::memset(tail, 0, sizeof tail);
-      std::memcpy(tail, wp, static_cast<size_t>(w.row_bytes - off));
-      wp = tail;
-    }
-    if (m == 0) {
-      for (int j = 0; j < 16; ++j) wsb[j] = j < nb ? ws[0] : 0.0f;
-    } else {  // block b0 + j has weight scale (b0 + j) / m
-      int64_t g = b0 / m, k = b0 % m;
-      for (int j = 0; j < 16; ++j) {
-        wsb[j] = j < nb ? ws[g] : 0.0f;
-        if (++k == m) k = 0, ++g;
-      }
-    }
+    const int64_t b0 = sb * 16, nb = a.nblocks - b0;
+    const uint8_t* wp = super_weights<BITS>(w, wrow, sb, tail);
+    block_scales(ws, b0, nb, m, wsb);
     if constexpr (BITS == 4) {
       for (int h = 0; h < 2; ++h) {  // blocks 8h .. 8h+7: weight bytes 128h .. 128h+127
         __m256i lo[4], hi[4];
@@ -249,15 +221,8 @@ void qgemm_tile(const QWeight& w, int64_t o, const QActs& a, int64_t r0, float* 
 
 template <int BITS>
 void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
-  const int64_t rb = row_block(a.qstride);
-  for (int64_t rb0 = 0; rb0 < a.nrows; rb0 += rb) {
-    const int64_t rb1 = a.nrows - rb0 < rb ? a.nrows : rb0 + rb;
-    for (int64_t o = 0; o < w.rows; ++o) {
-      int64_t r = rb0;
-      for (; r + 2 <= rb1; r += 2) qgemm_tile<BITS, 2>(w, o, a, r, y, ldy);
-      if (r < rb1) qgemm_tile<BITS, 1>(w, o, a, r, y, ldy);
-    }
-  }
+  gemm_tiles<1, 2>(w.rows, a.nrows, row_block(a.qstride),
+                   [&](auto, auto tr, int64_t o, int64_t r) { qgemm_tile<BITS, tr.n>(w, o, a, r, y, ldy); });
 }
 
 void k_gemm_q8(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<8>(w, a, y, ldy); }

@@ -10,6 +10,8 @@
 // vpdpbusd/vpmaddubsw add them is free; the f32 epilogue runs 16 blocks (one
 // superblock) per vector, block b in lane b % 16, with masked FMAs on tails.
 
+#include "kernels/gemm_driver.h"  // the shared tiling, compiled here for AVX-512
+
 constexpr bool kVnni = STRATA_VNNI != 0;
 
 inline float tree16(__m512 acc) {
@@ -87,38 +89,13 @@ void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t l
     for (int o = 0; o < NW; ++o) y[r * ldy + o] = tree16(acc[o][r]);
 }
 
-template <bool BF16, int NW>
-void fgemm_rows(const void* w, int64_t cols, const float* x, int64_t nr, float* y, int64_t ldy) {
-  int64_t r = 0;
-  for (; r + 4 <= nr; r += 4) fgemm_tile<BF16, NW, 4>(w, cols, x + r * cols, y + r * ldy, ldy);
-  switch (nr - r) {
-    case 3: fgemm_tile<BF16, NW, 3>(w, cols, x + r * cols, y + r * ldy, ldy); break;
-    case 2: fgemm_tile<BF16, NW, 2>(w, cols, x + r * cols, y + r * ldy, ldy); break;
-    case 1: fgemm_tile<BF16, NW, 1>(w, cols, x + r * cols, y + r * ldy, ldy); break;
-    default: break;
-  }
-}
-
-// Activation rows per pass over the weights: a block of x that stays in L2
-// while the weight tiles stream past it.
-inline int64_t row_block(int64_t row_bytes) {
-  const int64_t rb = (256 << 10) / (row_bytes > 0 ? row_bytes : 1) / 4 * 4;
-  return rb < 4 ? 4 : rb;
-}
-
 template <bool BF16>
 void fgemm(const void* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
   using T = std::conditional_t<BF16, uint16_t, float>;
   const T* wt = static_cast<const T*>(w);
-  const int64_t rb = row_block(cols * 4);
-  for (int64_t r0 = 0; r0 < nrows; r0 += rb) {
-    const int64_t nr = nrows - r0 < rb ? nrows - r0 : rb;
-    const float* xb = x + r0 * cols;
-    float* yb = y + r0 * ldy;
-    int64_t o = 0;
-    for (; o + 4 <= nw; o += 4) fgemm_rows<BF16, 4>(wt + o * cols, cols, xb, nr, yb + o, ldy);
-    for (; o < nw; ++o) fgemm_rows<BF16, 1>(wt + o * cols, cols, xb, nr, yb + o, ldy);
-  }
+  gemm_tiles<4, 4>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
+    fgemm_tile<BF16, tw.n, tr.n>(wt + o * cols, cols, x + r * cols, y + r * ldy + o, ldy);
+  });
 }
 
 void k_gemm_f32(const float* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
@@ -252,20 +229,8 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
 template <int BITS>
 void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   const WScales wsc = make_wscales(w);
-  const int64_t rb = row_block(a.qstride);
-  for (int64_t rb0 = 0; rb0 < a.nrows; rb0 += rb) {
-    const int64_t rb1 = a.nrows - rb0 < rb ? a.nrows : rb0 + rb;
-    for (int64_t o = 0; o < w.rows; ++o) {
-      int64_t r = rb0;
-      for (; r + 4 <= rb1; r += 4) qgemm_tile<BITS, 4>(w, wsc, o, a, r, y, ldy);
-      switch (rb1 - r) {
-        case 3: qgemm_tile<BITS, 3>(w, wsc, o, a, r, y, ldy); break;
-        case 2: qgemm_tile<BITS, 2>(w, wsc, o, a, r, y, ldy); break;
-        case 1: qgemm_tile<BITS, 1>(w, wsc, o, a, r, y, ldy); break;
-        default: break;
-      }
-    }
-  }
+  gemm_tiles<1, 4>(w.rows, a.nrows, row_block(a.qstride),
+                   [&](auto, auto tr, int64_t o, int64_t r) { qgemm_tile<BITS, tr.n>(w, wsc, o, a, r, y, ldy); });
 }
 
 // ---- activation quantization (quantize_acts' bytes and floats, 32 columns a step) ----
@@ -420,26 +385,11 @@ void qgemm8_dword_tile(const QWeight& w, const WScales& wsc, const DwordTranspos
 }
 
 void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
-  static const DwordTranspose tr;
+  static const DwordTranspose transpose;
   const WScales wsc = make_wscales(w);
-  const int64_t rb = row_block(a.qstride) / 8 * 8 < 8 ? 8 : row_block(a.qstride) / 8 * 8;
-  for (int64_t rb0 = 0; rb0 < a.nrows; rb0 += rb) {
-    const int64_t rb1 = a.nrows - rb0 < rb ? a.nrows : rb0 + rb;
-    for (int64_t o = 0; o < w.rows; ++o) {
-      int64_t r = rb0;
-      for (; r + 8 <= rb1; r += 8) qgemm8_dword_tile<8>(w, wsc, tr, o, a, r, y, ldy);
-      switch (rb1 - r) {
-        case 7: qgemm8_dword_tile<7>(w, wsc, tr, o, a, r, y, ldy); break;
-        case 6: qgemm8_dword_tile<6>(w, wsc, tr, o, a, r, y, ldy); break;
-        case 5: qgemm8_dword_tile<5>(w, wsc, tr, o, a, r, y, ldy); break;
-        case 4: qgemm8_dword_tile<4>(w, wsc, tr, o, a, r, y, ldy); break;
-        case 3: qgemm8_dword_tile<3>(w, wsc, tr, o, a, r, y, ldy); break;
-        case 2: qgemm8_dword_tile<2>(w, wsc, tr, o, a, r, y, ldy); break;
-        case 1: qgemm8_dword_tile<1>(w, wsc, tr, o, a, r, y, ldy); break;
-        default: break;
-      }
-    }
-  }
+  gemm_tiles<1, 8>(w.rows, a.nrows, row_block(a.qstride, 8), [&](auto, auto tr, int64_t o, int64_t r) {
+    qgemm8_dword_tile<tr.n>(w, wsc, transpose, o, a, r, y, ldy);
+  });
 }
 
 #endif  // STRATA_VNNI

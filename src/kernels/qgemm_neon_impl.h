@@ -21,6 +21,8 @@
 // int4 nibbles are sign-extended with shifts (no +8 offset), against the
 // SplitNibble activations (even columns, then odd, per 128).
 
+#include "kernels/gemm_driver.h"  // the shared tiling, compiled here for this level
+
 constexpr int kLevel = STRATA_NEON_LEVEL;
 
 inline float tree16(float32x4_t v0, float32x4_t v1, float32x4_t v2, float32x4_t v3) {
@@ -115,30 +117,13 @@ void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t l
     for (int o = 0; o < NW; ++o) y[r * ldy + o] = tree16(acc[o][r][0], acc[o][r][1], acc[o][r][2], acc[o][r][3]);
 }
 
-template <bool BF16, int NW>
-void fgemm_rows(const void* w, int64_t cols, const float* x, int64_t nr, float* y, int64_t ldy) {
-  int64_t r = 0;
-  for (; r + 2 <= nr; r += 2) fgemm_tile<BF16, NW, 2>(w, cols, x + r * cols, y + r * ldy, ldy);
-  if (r < nr) fgemm_tile<BF16, NW, 1>(w, cols, x + r * cols, y + r * ldy, ldy);
-}
-
-// Activation rows per L2-sized block.
-inline int64_t row_block(int64_t row_bytes) {
-  const int64_t rb = (256 << 10) / (row_bytes > 0 ? row_bytes : 1) / 4 * 4;
-  return rb < 4 ? 4 : rb;
-}
-
 template <bool BF16>
 void fgemm(const void* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
   using T = std::conditional_t<BF16, uint16_t, float>;
   const T* wt = static_cast<const T*>(w);
-  const int64_t rb = row_block(cols * 4);
-  for (int64_t r0 = 0; r0 < nrows; r0 += rb) {
-    const int64_t nr = nrows - r0 < rb ? nrows - r0 : rb;
-    int64_t o = 0;
-    for (; o + 2 <= nw; o += 2) fgemm_rows<BF16, 2>(wt + o * cols, cols, x + r0 * cols, nr, y + r0 * ldy + o, ldy);
-    if (o < nw) fgemm_rows<BF16, 1>(wt + o * cols, cols, x + r0 * cols, nr, y + r0 * ldy + o, ldy);
-  }
+  gemm_tiles<2, 2>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
+    fgemm_tile<BF16, tw.n, tr.n>(wt + o * cols, cols, x + r * cols, y + r * ldy + o, ldy);
+  });
 }
 
 void k_gemm_f32(const float* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
@@ -193,31 +178,6 @@ inline int32x4_t block_dot(int8x16_t w0, int8x16_t w1, int8x16_t x0, int8x16_t x
 // [sum p0, sum p1, sum p2, sum p3].
 inline int32x4_t sum4(int32x4_t p0, int32x4_t p1, int32x4_t p2, int32x4_t p3) {
   return vpaddq_s32(vpaddq_s32(p0, p1), vpaddq_s32(p2, p3));
-}
-
-// The weight scale of each of the superblock's 16 blocks (0 past the row).
-inline void block_scales(const float* ws, int64_t b0, int64_t nb, int64_t m, float* wsb) {
-  if (m == 0) {
-    for (int j = 0; j < 16; ++j) wsb[j] = j < nb ? ws[0] : 0.0f;
-  } else {  // block b0 + j has weight scale (b0 + j) / m
-    int64_t g = b0 / m, k = b0 % m;
-    for (int j = 0; j < 16; ++j) {
-      wsb[j] = j < nb ? ws[g] : 0.0f;
-      if (++k == m) k = 0, ++g;
-    }
-  }
-}
-
-// The superblock's weight bytes; a row's last partial superblock is copied
-// zero-padded to `tail` (the activations there are zero too).
-template <int BITS>
-inline const uint8_t* super_weights(const QWeight& w, const uint8_t* wrow, int64_t sb, uint8_t* tail) {
-  constexpr int64_t SB = kQSuper * BITS / 8;
-  const int64_t off = sb * SB;
-  if (off + SB <= w.row_bytes) return wrow + off;
-  std::memset(tail, 0, SB);
-  std::memcpy(tail, wrow + off, static_cast<size_t>(w.row_bytes - off));
-  return tail;
 }
 
 // facc = fma(float(isum), ws * sx, facc) on the lanes of real blocks.
@@ -331,29 +291,21 @@ void qgemm_tile_mm(const QWeight& w, int64_t o, const QActs& a, int64_t r0, floa
 }
 #endif
 
+// Level 2 takes weight rows in pairs, activation rows too: a 2 x 2 tile
+// is one SMMLA tile, a pair against a single row two SDOT tiles (a GEMV
+// never uses SMMLA).
 template <int BITS>
 void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
-  const int64_t rb = row_block(a.qstride);
-  for (int64_t rb0 = 0; rb0 < a.nrows; rb0 += rb) {
-    const int64_t rb1 = a.nrows - rb0 < rb ? a.nrows : rb0 + rb;
-    int64_t o = 0;
+  constexpr int NW = kLevel >= 2 ? 2 : 1;
+  gemm_tiles<NW, 2>(w.rows, a.nrows, row_block(a.qstride), [&](auto tw, auto tr, int64_t o, int64_t r) {
 #if STRATA_NEON_LEVEL >= 2
-    if (rb1 - rb0 >= 2)  // SMMLA needs two activation rows; a GEMV takes SDOT
-      for (; o + 2 <= w.rows; o += 2) {
-        int64_t r = rb0;
-        for (; r + 2 <= rb1; r += 2) qgemm_tile_mm<BITS>(w, o, a, r, y, ldy);
-        if (r < rb1) {
-          qgemm_tile<BITS, 1>(w, o, a, r, y, ldy);
-          qgemm_tile<BITS, 1>(w, o + 1, a, r, y, ldy);
-        }
-      }
-#endif
-    for (; o < w.rows; ++o) {
-      int64_t r = rb0;
-      for (; r + 2 <= rb1; r += 2) qgemm_tile<BITS, 2>(w, o, a, r, y, ldy);
-      if (r < rb1) qgemm_tile<BITS, 1>(w, o, a, r, y, ldy);
+    if constexpr (tw.n == 2 && tr.n == 2) {
+      qgemm_tile_mm<BITS>(w, o, a, r, y, ldy);
+      return;
     }
-  }
+#endif
+    for (int k = 0; k < tw.n; ++k) qgemm_tile<BITS, tr.n>(w, o + k, a, r, y, ldy);
+  });
 }
 
 void k_gemm_q8(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<8>(w, a, y, ldy); }
