@@ -14,7 +14,6 @@
 // the same loop, each turn one streamed /v1/chat/completions request with the
 // whole history (the server keeps the shared prefix in its KV cache).
 #include <httplib.h>
-#include <poll.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -23,6 +22,7 @@
 #include <cstring>
 #include <optional>
 
+#include "cli/chat_loop.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/text_common.h"
@@ -32,51 +32,6 @@
 namespace strata::cli {
 
 namespace {
-
-// Lines from a file descriptor, without stdio: a Ctrl-C while waiting must
-// wake us (poll() returns EINTR even under SA_RESTART).
-class LineReader {
- public:
-  enum class Result { Line, Eof, Interrupted };
-  explicit LineReader(int fd) : fd_(fd) {}
-  Result next(std::string& line, const std::function<bool()>& interrupted) {
-    for (;;) {
-      const size_t nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        return Result::Line;
-      }
-      if (eof_) {
-        if (buf_.empty()) return Result::Eof;
-        line = std::move(buf_);
-        buf_.clear();
-        return Result::Line;
-      }
-      if (interrupted()) return Result::Interrupted;
-      pollfd p{fd_, POLLIN, 0};
-      const int r = ::poll(&p, 1, -1);
-      if (r < 0) {
-        if (errno == EINTR) continue;  // interrupted() decides
-        eof_ = true;
-        continue;
-      }
-      char tmp[4096];
-      const ssize_t n = ::read(fd_, tmp, sizeof tmp);
-      if (n > 0) {
-        buf_.append(tmp, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        eof_ = true;
-      }
-    }
-  }
-
- private:
-  int fd_;
-  std::string buf_;
-  bool eof_ = false;
-};
 
 void out(std::string_view s) {
   std::fwrite(s.data(), 1, s.size(), stdout);
@@ -89,117 +44,293 @@ bool parse_bool(const std::string& v, bool& b) {
   return false;
 }
 
+// `strata chat --model`: the conversation and the model here. Each turn
+// re-renders the history and the sequence prefills only what differs.
+class LocalChat final : public ChatMode {
+ public:
+  LocalChat(Engine& e, const TextModel& tm, const TextFlags& tf, int64_t ctx, ChatSignals& sig)
+      : e_(e), tm_(tm), tf_(tf), ctx_(ctx), sig_(sig), raw_(tm.raw()), seq_(e.config(), ctx, &tm.tok, tm.stop_ids) {
+    so_ = tf.sampler_options(tm.gen);
+    seq_.set_sampling(so_);
+    n_max_ = tf.n;
+    think_ = !tf.no_think;
+    ignore_eos_ = tf.ignore_eos;
+    if (!tf.system.empty()) history_.push_back({.role = "system", .content = tf.system});
+    base_ = history_.size();
+  }
+  bool thinking() const { return think_; }
 
-// `strata chat --attach URL`: the conversation lives here, generation on the
-// server. Answers stream as the server sends them; Ctrl-C closes the request
-// (the server cancels it) and keeps the partial answer.
-int chat_attached(const std::string& url, const std::string& api_key, const TextFlags& tf) {
-  std::string base = url;
-  while (!base.empty() && base.back() == '/') base.pop_back();
-  if (base.size() >= 3 && base.substr(base.size() - 3) == "/v1") base.resize(base.size() - 3);
-  if (base.rfind("http://", 0) != 0)
-    fail("--attach {}: expected http://HOST:PORT (https is not supported)", url);
-  httplib::Client cli(base);
-  if (!cli.is_valid()) fail("--attach {}: not a valid URL", url);
-  cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(3600, 0);
-  httplib::Headers headers;
-  if (!api_key.empty()) headers.emplace("Authorization", "Bearer " + api_key);
+  void turn(const std::string& line) override {
+    history_.push_back({.role = "user", .content = raw_ ? line + "\n" : line});
+    ChatRenderOptions ro;
+    ro.enable_thinking = think_;
+    const std::vector<int32_t> tokens = tm_.tok.encode(tm_.tmpl.render(history_, nullptr, ro), raw_);
+    if (tokens.empty() || static_cast<int64_t>(tokens.size()) >= ctx_) {
+      history_.pop_back();
+      std::fprintf(stderr,
+                   "(the conversation would be %zu tokens and the context is %lld: nothing was sent; :reset, or "
+                   "restart with a larger --ctx)\n",
+                   tokens.size(), static_cast<long long>(ctx_));
+      return;
+    }
+    opened_reasoning_ = tm_.tmpl.opens_reasoning(ro);
+    seq_.begin(tokens, params());
+    TurnStats st;
+    last_text_ = answer(opened_reasoning_, st).value_or("");
+    last_reason_ = st.reason;
+    history_.push_back(assistant_message(last_text_));
+  }
 
-  std::string model_id = "strata";
-  {
-    auto r = cli.Get("/v1/models", headers);
+  void reset() override {
+    history_.resize(base_);
+    seq_.clear();
+    last_text_.clear();
+  }
+
+  std::optional<std::string> show_settings() override {
+    seq_.set_sampling(so_);  // as any :set, showing the settings restarts the sampler from its seed
+    return settings();
+  }
+
+  std::optional<std::string> set(const std::string& key, const std::string& val) override {
+    bool ok = true;
+    try {
+      if (key == "n") {
+        n_max_ = std::stoll(val);
+      } else if (key == "temperature") {
+        so_.temperature = std::stod(val);
+        ok = so_.temperature >= 0;
+      } else if (key == "top_k") {
+        so_.top_k = std::stoll(val);
+        ok = so_.top_k >= 0;
+      } else if (key == "top_p") {
+        so_.top_p = std::stod(val);
+        ok = so_.top_p >= 0 && so_.top_p <= 1;
+      } else if (key == "min_p") {
+        so_.min_p = std::stod(val);
+        ok = so_.min_p >= 0 && so_.min_p <= 1;
+      } else if (key == "repeat_penalty") {
+        so_.repetition_penalty = std::stod(val);
+        ok = so_.repetition_penalty > 0;
+      } else if (key == "seed") {
+        so_.seed = std::stoull(val);
+      } else if (key == "think") {
+        ok = !raw_ && parse_bool(val, think_);
+      } else if (key == "ignore_eos") {
+        ok = parse_bool(val, ignore_eos_);
+      } else {
+        ok = false;
+      }
+    } catch (const std::exception&) {
+      ok = false;
+    }
+    if (!ok) return std::nullopt;
+    seq_.set_sampling(so_);
+    return settings();
+  }
+
+  std::string set_usage() const override {
+    return "(usage: :set n|temperature|top_k|top_p|min_p|repeat_penalty|seed|think|ignore_eos VALUE)\n";
+  }
+
+  bool more() override {
+    if (history_.size() == base_ || history_.back().role != "assistant" || !seq_.can_continue()) {
+      out("(no answer to continue)\n");
+      return true;
+    }
+    GenerationParams gp = params();
+    gp.ban_stops_first = last_reason_ == StopReason::Eos;
+    seq_.resume(gp);
+    TurnStats st;
+    last_text_ += answer(false, st).value_or("");
+    last_reason_ = st.reason;
+    history_.back() = assistant_message(last_text_);
+    return true;
+  }
+
+  std::string commands() const override { return "(commands: :q, :reset, :more, :set KEY VALUE)\n"; }
+  bool quick_double_quits() const override { return true; }
+
+ private:
+  GenerationParams params() const {
+    GenerationParams gp = tf_.params(so_);
+    gp.max_tokens = n_max_;
+    gp.ignore_eos = ignore_eos_;
+    return gp;
+  }
+
+  std::string settings() const {
+    return fmt::format("(n {}, temperature {}, top_k {}, top_p {}, min_p {}, repeat_penalty {}, seed {}, think {}, "
+                       "ignore_eos {})\n",
+                       n_max_, so_.temperature, so_.top_k, so_.top_p, so_.min_p, so_.repetition_penalty, so_.seed,
+                       think_ ? "on" : "off", ignore_eos_ ? "on" : "off");
+  }
+
+  ChatMessage assistant_message(const std::string& text) const {
+    ChatMessage m{.role = "assistant"};
+    if (raw_) {
+      m.content = text;
+    } else {
+      const ParsedOutput p = parse_glm_output(text, opened_reasoning_);
+      m.content = p.content;
+      m.reasoning_content = p.reasoning;
+    }
+    return m;
+  }
+
+  // Runs one answer (begun or resumed): prefill, then tokens as they come;
+  // prints the footer. `opens_think`: print <think> once the prompt is in
+  // (the generation prompt opened a reasoning block). nullopt: Ctrl-C came
+  // during the prompt.
+  std::optional<std::string> answer(bool opens_think, TurnStats& st) {
+    const ExpertStoreStats before = e_.experts().stats();
+    std::string shown;
+    bool opened = false;
+    auto open = [&] {
+      if (opens_think && !opened) out("<think>");
+      opened = true;
+    };
+    st = run_turn(
+        e_, seq_,
+        [&](const StepOutput& o) {
+          open();
+          shown += o.text;
+          if (!o.text.empty()) out(terminal_safe(o.text));
+        },
+        [this] { return sig_.interrupted(); });
+    if (st.reason == StopReason::Interrupted && seq_.prefilling()) {
+      sig_.seen = sigint_count();
+      sig_.last_ns = now_ns();
+      std::fprintf(stderr, "[interrupted during the prompt]\n");
+      return std::nullopt;
+    }
+    open();
+    const uint64_t t_decode = st.first_token_ns ? st.first_token_ns : st.end_ns;
+    const uint64_t sig_now = sigint_count();
+    if (sig_now != sig_.seen) {
+      if (sig_now - sig_.seen >= 2) sig_.quit = true;
+      sig_.seen = sig_now;
+      sig_.last_ns = now_ns();
+      st.reason = StopReason::Interrupted;
+    }
+    std::string hit = "experts resident";
+    if (e_.experts().memory().on_disk) {
+      const ExpertStoreStats a = e_.experts().stats();
+      const uint64_t req = a.requests - before.requests, hits = a.hits - before.hits;
+      hit = req ? fmt::format("experts hit {:.1f}%", 100.0 * static_cast<double>(hits) / static_cast<double>(req))
+                : "experts hit n/a";
+    }
+    const double dec_s = static_cast<double>(st.end_ns - t_decode) / 1e9;
+    const double ttft = st.first_token_ns ? static_cast<double>(st.first_token_ns - st.start_ns) / 1e9 : 0.0;
+    out("\n");
+    std::fprintf(stderr, "[%lld tokens, %.1f tok/s, first token %.3f s, prompt %lld new + %lld cached, %s%s%s]\n",
+                 static_cast<long long>(st.generated), dec_s > 0 ? static_cast<double>(st.generated) / dec_s : 0.0,
+                 ttft, static_cast<long long>(st.prefilled), static_cast<long long>(st.reused), hit.c_str(),
+                 st.reason == StopReason::Eos ? "" : " | ",
+                 st.reason == StopReason::Eos ? "" : stop_reason_name(st.reason));
+    return shown;
+  }
+
+  Engine& e_;
+  const TextModel& tm_;
+  const TextFlags& tf_;
+  int64_t ctx_;
+  ChatSignals& sig_;
+  bool raw_;
+  Sequence seq_;
+  SamplerOptions so_;
+  int64_t n_max_ = -1;
+  bool think_ = true, ignore_eos_ = false;
+  std::vector<ChatMessage> history_;
+  size_t base_ = 0;
+  std::string last_text_;  // what the last answer showed (for :more)
+  StopReason last_reason_ = StopReason::Eos;
+  bool opened_reasoning_ = false;
+};
+
+// `strata chat --attach URL`: the conversation here, generation on the
+// server. Each turn is one streamed /v1/chat/completions request with the
+// whole history (the server keeps the shared prefix in its KV cache); Ctrl-C
+// closes the request (the server cancels it) and keeps the partial answer.
+class AttachedChat final : public ChatMode {
+ public:
+  AttachedChat(const std::string& url, const std::string& api_key, const TextFlags& tf, ChatSignals& sig)
+      : url_(url), base_(url), sig_(sig) {
+    while (!base_.empty() && base_.back() == '/') base_.pop_back();
+    if (base_.size() >= 3 && base_.substr(base_.size() - 3) == "/v1") base_.resize(base_.size() - 3);
+    if (base_.rfind("http://", 0) != 0) fail("--attach {}: expected http://HOST:PORT (https is not supported)", url);
+    cli_ = std::make_unique<httplib::Client>(base_);
+    if (!cli_->is_valid()) fail("--attach {}: not a valid URL", url);
+    cli_->set_connection_timeout(5, 0);
+    cli_->set_read_timeout(3600, 0);
+    if (!api_key.empty()) headers_.emplace("Authorization", "Bearer " + api_key);
+    auto r = cli_->Get("/v1/models", headers_);
     if (!r) fail("--attach {}: cannot connect ({})", url, httplib::to_string(r.error()));
     if (r->status != 200) fail("--attach {}: /v1/models answered HTTP {}: {}", url, r->status, r->body);
     try {
       const Json j = Json::parse(r->body);
-      model_id = j.at("data").at(0).at("id").get<std::string>();
+      model_id_ = j.at("data").at(0).at("id").get<std::string>();
     } catch (const std::exception&) {
       fail("--attach {}: /v1/models did not answer an OpenAI model list", url);
     }
+    n_max_ = tf.n;
+    think_ = !tf.no_think;
+    if (!tf.system.empty()) history_.push_back({{"role", "system"}, {"content", tf.system}});
+    base_len_ = history_.size();
+    if (tf.temperature >= 0) sampling_["temperature"] = tf.temperature;
+    if (tf.top_p >= 0) sampling_["top_p"] = tf.top_p;
+    if (tf.top_k >= 0) sampling_["top_k"] = tf.top_k;
+    if (tf.min_p >= 0) sampling_["min_p"] = tf.min_p;
+    if (tf.seed >= 0) sampling_["seed"] = tf.seed;
+    if (tf.repeat_penalty >= 0) sampling_["repetition_penalty"] = tf.repeat_penalty;
+    if (tf.presence_penalty != 0) sampling_["presence_penalty"] = tf.presence_penalty;
+    if (tf.frequency_penalty != 0) sampling_["frequency_penalty"] = tf.frequency_penalty;
+    if (!tf.stop.empty()) sampling_["stop"] = tf.stop;
+  }
+  const std::string& base() const { return base_; }
+  const std::string& model_id() const { return model_id_; }
+  bool thinking() const { return think_; }
+
+  void reset() override {
+    history_.erase(history_.begin() + static_cast<std::ptrdiff_t>(base_len_), history_.end());
   }
 
-  int64_t n_max = tf.n;
-  bool think = !tf.no_think;
-  Json history = Json::array();
-  if (!tf.system.empty()) history.push_back({{"role", "system"}, {"content", tf.system}});
-  const size_t base_len = history.size();
-  const bool tty_in = ::isatty(STDIN_FILENO) == 1;
-  install_sigint_counter(/*once=*/false);
-  uint64_t sig_seen = sigint_count();
-  std::fprintf(stderr, "strata chat: attached to %s (model %s) | thinking %s\n  :q quit, :reset clear, :set KEY VALUE (n, temperature, top_k, top_p, min_p, seed, think)\n",
-               base.c_str(), model_id.c_str(), think ? "on" : "off");
-  Json sampling = Json::object();
-  if (tf.temperature >= 0) sampling["temperature"] = tf.temperature;
-  if (tf.top_p >= 0) sampling["top_p"] = tf.top_p;
-  if (tf.top_k >= 0) sampling["top_k"] = tf.top_k;
-  if (tf.min_p >= 0) sampling["min_p"] = tf.min_p;
-  if (tf.seed >= 0) sampling["seed"] = tf.seed;
-  if (tf.repeat_penalty >= 0) sampling["repetition_penalty"] = tf.repeat_penalty;
-  if (tf.presence_penalty != 0) sampling["presence_penalty"] = tf.presence_penalty;
-  if (tf.frequency_penalty != 0) sampling["frequency_penalty"] = tf.frequency_penalty;
-  if (!tf.stop.empty()) sampling["stop"] = tf.stop;
-
-  LineReader reader(STDIN_FILENO);
-  std::string line;
-  bool armed = false;
-  for (;;) {
-    if (tty_in) out("> ");
-    const LineReader::Result r = reader.next(line, [&] { return sigint_count() != sig_seen; });
-    if (r == LineReader::Result::Eof) {
-      if (tty_in) out("\n");
-      break;
-    }
-    if (r == LineReader::Result::Interrupted) {
-      sig_seen = sigint_count();
-      if (armed) break;
-      armed = true;
-      out("\n(Ctrl-C again or :q to quit)\n");
-      continue;
-    }
-    armed = false;
-    if (line == ":q" || line == ":quit" || line == ":exit") break;
-    if (line.empty()) continue;
-    if (line == ":reset") {
-      history.erase(history.begin() + static_cast<std::ptrdiff_t>(base_len), history.end());
-      out("(history and context cleared)\n");
-      continue;
-    }
-    if (line.rfind(":set ", 0) == 0) {
-      const size_t k0 = line.find_first_not_of(' ', 5), k1 = line.find(' ', k0 == std::string::npos ? 5 : k0);
-      const std::string key = k0 == std::string::npos ? "" : line.substr(k0, k1 == std::string::npos ? std::string::npos : k1 - k0);
-      const std::string val = k1 == std::string::npos ? "" : line.substr(line.find_first_not_of(' ', k1) == std::string::npos ? line.size() : line.find_first_not_of(' ', k1));
-      bool ok = !val.empty();
-      try {
-        if (!ok) {
-        } else if (key == "n") {
-          n_max = std::stoll(val);
-        } else if (key == "think") {
-          ok = parse_bool(val, think);
-        } else if (key == "seed" || key == "top_k") {
-          sampling[key] = std::stoll(val);
-        } else if (key == "temperature" || key == "top_p" || key == "min_p") {
-          sampling[key] = std::stod(val);
-        } else {
-          ok = false;
-        }
-      } catch (const std::exception&) {
+  std::optional<std::string> set(const std::string& key, const std::string& val) override {
+    bool ok = true;
+    try {
+      if (key == "n") {
+        n_max_ = std::stoll(val);
+      } else if (key == "think") {
+        ok = parse_bool(val, think_);
+      } else if (key == "seed" || key == "top_k") {
+        sampling_[key] = std::stoll(val);
+      } else if (key == "temperature" || key == "top_p" || key == "min_p") {
+        sampling_[key] = std::stod(val);
+      } else {
         ok = false;
       }
-      out(ok ? "(" + sampling.dump() + ", n " + std::to_string(n_max) + ", think " + (think ? "on" : "off") + ")\n"
-             : std::string("(usage: :set n|temperature|top_k|top_p|min_p|seed|think VALUE)\n"));
-      continue;
+    } catch (const std::exception&) {
+      ok = false;
     }
-    if (line[0] == ':' && line.size() > 1 && std::isalpha(static_cast<unsigned char>(line[1])) &&
-        line.find(' ') == std::string::npos) {
-      out("(commands: :q, :reset, :set KEY VALUE; :more needs a local model)\n");
-      continue;
-    }
+    if (!ok) return std::nullopt;
+    return "(" + sampling_.dump() + ", n " + std::to_string(n_max_) + ", think " + (think_ ? "on" : "off") + ")\n";
+  }
 
-    history.push_back({{"role", "user"}, {"content", line}});
+  std::string set_usage() const override { return "(usage: :set n|temperature|top_k|top_p|min_p|seed|think VALUE)\n"; }
+  std::string commands() const override { return "(commands: :q, :reset, :set KEY VALUE; :more needs a local model)\n"; }
+
+  void turn(const std::string& line) override {
+    std::vector<Json>& history = history_;
+    const std::string& model_id = model_id_;
+    const bool think = think_;
+    const int64_t n_max = n_max_;
+    const Json& sampling = sampling_;
+    const httplib::Headers& headers = headers_;
+    httplib::Client& cli = *cli_;
+    history.push_back(Json{{"role", "user"}, {"content", line}});
     Json req = sampling;
     req["model"] = model_id;
-    req["messages"] = history;
+    req["messages"] = Json(history);
     req["stream"] = true;
     req["stream_options"] = {{"include_usage", true}};
     req["enable_thinking"] = think;
@@ -257,13 +388,13 @@ int chat_attached(const std::string& url, const std::string& api_key, const Text
         }
         if (ch.contains("finish_reason") && ch["finish_reason"].is_string()) finish = ch["finish_reason"];
       }
-      return sigint_count() == sig_seen;  // Ctrl-C: close the request, keep what came
+      return sigint_count() == sig_.seen;  // Ctrl-C: close the request, keep what came
     };
     httplib::Response hres;
     httplib::Error herr = httplib::Error::Success;
     const bool sent = cli.send(hreq, hres, herr);
-    const bool interrupted = sigint_count() != sig_seen;
-    sig_seen = sigint_count();
+    const bool interrupted = sigint_count() != sig_.seen;
+    sig_.seen = sigint_count();
     if (in_reasoning) out("</think>");
     out("\n");
     if (status != 200 && status != 0) {
@@ -274,15 +405,14 @@ int chat_attached(const std::string& url, const std::string& api_key, const Text
       }
       std::fprintf(stderr, "(the server answered HTTP %d: %s)\n", status, msg.c_str());
       history.erase(history.end() - 1);
-      continue;
+      return;
     }
     if (!sent && !interrupted && status == 0) {
       std::fprintf(stderr, "(request failed: %s)\n", httplib::to_string(herr).c_str());
       history.erase(history.end() - 1);
-      continue;
+      return;
     }
-    Json msg = {{"role", "assistant"}, {"content", content}};
-    history.push_back(msg);
+    history.push_back(Json{{"role", "assistant"}, {"content", content}});
     const double secs = static_cast<double>(now_ns() - t0) / 1e9;
     const int64_t gen = usage.is_object() ? usage.value("completion_tokens", int64_t{0}) : 0;
     const int64_t cached = usage.is_object() && usage.contains("prompt_tokens_details")
@@ -297,8 +427,19 @@ int chat_attached(const std::string& url, const std::string& api_key, const Text
                  interrupted ? " | interrupted" : finish.empty() || finish == "stop" ? "" : " | ",
                  interrupted ? "" : finish == "stop" ? "" : finish.c_str());
   }
-  return 0;
-}
+
+ private:
+  std::string url_, base_;
+  ChatSignals& sig_;
+  std::unique_ptr<httplib::Client> cli_;
+  httplib::Headers headers_;
+  std::string model_id_ = "strata";
+  int64_t n_max_ = -1;
+  bool think_ = true;
+  std::vector<Json> history_;
+  size_t base_len_ = 0;
+  Json sampling_ = Json::object();
+};
 
 }  // namespace
 
@@ -319,239 +460,33 @@ void add_chat_command(CLI::App& app, Runner& run) {
     if (f->attach.empty() && f->engine.model.empty()) throw CLI::RequiredError("--model (or --attach URL)");
     if (!f->attach.empty() && !f->engine.model.empty()) throw CLI::ValidationError("--attach", "use either --model or --attach");
     run = [f]() -> int {
-      if (!f->attach.empty()) return chat_attached(f->attach, f->api_key, f->text);
+      ChatSignals sig;
+      if (!f->attach.empty()) {
+        AttachedChat chat(f->attach, f->api_key, f->text, sig);
+        install_sigint_counter(/*once=*/false);
+        sig.seen = sigint_count();
+        std::fprintf(stderr,
+                     "strata chat: attached to %s (model %s) | thinking %s\n  :q quit, :reset clear, :set KEY VALUE "
+                     "(n, temperature, top_k, top_p, min_p, seed, think)\n",
+                     chat.base().c_str(), chat.model_id().c_str(), chat.thinking() ? "on" : "off");
+        run_chat_loop(chat, sig);
+        return 0;
+      }
       Engine e(f->engine.options(false));
-      const ModelConfig& c = e.config();
-      const TextModel tm = open_text_model(f->engine.model, c, f->text.chat_template, false);
-      const int64_t ctx = context_size(c, f->text.ctx);
-      const bool raw = tm.raw();
-      const bool tty_in = ::isatty(STDIN_FILENO) == 1;
-
-      SamplerOptions so = f->text.sampler_options(tm.gen);
-      Sequence seq(c, ctx, &tm.tok, tm.stop_ids);
-      seq.set_sampling(so);
-      int64_t n_max = f->text.n;
-      bool think = !f->text.no_think, ignore_eos = f->text.ignore_eos;
-      // Each answer's parameters: the current sampling settings and limits.
-      auto turn_params = [&] {
-        GenerationParams gp = f->text.params(so);
-        gp.max_tokens = n_max;
-        gp.ignore_eos = ignore_eos;
-        return gp;
-      };
-
-      std::vector<ChatMessage> history;
-      if (!f->text.system.empty()) history.push_back({.role = "system", .content = f->text.system});
-      const size_t base = history.size();
-      std::string last_text;  // what the last answer showed (for :more)
-      StopReason last_reason = StopReason::Eos;
-      bool opened_reasoning = false;
-
+      const TextModel tm = open_text_model(f->engine.model, e.config(), f->text.chat_template, false);
+      const int64_t ctx = context_size(e.config(), f->text.ctx);
+      LocalChat chat(e, tm, f->text, ctx, sig);
       install_sigint_counter(/*once=*/false);
-      uint64_t sig_seen = sigint_count();
-      uint64_t last_sigint_ns = 0;
-      bool idle_armed = false;  // one Ctrl-C seen while idle
-      bool quit = false;
-      // During a turn: a new Ctrl-C ends it; two of them quit afterwards.
-      const auto turn_interrupted = [&] { return sigint_count() != sig_seen; };
-
+      sig.seen = sigint_count();
       std::fprintf(stderr,
                    "strata chat: %s | template: %s | context %lld tokens | thinking %s\n"
                    "  :q quit, :reset clear, :more continue, :set KEY VALUE (n, temperature, top_k, top_p, min_p,\n"
                    "  repeat_penalty, seed, think, ignore_eos); Ctrl-C stops an answer, twice when idle quits\n",
                    f->engine.model.c_str(), tm.tmpl.source.c_str(), static_cast<long long>(ctx),
-                   raw     ? "n/a"
-                   : think ? "on"
-                           : "off");
-
-      auto assistant_message = [&](const std::string& text) {
-        ChatMessage m{.role = "assistant"};
-        if (raw) {
-          m.content = text;
-        } else {
-          const ParsedOutput p = parse_glm_output(text, opened_reasoning);
-          m.content = p.content;
-          m.reasoning_content = p.reasoning;
-        }
-        return m;
-      };
-
-      // Runs one answer (begun or resumed on `seq`): prefill, then tokens as
-      // they come; prints the footer. `think`: print <think> once the prompt
-      // is in (the generation prompt opened a reasoning block).
-      auto answer = [&](bool opens_think, TurnStats& st) {
-        const ExpertStoreStats before = e.experts().stats();
-        std::string shown;
-        bool opened = false;
-        auto open = [&] {
-          if (opens_think && !opened) out("<think>");
-          opened = true;
-        };
-        st = run_turn(
-            e, seq,
-            [&](const StepOutput& o) {
-              open();
-              shown += o.text;
-              if (!o.text.empty()) out(terminal_safe(o.text));
-            },
-            turn_interrupted);
-        if (st.reason == StopReason::Interrupted && seq.prefilling()) {
-          sig_seen = sigint_count();
-          last_sigint_ns = now_ns();
-          std::fprintf(stderr, "[interrupted during the prompt]\n");
-          return std::optional<std::string>();
-        }
-        open();
-        const uint64_t t_decode = st.first_token_ns ? st.first_token_ns : st.end_ns;
-        const uint64_t sig_now = sigint_count();
-        if (sig_now != sig_seen) {
-          if (sig_now - sig_seen >= 2) quit = true;
-          sig_seen = sig_now;
-          last_sigint_ns = now_ns();
-          st.reason = StopReason::Interrupted;
-        }
-        std::string hit = "experts resident";
-        if (e.experts().memory().on_disk) {
-          const ExpertStoreStats a = e.experts().stats();
-          const uint64_t req = a.requests - before.requests, hits = a.hits - before.hits;
-          hit = req ? fmt::format("experts hit {:.1f}%", 100.0 * static_cast<double>(hits) / static_cast<double>(req))
-                    : "experts hit n/a";
-        }
-        const double dec_s = static_cast<double>(st.end_ns - t_decode) / 1e9;
-        const double ttft = st.first_token_ns ? static_cast<double>(st.first_token_ns - st.start_ns) / 1e9 : 0.0;
-        out("\n");
-        std::fprintf(stderr, "[%lld tokens, %.1f tok/s, first token %.3f s, prompt %lld new + %lld cached, %s%s%s]\n",
-                     static_cast<long long>(st.generated), dec_s > 0 ? static_cast<double>(st.generated) / dec_s : 0.0,
-                     ttft, static_cast<long long>(st.prefilled), static_cast<long long>(st.reused), hit.c_str(),
-                     st.reason == StopReason::Eos ? "" : " | ",
-                     st.reason == StopReason::Eos ? "" : stop_reason_name(st.reason));
-        return std::optional<std::string>(shown);
-      };
-
-      LineReader reader(STDIN_FILENO);
-      std::string line;
-      while (!quit) {
-        if (tty_in) out("> ");
-        const LineReader::Result r = reader.next(line, [&] { return sigint_count() != sig_seen; });
-        if (r == LineReader::Result::Eof) {
-          if (tty_in) out("\n");
-          break;
-        }
-        if (r == LineReader::Result::Interrupted) {
-          sig_seen = sigint_count();
-          const uint64_t t = now_ns();
-          if (idle_armed || (last_sigint_ns && t - last_sigint_ns < 1000000000ull)) break;
-          idle_armed = true;
-          last_sigint_ns = t;
-          out("\n(Ctrl-C again or :q to quit)\n");
-          continue;
-        }
-        idle_armed = false;
-        if (line == ":q" || line == ":quit" || line == ":exit") break;
-        if (line.empty()) continue;
-        if (line == ":reset") {
-          history.resize(base);
-          seq.clear();
-          last_text.clear();
-          out("(history and context cleared)\n");
-          continue;
-        }
-        if (line.rfind(":set", 0) == 0) {
-          std::string key, val;
-          const size_t k0 = line.find_first_not_of(' ', 4);
-          if (k0 != std::string::npos) {
-            const size_t k1 = line.find(' ', k0);
-            key = line.substr(k0, k1 == std::string::npos ? std::string::npos : k1 - k0);
-            if (k1 != std::string::npos) {
-              const size_t v0 = line.find_first_not_of(' ', k1);
-              if (v0 != std::string::npos) val = line.substr(v0);
-            }
-          }
-          bool ok = !key.empty() && !val.empty();
-          try {
-            if (key.empty() && val.empty()) {
-              ok = true;  // bare :set shows the settings
-            } else if (!ok) {
-            } else if (key == "n") {
-              n_max = std::stoll(val);
-            } else if (key == "temperature") {
-              so.temperature = std::stod(val);
-              ok = so.temperature >= 0;
-            } else if (key == "top_k") {
-              so.top_k = std::stoll(val);
-              ok = so.top_k >= 0;
-            } else if (key == "top_p") {
-              so.top_p = std::stod(val);
-              ok = so.top_p >= 0 && so.top_p <= 1;
-            } else if (key == "min_p") {
-              so.min_p = std::stod(val);
-              ok = so.min_p >= 0 && so.min_p <= 1;
-            } else if (key == "repeat_penalty") {
-              so.repetition_penalty = std::stod(val);
-              ok = so.repetition_penalty > 0;
-            } else if (key == "seed") {
-              so.seed = std::stoull(val);
-            } else if (key == "think") {
-              ok = !raw && parse_bool(val, think);
-            } else if (key == "ignore_eos") {
-              ok = parse_bool(val, ignore_eos);
-            } else {
-              ok = false;
-            }
-          } catch (const std::exception&) {
-            ok = false;
-          }
-          if (ok) seq.set_sampling(so);
-          out(ok ? fmt::format("(n {}, temperature {}, top_k {}, top_p {}, min_p {}, repeat_penalty {}, seed {}, "
-                               "think {}, ignore_eos {})\n",
-                               n_max, so.temperature, so.top_k, so.top_p, so.min_p, so.repetition_penalty, so.seed,
-                               think ? "on" : "off", ignore_eos ? "on" : "off")
-                 : std::string("(usage: :set n|temperature|top_k|top_p|min_p|repeat_penalty|seed|think|ignore_eos "
-                               "VALUE)\n"));
-          continue;
-        }
-        if (line == ":more") {
-          if (history.size() == base || history.back().role != "assistant" || !seq.can_continue()) {
-            out("(no answer to continue)\n");
-            continue;
-          }
-          TurnStats st;
-          GenerationParams gp = turn_params();
-          gp.ban_stops_first = last_reason == StopReason::Eos;
-          seq.resume(gp);
-          const std::string more = answer(false, st).value_or("");
-          last_text += more;
-          last_reason = st.reason;
-          history.back() = assistant_message(last_text);
-          continue;
-        }
-        if (line[0] == ':' && line.size() > 1 && std::isalpha(static_cast<unsigned char>(line[1])) &&
-            line.find(' ') == std::string::npos) {
-          out("(commands: :q, :reset, :more, :set KEY VALUE)\n");
-          continue;
-        }
-
-        // A user turn.
-        TurnStats st;
-        history.push_back({.role = "user", .content = raw ? line + "\n" : line});
-        ChatRenderOptions ro;
-        ro.enable_thinking = think;
-        const std::vector<int32_t> tokens = tm.tok.encode(tm.tmpl.render(history, nullptr, ro), raw);
-        if (tokens.empty() || static_cast<int64_t>(tokens.size()) >= ctx) {
-          history.pop_back();
-          std::fprintf(stderr,
-                       "(the conversation would be %zu tokens and the context is %lld: nothing was sent; :reset, or "
-                       "restart with a larger --ctx)\n",
-                       tokens.size(), static_cast<long long>(ctx));
-          continue;
-        }
-        opened_reasoning = tm.tmpl.opens_reasoning(ro);
-        seq.begin(tokens, turn_params());
-        const std::string shown = answer(opened_reasoning, st).value_or("");
-        last_text = shown;
-        last_reason = st.reason;
-        history.push_back(assistant_message(shown));
-      }
+                   tm.raw()       ? "n/a"
+                   : chat.thinking() ? "on"
+                                     : "off");
+      run_chat_loop(chat, sig);
       finish_engine(e, f->engine);
       return 0;
     };
