@@ -20,6 +20,7 @@
 #include "kernels/cpu_features.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "core/io.h"
 #include "core/json.h"
 
 namespace strata::cli {
@@ -129,10 +130,10 @@ DiskResult disk_read(const Model& m, uint64_t max_bytes) {
     }
   }
   if (r.file.empty()) return r;
-  int fd = ::open(r.file.c_str(), O_RDONLY | O_DIRECT);
-  r.direct = fd >= 0;
-  if (fd < 0) fd = ::open(r.file.c_str(), O_RDONLY);
-  if (fd < 0) fail("bench: cannot open {}: {}", r.file, std::strerror(errno));
+  Fd fd = try_open_file(r.file, O_RDONLY | O_DIRECT);
+  r.direct = fd.valid();
+  if (!fd) fd = try_open_file(r.file, O_RDONLY);
+  if (!fd) fail("bench: cannot open {}: {}", r.file, std::strerror(errno));
   constexpr size_t kReq = 8u << 20;
   void* buf = std::aligned_alloc(4096, kReq);
   const uint64_t want = std::min(best_size / 4096 * 4096, max_bytes);
@@ -140,13 +141,12 @@ DiskResult disk_read(const Model& m, uint64_t max_bytes) {
   uint64_t off = 0;
   while (off < want) {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(kReq, want - off));
-    const ssize_t got = ::pread(fd, buf, n, static_cast<off_t>(off));
-    if (got <= 0) break;
-    off += static_cast<uint64_t>(got);
+    const IoResult got = try_pread_full(fd.get(), buf, n, off);
+    off += got.bytes;
+    if (got.bytes < n) break;
   }
   const uint64_t dt = now_ns() - t0;
   std::free(buf);
-  ::close(fd);
   r.bytes = off;
   r.gb_s = dt ? static_cast<double>(off) / static_cast<double>(dt) : 0.0;
   return r;

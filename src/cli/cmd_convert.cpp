@@ -1,17 +1,95 @@
 // `strata convert`: a Hugging Face glm_moe_dsa checkpoint (bf16/f32 or
 // block-FP8 safetensors, single or sharded) into a strata container
 // (docs/container.md); `strata convert --verify DIR` checks one.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
-#include "format/container_writer.h"
+#include "format/convert.h"
+#include "format/verify.h"
 #include "core/error.h"
 
 namespace strata::cli {
 
 namespace {
+
+std::string human_bytes(double b) {
+  if (b >= 1e12) return fmt::format("{:.2f} TB", b / 1e12);
+  if (b >= 1e9) return fmt::format("{:.2f} GB", b / 1e9);
+  if (b >= 1e6) return fmt::format("{:.1f} MB", b / 1e6);
+  if (b >= 1e3) return fmt::format("{:.1f} kB", b / 1e3);
+  return fmt::format("{:.0f} B", b);
+}
+
+std::string human_time(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const uint64_t t = static_cast<uint64_t>(s + 0.5);
+  if (t >= 3600) return fmt::format("{}:{:02}:{:02}", t / 3600, t / 60 % 60, t % 60);
+  return fmt::format("{}:{:02}", t / 60, t % 60);
+}
+
+// Renders a conversion's reports on stderr: notes as lines; progress as one
+// updating line on a terminal (4 updates a second at most), a line every 5
+// seconds otherwise.
+class ProgressPrinter {
+ public:
+  ProgressPrinter() : tty_(::isatty(STDERR_FILENO) == 1) {}
+
+  void operator()(const ConvertProgress& p) {
+    switch (p.kind) {
+      case ConvertProgress::Kind::Note: std::fprintf(stderr, "convert: %s\n", p.text.c_str()); break;
+      case ConvertProgress::Kind::Bytes:
+        if (p.seconds - last_ < (tty_ ? 0.25 : 5.0)) return;
+        last_ = p.seconds;
+        print(p);
+        break;
+      case ConvertProgress::Kind::Finished:
+        if (tty_ && printed_) {
+          print(p);
+          std::fputc('\n', stderr);
+        }
+        break;
+    }
+  }
+
+ private:
+  void print(const ConvertProgress& p) {
+    const double el = p.seconds;
+    const double rate = el > 0 ? static_cast<double>(p.done_bytes - p.skipped_bytes) / el : 0.0;
+    const double left = static_cast<double>(p.total_bytes - std::min(p.done_bytes, p.total_bytes));
+    const double pct =
+        p.total_bytes ? 100.0 * static_cast<double>(p.done_bytes) / static_cast<double>(p.total_bytes) : 100.0;
+    const std::string line = fmt::format("convert: {} / {} ({:.0f}%)  {}/s  ETA {}",
+                                         human_bytes(static_cast<double>(p.done_bytes)),
+                                         human_bytes(static_cast<double>(p.total_bytes)), pct, human_bytes(rate),
+                                         rate > 0 ? human_time(left / rate) : std::string("?"));
+    if (tty_)
+      std::fprintf(stderr, "\r%s\033[K", line.c_str());
+    else
+      std::fprintf(stderr, "%s\n", line.c_str());
+    std::fflush(stderr);
+    printed_ = true;
+  }
+  bool tty_, printed_ = false;
+  double last_ = 0.0;  // seconds of the last line printed
+};
+
+void print_summary(const ConvertOptions& o, const ConvertResult& res) {
+  const double converted = static_cast<double>(res.source_bytes);
+  std::fprintf(stderr,
+               "convert: done: %s -> %s: %d files written%s, container %s, %s of source tensors in %.1f s "
+               "(%s/s), peak RSS %s\n",
+               o.in_dir.c_str(), o.out_dir.c_str(), res.files_written,
+               res.files_skipped ? fmt::format(" ({} kept from the interrupted run)", res.files_skipped).c_str() : "",
+               human_bytes(static_cast<double>(res.container_bytes)).c_str(), human_bytes(converted).c_str(),
+               res.seconds, human_bytes(res.seconds > 0 ? converted / res.seconds : 0).c_str(),
+               human_bytes(static_cast<double>(res.peak_rss_bytes)).c_str());
+}
 
 struct ConvertFlags {
   ConvertOptions opt;
@@ -38,8 +116,9 @@ int run_convert(ConvertFlags& f) {
     return 0;
   }
   f.opt.expert_bits = f.experts == "int8" ? 8 : 4;
-  f.opt.progress = !f.quiet;
-  convert_checkpoint(f.opt);
+  if (!f.quiet) f.opt.on_progress = ProgressPrinter();
+  const ConvertResult res = convert_checkpoint(f.opt);
+  if (!f.quiet && !res.already_complete) print_summary(f.opt, res);
   return 0;
 }
 

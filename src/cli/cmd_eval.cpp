@@ -9,6 +9,7 @@
 #include "cli/common.h"
 #include "runtime/score.h"
 #include "core/error.h"
+#include "core/io.h"
 #include "core/json.h"
 
 namespace strata::cli {

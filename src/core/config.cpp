@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "core/error.h"
+#include "core/io.h"
 
 namespace strata {
 

@@ -1,11 +1,5 @@
 #include "core/json.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <unordered_set>
 #include <vector>
 
@@ -85,33 +79,6 @@ Json parse_json(std::string_view text, const std::string& origin, int max_depth)
   } catch (const Json::exception& e) {
     fail("{}: invalid JSON: {}", origin, e.what());
   }
-}
-
-std::string read_small_file(const std::string& path, size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail("{}: not a regular file", path);
-  }
-  if (static_cast<uint64_t>(st.st_size) > max_bytes) {
-    ::close(fd);
-    fail("{}: file is {} bytes, limit is {}", path, st.st_size, max_bytes);
-  }
-  std::string out(static_cast<size_t>(st.st_size), '\0');
-  size_t got = 0;
-  while (got < out.size()) {
-    ssize_t n = ::read(fd, out.data() + got, out.size() - got);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      ::close(fd);
-      fail("{}: read failed at offset {}: {}", path, got, n < 0 ? std::strerror(errno) : "unexpected end of file");
-    }
-    got += static_cast<size_t>(n);
-  }
-  ::close(fd);
-  return out;
 }
 
 }  // namespace strata

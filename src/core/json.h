@@ -6,6 +6,10 @@
 #include <string>
 #include <string_view>
 
+// Transitional: src/text/ still reaches read_small_file (core/io.h) through
+// this header; once those files include core/io.h themselves, drop this.
+#include "core/io.h"
+
 namespace strata {
 
 using Json = nlohmann::json;
@@ -15,8 +19,5 @@ constexpr int kMaxJsonDepth = 64;
 // Parses `text` (from `origin`, used in messages). Throws strata::Error on
 // syntax errors or nesting deeper than `max_depth`.
 Json parse_json(std::string_view text, const std::string& origin, int max_depth = kMaxJsonDepth);
-
-// Reads a whole (small) file, refusing files larger than `max_bytes`.
-std::string read_small_file(const std::string& path, size_t max_bytes);
 
 }  // namespace strata

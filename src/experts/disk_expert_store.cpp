@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "core/json.h"
 
 namespace strata {
@@ -62,11 +63,10 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     l.slot_of.assign(static_cast<size_t>(rec.count), -1);
     l.usage.assign(static_cast<size_t>(rec.count), 0);
     l.prior.assign(static_cast<size_t>(rec.count), 0);
-    l.fd = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (l.fd < 0) fail("{}: cannot open: {}", l.path, std::strerror(errno));
+    l.fd = open_file(l.path, O_RDONLY);
     if (o.direct_io) {
-      l.fd_direct = ::open(l.path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-      l.direct = l.fd_direct >= 0;
+      l.fd_direct = try_open_file(l.path, O_RDONLY | O_DIRECT);  // not every filesystem allows it
+      l.direct = l.fd_direct.valid();
     }
     total_bytes_ += l.read_bytes * static_cast<uint64_t>(rec.count);
     ++moe_layers;
@@ -180,9 +180,8 @@ DiskExpertStore::~DiskExpertStore() {
 
 void DiskExpertStore::release_files() {
   for (Layer& l : layers_) {
-    if (l.fd >= 0) ::close(l.fd);
-    if (l.fd_direct >= 0) ::close(l.fd_direct);
-    l.fd = l.fd_direct = -1;
+    l.fd.reset();
+    l.fd_direct.reset();
     for (Slot& s : l.slots) {
       std::free(s.buf);
       s.buf = nullptr;
@@ -210,17 +209,17 @@ std::string DiskExpertStore::read_expert(Layer& l, int64_t layer, int32_t expert
     direct = l.direct;
   }
   while (done < l.read_bytes) {
-    ssize_t r = ::pread(direct ? l.fd_direct : l.fd, s.buf + done, l.read_bytes - done, static_cast<off_t>(off + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0 && errno == EINVAL && direct) {  // the filesystem refuses O_DIRECT reads
+    const IoResult r = try_pread_full(direct ? l.fd_direct.get() : l.fd.get(), s.buf + done, l.read_bytes - done,
+                                      off + done);
+    done += r.bytes;
+    if (r.error == EINVAL && direct) {  // the filesystem refuses O_DIRECT reads
       std::lock_guard<std::mutex> lk(mu_);
       l.direct = direct = false;
       continue;
     }
-    if (r <= 0)
+    if (done < l.read_bytes)
       return fmt::format("{}: reading expert {} of layer {} ({} bytes at offset {}) failed: {}", l.path, expert, layer,
-                         l.read_bytes, off + done, r < 0 ? std::strerror(errno) : "unexpected end of file");
-    done += static_cast<uint64_t>(r);
+                         l.read_bytes, off + done, r.error ? std::strerror(r.error) : "unexpected end of file");
   }
   if (XXH3_64bits(s.buf, l.rec->blob_bytes) != l.rec->xxh[static_cast<size_t>(expert)])
     return fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)", l.path, expert,
@@ -400,20 +399,10 @@ bool DiskExpertStore::save_usage() const {
     for (size_t e = 0; e < total.size(); ++e) total[e] = l.usage[e] + l.prior[e];
     j["layers"][std::to_string(L)] = total;
   }
-  const std::string path = dir_ + "/usage.json", tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    f << j.dump() << "\n";
-    f.flush();
-    if (!f) {
-      std::fprintf(stderr, "strata: warning: cannot write %s; routing usage not saved\n", tmp.c_str());
-      std::remove(tmp.c_str());
-      return false;
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::fprintf(stderr, "strata: warning: cannot rename %s: %s\n", tmp.c_str(), std::strerror(errno));
-    std::remove(tmp.c_str());
+  try {
+    write_file_atomic(dir_ + "/usage.json", j.dump() + "\n");
+  } catch (const Error& e) {  // names the file and the reason
+    std::fprintf(stderr, "strata: warning: %s; routing usage not saved\n", e.what());
     return false;
   }
   return true;

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "core/io.h"
 #include "experts/expert_store.h"
 #include "experts/store_options.h"
 #include "format/container.h"
@@ -62,8 +63,8 @@ class DiskExpertStore final : public ExpertStore {
   struct Layer {
     const ExpertLayerRecord* rec = nullptr;
     std::string path;
-    int fd = -1;
-    int fd_direct = -1;  // kept open for closing if reads fall back to fd
+    Fd fd;
+    Fd fd_direct;  // O_DIRECT; kept open (and closed with the store) if reads fall back to fd
     bool direct = false;
     uint64_t read_bytes = 0;  // blob rounded up to 4096
     std::vector<Slot> slots;

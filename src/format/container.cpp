@@ -1,14 +1,10 @@
 #include "format/container.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
-#include "core/quant.h"
 #include "core/error.h"
+#include "core/io.h"
+#include "core/quant.h"
 
 namespace strata {
 
@@ -287,27 +283,7 @@ Manifest read_manifest(const std::string& dir) {
 }
 
 void write_manifest(const std::string& dir, const Manifest& m) {
-  const std::string path = dir + "/manifest.json", tmp = path + ".tmp";
-  const std::string text = manifest_to_json(m).dump(1) + "\n";
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail("{}: cannot create: {}", tmp, std::strerror(errno));
-  size_t done = 0;
-  while (done < text.size()) {
-    ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      fail("{}: write failed: {}", tmp, std::strerror(err));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    fail("{}: cannot flush: {}", tmp, std::strerror(errno));
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) fail("{}: cannot rename into place: {}", path, std::strerror(errno));
+  write_file_atomic(dir + "/manifest.json", manifest_to_json(m).dump(1) + "\n");
 }
 
 }  // namespace strata

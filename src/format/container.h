@@ -77,7 +77,7 @@ Json manifest_to_json(const Manifest& m);
 // inside their files as listed); `origin` names the file in messages.
 Manifest manifest_from_json(const Json& j, const std::string& origin);
 Manifest read_manifest(const std::string& dir);
-// Writes dir/manifest.json via a temp file + fsync + rename.
+// Writes dir/manifest.json atomically (temp file, fsync, rename, fsync of dir).
 void write_manifest(const std::string& dir, const Manifest& m);
 
 bool is_container(const std::string& dir);

@@ -12,8 +12,9 @@
 #include <memory>
 #include <type_traits>
 
-#include "core/numeric.h"
 #include "core/error.h"
+#include "core/io.h"
+#include "core/numeric.h"
 
 namespace strata {
 
@@ -98,8 +99,11 @@ uint16_t f32_to_f16(float f) {
 namespace {
 
 void put_bytes(std::vector<uint8_t>& out, const void* p, size_t n) {
-  const uint8_t* b = static_cast<const uint8_t*>(p);
-  out.insert(out.end(), b, b + n);
+  // resize + memcpy rather than insert: GCC 12 misreads the inlined range
+  // insert into an empty vector as an overflow (-Wstringop-overflow).
+  const size_t at = out.size();
+  out.resize(at + n);
+  if (n) std::memcpy(out.data() + at, p, n);
 }
 template <typename T>
 void put(std::vector<uint8_t>& out, T v) {
@@ -117,13 +121,8 @@ uint64_t align_up(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 // Buffered writer on a file descriptor; errors name the file.
 class OutFile {
  public:
-  explicit OutFile(const std::string& path) : path_(path) {
-    fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd_ < 0) fail("{}: cannot create: {}", path, std::strerror(errno));
+  explicit OutFile(const std::string& path) : fd_(open_file(path, O_WRONLY | O_CREAT | O_TRUNC, 0644)) {
     buf_.reserve(kBuf);
-  }
-  ~OutFile() {
-    if (fd_ >= 0) ::close(fd_);
   }
   void write(const void* p, size_t n) {
     const uint8_t* b = static_cast<const uint8_t*>(p);
@@ -146,10 +145,8 @@ class OutFile {
   uint64_t written() const { return written_; }
   void finish() {
     flush();
-    if (::fsync(fd_) != 0) fail("{}: fsync failed: {}", path_, std::strerror(errno));
-    int fd = fd_;
-    fd_ = -1;
-    if (::close(fd) != 0) fail("{}: close failed: {}", path_, std::strerror(errno));
+    fsync_file(fd_);
+    fd_.close();
   }
 
  private:
@@ -159,20 +156,13 @@ class OutFile {
     buf_.clear();
   }
   void raw_write(const uint8_t* p, size_t n) {
-    while (n > 0) {
-      ssize_t k = ::write(fd_, p, n);
-      if (k < 0) {
-        if (errno == EINTR) continue;
-        fail("{}: write failed after {} bytes: {}", path_, written_, std::strerror(errno));
-      }
-      p += k;
-      n -= static_cast<size_t>(k);
-    }
+    write_full(fd_, p, n, in_file_);
+    in_file_ += n;
   }
-  std::string path_;
-  int fd_ = -1;
+  Fd fd_;
   std::vector<uint8_t> buf_;
-  uint64_t written_ = 0;
+  uint64_t written_ = 0;  // handed to write(), buffered or not
+  uint64_t in_file_ = 0;  // written to the file
 };
 
 }  // namespace

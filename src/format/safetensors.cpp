@@ -2,14 +2,12 @@
 
 #include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/io.h"
 #include "core/json.h"
 
 namespace strata {
@@ -35,22 +33,6 @@ const DTypeInfo& info(DType d) {
   return kDTypes[0];  // unreachable: every enumerator is listed
 }
 
-void pread_all(int fd, const std::string& path, uint64_t offset, uint64_t n, void* dst) {
-  auto* p = static_cast<uint8_t*>(dst);
-  uint64_t done = 0;
-  while (done < n) {
-    size_t chunk = static_cast<size_t>(std::min<uint64_t>(n - done, 1ull << 30));
-    ssize_t r = ::pread(fd, p + done, chunk, static_cast<off_t>(offset + done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r < 0)
-      fail("{}: read of {} bytes at offset {} failed: {}", path, n, offset, std::strerror(errno));
-    if (r == 0)
-      fail("{}: read of {} bytes at offset {} ended early after {} bytes (file truncated?)", path, n,
-           offset, done);
-    done += static_cast<uint64_t>(r);
-  }
-}
-
 }  // namespace
 
 size_t dtype_size(DType d) { return info(d).size; }
@@ -58,111 +40,102 @@ const char* dtype_name(DType d) { return info(d).name; }
 
 SafetensorsFile::SafetensorsFile(const std::string& path, const SafetensorsLimits& limits)
     : path_(path) {
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-  try {
-    struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) fail("{}: not a regular file", path);
-    file_size_ = static_cast<uint64_t>(st.st_size);
-    if (file_size_ < 8) fail("{}: file is {} bytes, too small for a safetensors header", path, file_size_);
+  fd_ = open_file(path, O_RDONLY);
+  struct stat st {};
+  if (::fstat(fd_.get(), &st) != 0 || !S_ISREG(st.st_mode)) fail("{}: not a regular file", path);
+  file_size_ = static_cast<uint64_t>(st.st_size);
+  if (file_size_ < 8) fail("{}: file is {} bytes, too small for a safetensors header", path, file_size_);
 
-    uint8_t lenbuf[8];
-    pread_all(fd_, path, 0, 8, lenbuf);
-    uint64_t header_len = 0;
-    for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | lenbuf[i];
-    if (header_len > file_size_ - 8)
-      fail("{}: header length {} exceeds the file size {}", path, header_len, file_size_);
-    if (header_len > limits.max_header_bytes)
-      fail("{}: header length {} exceeds the limit of {} bytes", path, header_len, limits.max_header_bytes);
-    if (header_len < 2) fail("{}: header length {} is too small", path, header_len);
-    data_offset_ = 8 + header_len;
-    const uint64_t data_size = file_size_ - data_offset_;
+  uint8_t lenbuf[8];
+  pread_exact(fd_, lenbuf, 8, 0);
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | lenbuf[i];
+  if (header_len > file_size_ - 8)
+    fail("{}: header length {} exceeds the file size {}", path, header_len, file_size_);
+  if (header_len > limits.max_header_bytes)
+    fail("{}: header length {} exceeds the limit of {} bytes", path, header_len, limits.max_header_bytes);
+  if (header_len < 2) fail("{}: header length {} is too small", path, header_len);
+  data_offset_ = 8 + header_len;
+  const uint64_t data_size = file_size_ - data_offset_;
 
-    std::string text(static_cast<size_t>(header_len), '\0');
-    pread_all(fd_, path, 8, header_len, text.data());
-    Json header = parse_json(text, path + " (safetensors header)");
-    if (!header.is_object()) fail("{}: header is not a JSON object", path);
+  std::string text(static_cast<size_t>(header_len), '\0');
+  pread_exact(fd_, text.data(), header_len, 8);
+  Json header = parse_json(text, path + " (safetensors header)");
+  if (!header.is_object()) fail("{}: header is not a JSON object", path);
 
-    for (auto it = header.begin(); it != header.end(); ++it) {
-      const std::string& name = it.key();
-      const Json& v = it.value();
-      if (name == "__metadata__") {
-        if (!v.is_object()) fail("{}: __metadata__ is not an object", path);
-        for (auto m = v.begin(); m != v.end(); ++m)
-          if (!m.value().is_string()) fail("{}: __metadata__ field \"{}\" is not a string", path, m.key());
-        continue;
-      }
-      auto bad = [&](const std::string& what) { fail("{}: tensor \"{}\": {}", path, name, what); };
-      if (!v.is_object()) bad("entry is not an object");
-      if (v.size() != 3 || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
-        bad("entry must have exactly the fields dtype, shape, data_offsets");
-      const Json& jd = v["dtype"];
-      const Json& js = v["shape"];
-      const Json& jo = v["data_offsets"];
-      if (!jd.is_string()) bad("dtype is not a string");
-      TensorEntry t;
-      t.name = name;
-      const std::string ds = jd.get<std::string>();
-      const DTypeInfo* di = nullptr;
-      for (const auto& i : kDTypes)
-        if (ds == i.name) di = &i;
-      if (!di) bad(fmt::format("unknown dtype \"{}\"", ds));
-      t.dtype = di->dtype;
-      if (!js.is_array()) bad("shape is not an array");
-      if (static_cast<int>(js.size()) > limits.max_rank)
-        bad(fmt::format("rank {} exceeds the limit {}", js.size(), limits.max_rank));
-      uint64_t numel = 1;
-      for (const Json& d : js) {
-        if (!d.is_number_integer()) bad("shape has a non-integer dimension");
-        if (d.is_number_unsigned() ? d.get<uint64_t>() > static_cast<uint64_t>(limits.max_dim)
-                                   : (d.get<int64_t>() < 0 || d.get<int64_t>() > limits.max_dim))
-          bad(fmt::format("dimension {} is negative or exceeds {}", d.dump(), limits.max_dim));
-        int64_t dim = d.get<int64_t>();
-        t.shape.push_back(dim);
-        if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dim), &numel)) bad("shape product overflows");
-      }
-      t.numel = numel;
-      uint64_t nbytes = 0;
-      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(di->size), &nbytes)) bad("byte size overflows");
-      if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_integer() || !jo[1].is_number_integer())
-        bad("data_offsets must be an array of two integers");
-      if (!jo[0].is_number_unsigned() || !jo[1].is_number_unsigned()) bad("data_offsets are negative");
-      t.begin = jo[0].get<uint64_t>();
-      t.end = jo[1].get<uint64_t>();
-      if (t.begin > t.end) bad(fmt::format("data_offsets [{}, {}] are reversed", t.begin, t.end));
-      if (t.end > data_size)
-        bad(fmt::format("data_offsets [{}, {}] run past the data area of {} bytes", t.begin, t.end, data_size));
-      if (t.end - t.begin != nbytes)
-        bad(fmt::format("shape and dtype need {} bytes but data_offsets span {}", nbytes, t.end - t.begin));
-      tensors_.push_back(std::move(t));
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    const std::string& name = it.key();
+    const Json& v = it.value();
+    if (name == "__metadata__") {
+      if (!v.is_object()) fail("{}: __metadata__ is not an object", path);
+      for (auto m = v.begin(); m != v.end(); ++m)
+        if (!m.value().is_string()) fail("{}: __metadata__ field \"{}\" is not a string", path, m.key());
+      continue;
     }
-
-    // Overlap: in order of begin, each non-empty span must start at or after
-    // the end of the previous non-empty one. Empty spans are skipped without
-    // resetting `prev`, or an empty tensor sorted between two overlapping
-    // ones would hide the overlap.
-    std::vector<size_t> order(tensors_.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::sort(order.begin(), order.end(),
-              [&](size_t a, size_t b) { return tensors_[a].begin < tensors_[b].begin; });
-    const TensorEntry* prev = nullptr;
-    for (size_t i : order) {
-      const TensorEntry& b = tensors_[i];
-      if (b.bytes() == 0) continue;
-      if (prev && b.begin < prev->end) fail("{}: tensors \"{}\" and \"{}\" overlap", path, prev->name, b.name);
-      prev = &b;
+    auto bad = [&](const std::string& what) { fail("{}: tensor \"{}\": {}", path, name, what); };
+    if (!v.is_object()) bad("entry is not an object");
+    if (v.size() != 3 || !v.contains("dtype") || !v.contains("shape") || !v.contains("data_offsets"))
+      bad("entry must have exactly the fields dtype, shape, data_offsets");
+    const Json& jd = v["dtype"];
+    const Json& js = v["shape"];
+    const Json& jo = v["data_offsets"];
+    if (!jd.is_string()) bad("dtype is not a string");
+    TensorEntry t;
+    t.name = name;
+    const std::string ds = jd.get<std::string>();
+    const DTypeInfo* di = nullptr;
+    for (const auto& i : kDTypes)
+      if (ds == i.name) di = &i;
+    if (!di) bad(fmt::format("unknown dtype \"{}\"", ds));
+    t.dtype = di->dtype;
+    if (!js.is_array()) bad("shape is not an array");
+    if (static_cast<int>(js.size()) > limits.max_rank)
+      bad(fmt::format("rank {} exceeds the limit {}", js.size(), limits.max_rank));
+    uint64_t numel = 1;
+    for (const Json& d : js) {
+      if (!d.is_number_integer()) bad("shape has a non-integer dimension");
+      if (d.is_number_unsigned() ? d.get<uint64_t>() > static_cast<uint64_t>(limits.max_dim)
+                                 : (d.get<int64_t>() < 0 || d.get<int64_t>() > limits.max_dim))
+        bad(fmt::format("dimension {} is negative or exceeds {}", d.dump(), limits.max_dim));
+      int64_t dim = d.get<int64_t>();
+      t.shape.push_back(dim);
+      if (__builtin_mul_overflow(numel, static_cast<uint64_t>(dim), &numel)) bad("shape product overflows");
     }
-    for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
-  } catch (...) {
-    ::close(fd_);
-    fd_ = -1;
-    throw;
+    t.numel = numel;
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(di->size), &nbytes)) bad("byte size overflows");
+    if (!jo.is_array() || jo.size() != 2 || !jo[0].is_number_integer() || !jo[1].is_number_integer())
+      bad("data_offsets must be an array of two integers");
+    if (!jo[0].is_number_unsigned() || !jo[1].is_number_unsigned()) bad("data_offsets are negative");
+    t.begin = jo[0].get<uint64_t>();
+    t.end = jo[1].get<uint64_t>();
+    if (t.begin > t.end) bad(fmt::format("data_offsets [{}, {}] are reversed", t.begin, t.end));
+    if (t.end > data_size)
+      bad(fmt::format("data_offsets [{}, {}] run past the data area of {} bytes", t.begin, t.end, data_size));
+    if (t.end - t.begin != nbytes)
+      bad(fmt::format("shape and dtype need {} bytes but data_offsets span {}", nbytes, t.end - t.begin));
+    tensors_.push_back(std::move(t));
   }
+
+  // Overlap: in order of begin, each non-empty span must start at or after
+  // the end of the previous non-empty one. Empty spans are skipped without
+  // resetting `prev`, or an empty tensor sorted between two overlapping
+  // ones would hide the overlap.
+  std::vector<size_t> order(tensors_.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(),
+            [&](size_t a, size_t b) { return tensors_[a].begin < tensors_[b].begin; });
+  const TensorEntry* prev = nullptr;
+  for (size_t i : order) {
+    const TensorEntry& b = tensors_[i];
+    if (b.bytes() == 0) continue;
+    if (prev && b.begin < prev->end) fail("{}: tensors \"{}\" and \"{}\" overlap", path, prev->name, b.name);
+    prev = &b;
+  }
+  for (size_t i = 0; i < tensors_.size(); ++i) index_[tensors_[i].name] = i;
 }
 
-SafetensorsFile::~SafetensorsFile() {
-  if (fd_ >= 0) ::close(fd_);
-}
+SafetensorsFile::~SafetensorsFile() = default;
 
 const TensorEntry* SafetensorsFile::find(std::string_view name) const {
   auto it = index_.find(std::string(name));
@@ -174,7 +147,7 @@ void SafetensorsFile::read(const TensorEntry& t, void* dst) const { read_range(t
 void SafetensorsFile::read_range(const TensorEntry& t, uint64_t offset, uint64_t n, void* dst) const {
   if (offset > t.bytes() || n > t.bytes() - offset)
     fail("{}: tensor \"{}\": range [{}, +{}) outside its {} bytes", path_, t.name, offset, n, t.bytes());
-  pread_all(fd_, path_ + " (tensor \"" + t.name + "\")", data_offset_ + t.begin + offset, n, dst);
+  pread_exact(fd_, dst, n, data_offset_ + t.begin + offset, fmt::format(" (tensor \"{}\")", t.name));
 }
 
 namespace {

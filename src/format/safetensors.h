@@ -14,6 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/io.h"
+
 namespace strata {
 
 enum class DType : uint8_t { F64, F32, F16, BF16, F8_E4M3, F8_E5M2, I64, I32, I16, I8, U8, BOOL };
@@ -58,7 +60,7 @@ class SafetensorsFile {
 
  private:
   std::string path_;
-  int fd_ = -1;
+  Fd fd_;
   uint64_t file_size_ = 0;
   uint64_t data_offset_ = 0;
   std::vector<TensorEntry> tensors_;

@@ -1,37 +1,21 @@
 // Loading a strata container: the manifest and the resident dense part. The
 // routed experts stay on disk; DiskExpertStore reads them.
 #include <fcntl.h>
-#include <unistd.h>
 #include <xxhash.h>
 
-#include <cerrno>
 #include <cstring>
 
 #include "format/container.h"
 #include "model/model.h"
 #include "core/error.h"
+#include "core/io.h"
 
 namespace strata {
 
 namespace {
 
 void read_whole(const std::string& path, uint8_t* dst, uint64_t n) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail("{}: cannot open: {}", path, std::strerror(errno));
-  uint64_t done = 0;
-  while (done < n) {
-    ssize_t r = ::pread(fd, dst + done, static_cast<size_t>(std::min<uint64_t>(n - done, 1u << 30)),
-                        static_cast<off_t>(done));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) {
-      const int err = errno;
-      ::close(fd);
-      fail("{}: read of {} bytes at offset {} failed: {}", path, n - done, done,
-           r < 0 ? std::strerror(err) : "unexpected end of file");
-    }
-    done += static_cast<uint64_t>(r);
-  }
-  ::close(fd);
+  pread_exact(open_file(path, O_RDONLY), dst, n, 0);
 }
 
 class ContainerSource final : public TensorSource {

@@ -28,52 +28,11 @@ constexpr size_t kHeader = 64;
 constexpr size_t kCountAt = 24;
 constexpr size_t kRecHead = 16;  // token, zero, checksum
 
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
-
-void pwrite_all(int fd, const void* p, size_t n, uint64_t off, const std::string& path) {
-  const auto* b = static_cast<const uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t w = ::pwrite(fd, b, n, static_cast<off_t>(off));
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) fail("{}: write failed: {}", path, std::strerror(errno));
-    b += w, n -= static_cast<size_t>(w), off += static_cast<uint64_t>(w);
-  }
-}
-
-// False at end of file.
-bool pread_all(int fd, void* p, size_t n, uint64_t off) {
-  auto* b = static_cast<uint8_t*>(p);
-  while (n > 0) {
-    const ssize_t r = ::pread(fd, b, n, static_cast<off_t>(off));
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    b += r, n -= static_cast<size_t>(r), off += static_cast<uint64_t>(r);
-  }
-  return true;
-}
-
-void sync_or_fail(int fd, const std::string& path) {
-  if (::fdatasync(fd) != 0) fail("{}: fsync failed: {}", path, std::strerror(errno));
-}
-
-void sync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+// False at end of file or on an error: the store is a cache, and a file it
+// cannot read is skipped, never fatal.
+bool pread_all(const Fd& fd, void* p, size_t n, uint64_t off) {
+  const IoResult r = try_pread_full(fd.get(), p, n, off);
+  return r.error == 0 && r.bytes == n;
 }
 
 }  // namespace
@@ -100,15 +59,15 @@ uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f, IntActivations 
       // minutes, so: each safetensors header (names, dtypes, shapes, offsets)
       // and the XXH3 of its first and last MiB of data.
       if (!n.ends_with(".safetensors")) continue;
-      Fd fd(::open((fs::path(m.dir) / n).c_str(), O_RDONLY | O_CLOEXEC));
+      const Fd fd = try_open_file((fs::path(m.dir) / n).string(), O_RDONLY);
       uint64_t hlen = 0;
-      if (fd.get() < 0 || !pread_all(fd.get(), &hlen, 8, 0) || hlen > (100u << 20) || 8 + hlen > s) continue;
+      if (!fd || !pread_all(fd, &hlen, 8, 0) || hlen > (100u << 20) || 8 + hlen > s) continue;
       std::string head(hlen, '\0');
-      if (!pread_all(fd.get(), head.data(), hlen, 8)) continue;
+      if (!pread_all(fd, head.data(), hlen, 8)) continue;
       id += head;
       std::vector<uint8_t> b(std::min<uint64_t>(1u << 20, s - 8 - hlen));
       for (const uint64_t at : {8 + hlen, s - b.size()})
-        if (pread_all(fd.get(), b.data(), b.size(), at)) id += xxh_hex(XXH3_64bits(b.data(), b.size()));
+        if (pread_all(fd, b.data(), b.size(), at)) id += xxh_hex(XXH3_64bits(b.data(), b.size()));
     }
   }
   id += "\nform=" + std::to_string(static_cast<int>(f.form));
@@ -137,11 +96,10 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
   if (!fs::is_directory(dir_)) fail("--kv-dir {}: not a directory and cannot be created", dir_);
   if (::access(dir_.c_str(), W_OK) != 0) fail("--kv-dir {}: not writable: {}", dir_, std::strerror(errno));
   const std::string lock = (fs::path(dir_) / ".lock").string();
-  lock_fd_ = ::open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (lock_fd_ < 0) fail("--kv-dir {}: cannot create {}: {}", dir_, lock, std::strerror(errno));
-  if (::flock(lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-    ::close(lock_fd_);
-    lock_fd_ = -1;
+  lock_fd_ = try_open_file(lock, O_RDWR | O_CREAT, 0644);
+  if (!lock_fd_) fail("--kv-dir {}: cannot create {}: {}", dir_, lock, std::strerror(errno));
+  if (::flock(lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
+    lock_fd_.reset();
     fail("--kv-dir {}: in use by another strata serve (one server per directory)", dir_);
   }
 
@@ -163,10 +121,10 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
   std::sort(found.begin(), found.end());
   std::vector<uint8_t> head(kRecHead);
   for (const auto& [when, path] : found) {
-    Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    const Fd fd = try_open_file(path, O_RDONLY);
     uint8_t h[kHeader];
     struct stat st{};
-    if (fd.get() < 0 || ::fstat(fd.get(), &st) != 0 || !pread_all(fd.get(), h, kHeader, 0)) {
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !pread_all(fd, h, kHeader, 0)) {
       if (verbose_) std::fprintf(stderr, "strata: kv: skipping %s: unreadable header\n", path.c_str());
       continue;
     }
@@ -197,7 +155,7 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
     cv.tokens.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {
       int32_t t = -1;
-      if (!pread_all(fd.get(), &t, 4, kHeader + i * record_bytes_) || t < 0 || t >= c.vocab_size) break;
+      if (!pread_all(fd, &t, 4, kHeader + i * record_bytes_) || t < 0 || t >= c.vocab_size) break;
       cv.tokens.push_back(t);
     }
     if (cv.tokens.empty()) continue;
@@ -213,9 +171,7 @@ void KvStore::forget(int64_t id) {
   std::erase_if(convs_, [id](const Conv& c) { return c.id == id; });
 }
 
-KvStore::~KvStore() {
-  if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the flock
-}
+KvStore::~KvStore() = default;  // closing lock_fd_ releases the flock
 
 KvStore::Conv* KvStore::by_id(int64_t id) {
   for (Conv& c : convs_)
@@ -257,8 +213,8 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
   s.mtp_n_past = 0;
   if (!c) return 0;
   n = std::min({n, c->tokens.size(), static_cast<size_t>(s.capacity())});
-  Fd fd(::open(c->path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) {
+  const Fd fd = try_open_file(c->path, O_RDONLY);
+  if (!fd) {
     if (verbose_) std::fprintf(stderr, "strata: kv: %s: %s (forgotten)\n", c->path.c_str(), std::strerror(errno));
     forget(id);
     return 0;
@@ -268,7 +224,7 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
   while (done < n) {
     const size_t k = std::min(per_chunk, n - done);
     buf_.resize(k * record_bytes_);
-    if (!pread_all(fd.get(), buf_.data(), buf_.size(), kHeader + done * record_bytes_)) break;
+    if (!pread_all(fd, buf_.data(), buf_.size(), kHeader + done * record_bytes_)) break;
     size_t ok = 0;
     for (; ok < k; ++ok) {
       const uint8_t* rec = buf_.data() + ok * record_bytes_;
@@ -312,8 +268,7 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
 void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> tokens) {
   const std::string tmp = c.path + ".tmp";
   try {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) fail("{}: cannot create: {}", tmp, std::strerror(errno));
+    const Fd fd = open_file(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     uint8_t h[kHeader] = {};
     std::memcpy(h, kMagic, 8);
     const uint32_t rb = static_cast<uint32_t>(record_bytes_);
@@ -322,14 +277,18 @@ void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> toke
     std::memcpy(h + 16, &fingerprint_, 8);
     const uint64_t count = tokens.size();
     std::memcpy(h + kCountAt, &count, 8);
-    pwrite_all(fd.get(), h, kHeader, 0, tmp);
+    pwrite_full(fd, h, kHeader, 0);
     saved_step("write", tmp);
-    write_records(fd.get(), s, tokens, 0, tmp);
-    sync_or_fail(fd.get(), tmp);
+    write_records(fd, s, tokens, 0);
+    fsync_file(fd, /*data_only=*/true);
     saved_step("sync", tmp);
     if (::rename(tmp.c_str(), c.path.c_str()) != 0) fail("{}: rename failed: {}", c.path, std::strerror(errno));
     saved_step("rename", c.path);
-    sync_dir(dir_);
+    try {
+      fsync_dir(dir_);
+    } catch (const Error&) {
+      // Best effort, as ever: the file is complete; only the rename's durability is in doubt.
+    }
     saved_step("sync dir", dir_);
   } catch (...) {
     ::unlink(tmp.c_str());
@@ -340,42 +299,40 @@ void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> toke
   c.disk_count = tokens.size();
 }
 
-void KvStore::write_records(int fd, const Session& s, std::span<const int32_t> tokens, size_t from,
-                            const std::string& path) {
+void KvStore::write_records(const Fd& fd, const Session& s, std::span<const int32_t> tokens, size_t from) {
   const size_t per_chunk = std::max<size_t>(1, (4u << 20) / record_bytes_);
   for (size_t done = from; done < tokens.size();) {
     const size_t k = std::min(per_chunk, tokens.size() - done);
     buf_.resize(k * record_bytes_);
     for (size_t i = 0; i < k; ++i)
       pack(s, static_cast<int64_t>(done + i), tokens[done + i], buf_.data() + i * record_bytes_);
-    pwrite_all(fd, buf_.data(), buf_.size(), kHeader + done * record_bytes_, path);
-    saved_step("write", path);
+    pwrite_full(fd, buf_.data(), buf_.size(), kHeader + done * record_bytes_);
+    saved_step("write", fd.path());
     done += k;
   }
 }
 
 void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens) {
   const size_t from = c.tokens.size();
-  Fd fd(::open(c.path.c_str(), O_WRONLY | O_CLOEXEC));
-  if (fd.get() < 0) fail("{}: cannot open: {}", c.path, std::strerror(errno));
+  const Fd fd = open_file(c.path, O_WRONLY);
   if (c.disk_count > from) {
     // Records past what is offered (a damaged one, a bad token) are hidden
     // first, so a crash while they are overwritten cannot mix two histories.
     const uint64_t count = from;
-    pwrite_all(fd.get(), &count, 8, kCountAt, c.path);
+    pwrite_full(fd, &count, 8, kCountAt);
     saved_step("write", c.path);
-    sync_or_fail(fd.get(), c.path);
+    fsync_file(fd, /*data_only=*/true);
     saved_step("sync", c.path);
     c.disk_count = from;
   }
-  write_records(fd.get(), s, tokens, from, c.path);
+  write_records(fd, s, tokens, from);
   // The records are durable before the count that makes them visible.
-  sync_or_fail(fd.get(), c.path);
+  fsync_file(fd, /*data_only=*/true);
   saved_step("sync", c.path);
   const uint64_t count = tokens.size();
-  pwrite_all(fd.get(), &count, 8, kCountAt, c.path);
+  pwrite_full(fd, &count, 8, kCountAt);
   saved_step("write", c.path);
-  sync_or_fail(fd.get(), c.path);
+  fsync_file(fd, /*data_only=*/true);
   saved_step("sync", c.path);
   bytes_written_ += (tokens.size() - from) * record_bytes_ + 8;
   c.tokens.assign(tokens.begin(), tokens.end());

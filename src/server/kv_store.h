@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/io.h"
 #include "kernels/matmul.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -91,11 +92,11 @@ class KvStore {
   void write_new(Conv& c, const Session& s, std::span<const int32_t> tokens);
   void append(Conv& c, const Session& s, std::span<const int32_t> tokens);
   void evict();
-  void write_records(int fd, const Session& s, std::span<const int32_t> tokens, size_t from, const std::string& path);
+  void write_records(const Fd& fd, const Session& s, std::span<const int32_t> tokens, size_t from);
   void saved_step(const char* step, const std::string& path) const {
     if (on_save_step) on_save_step(step, path);
   }
-  int lock_fd_ = -1;  // flock on DIR/.lock: one server per directory
+  Fd lock_fd_;  // flock on DIR/.lock: one server per directory; closing releases it
 
   std::string dir_;
   uint64_t fingerprint_;

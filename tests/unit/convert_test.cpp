@@ -22,7 +22,8 @@
 #include <vector>
 
 #include "format/container.h"
-#include "format/container_writer.h"
+#include "format/convert.h"
+#include "format/verify.h"
 #include "format/checkpoint_tensors.h"
 #include "format/safetensors.h"
 #include "core/numeric.h"
@@ -403,7 +404,6 @@ TEST(ConvertLibrary, ResultAndThreadIndependence) {
   ConvertOptions o;
   o.in_dir = fixture("glm5-tiny-bf16");
   o.out_dir = tmp.file("a");
-  o.progress = false;
   o.threads = 1;
   const ConvertResult r = convert_checkpoint(o);
   EXPECT_FALSE(r.already_complete);

@@ -21,6 +21,7 @@
 #include "core/config.h"
 #include "core/weight.h"
 #include "core/error.h"
+#include "core/io.h"
 #include "core/json.h"
 
 namespace strata {

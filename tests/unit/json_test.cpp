@@ -1,6 +1,7 @@
 // parse_json and read_small_file on hostile input: duplicate keys at any
 // level, nesting beyond the bound (without recursing), syntax errors, and
 // oversized files are strata::Errors naming the origin.
+#include "core/io.h"
 #include "core/json.h"
 
 #include <gmock/gmock.h>

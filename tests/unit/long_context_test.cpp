@@ -26,6 +26,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "test_util.h"
+#include "core/io.h"
 #include "core/json.h"
 
 namespace strata {

@@ -12,6 +12,7 @@
 #include "experts/expert_store.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "core/io.h"
 #include "core/json.h"
 
 namespace strata {

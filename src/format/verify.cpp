@@ -1,0 +1,89 @@
+#include "format/verify.h"
+
+#include <fcntl.h>
+#include <xxhash.h>
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "core/io.h"
+#include "format/container.h"
+
+namespace strata {
+
+namespace {
+
+// Which tensors and experts of a file whose checksum is wrong differ from
+// their own checksums. Best effort: a file that cannot be read says nothing.
+std::vector<std::string> damaged_parts(const Manifest& m, const FileRecord& f, const std::string& path) {
+  std::vector<std::string> parts;
+  const Fd fd = try_open_file(path, O_RDONLY);
+  if (!fd) return parts;
+  try {
+    std::vector<uint8_t> buf;
+    for (const auto& [name, t] : m.tensors) {
+      if (t.file != f.name) continue;
+      Xxh3 th;
+      buf.resize(static_cast<size_t>(t.bytes));
+      pread_exact(fd, buf.data(), buf.size(), t.offset);
+      th.update(buf.data(), buf.size());
+      if (t.scales_bytes) {
+        buf.resize(static_cast<size_t>(t.scales_bytes));
+        pread_exact(fd, buf.data(), buf.size(), t.scales_offset);
+        th.update(buf.data(), buf.size());
+      }
+      if (th.digest() != t.xxh) parts.push_back("tensor " + name);
+    }
+    for (const ExpertLayerRecord& e : m.expert_layers) {
+      if (e.file != f.name) continue;
+      buf.resize(static_cast<size_t>(e.blob_bytes));
+      for (int64_t x = 0; x < e.count; ++x) {
+        pread_exact(fd, buf.data(), buf.size(), static_cast<uint64_t>(x) * e.stride);
+        if (XXH3_64bits(buf.data(), buf.size()) != e.xxh[static_cast<size_t>(x)])
+          parts.push_back(fmt::format("expert {} of layer {}", x, e.layer));
+      }
+    }
+  } catch (const Error&) {
+  }
+  return parts;
+}
+
+}  // namespace
+
+VerifyResult verify_container(const std::string& dir) {
+  const Manifest m = read_manifest(dir);
+  VerifyResult res;
+  for (const FileRecord& f : m.files) {
+    const std::string path = (std::filesystem::path(dir) / f.name).string();
+    ++res.files;
+    FileDigest d;
+    try {
+      d = hash_file(path);
+    } catch (const Error& e) {
+      res.ok = false;
+      res.problems.push_back(e.what());
+      continue;
+    }
+    res.bytes += d.bytes;
+    if (d.bytes != f.bytes) {
+      res.ok = false;
+      res.problems.push_back(fmt::format("{}: {} bytes, the manifest says {}", path, d.bytes, f.bytes));
+      continue;
+    }
+    if (d.xxh3 == f.xxh) {
+      res.ok_files.push_back(f.name);
+      continue;
+    }
+    res.ok = false;
+    // Say which parts differ.
+    const std::vector<std::string> parts = damaged_parts(m, f, path);
+    std::string where;
+    for (size_t i = 0; i < parts.size() && i < 8; ++i) where += (i ? ", " : "") + parts[i];
+    if (parts.size() > 8) where += fmt::format(" and {} more", parts.size() - 8);
+    res.problems.push_back(fmt::format("{}: checksum {} does not match the manifest's {}{}", path, xxh_hex(d.xxh3),
+                                       xxh_hex(f.xxh), where.empty() ? "" : " (damaged: " + where + ")"));
+  }
+  return res;
+}
+
+}  // namespace strata
