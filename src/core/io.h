@@ -1,8 +1,10 @@
-// File I/O: the one place strata calls open(2), close(2) and the raw read /
-// write / sync calls. Everything else holds an Fd and uses the helpers here,
-// so every descriptor is closed exactly once (RAII, also on exceptions),
-// every read and write survives EINTR and short transfers, and every failure
-// is a strata::Error naming the file, the offset and the size involved.
+// File I/O: the one place strata opens and closes files (open(2), close(2))
+// and loops over pread / pwrite / write / fsync. Everything else holds an Fd
+// and uses the helpers here, so every descriptor is closed exactly once
+// (RAII, also on exceptions), every read and write survives EINTR and short
+// transfers, and every failure is a strata::Error naming the file, the
+// offset and the size involved. (Terminals and sockets are not files: the
+// chat's stdin and the HTTP server keep their own calls.)
 //
 // Writes that must never leave a half-written file under the final name go
 // through AtomicFileWriter (NAME.tmp, fsync, rename, fsync of the directory)
