@@ -6,10 +6,6 @@
 #include <string>
 #include <string_view>
 
-// Transitional: src/text/ still reaches read_small_file (core/io.h) through
-// this header; once those files include core/io.h themselves, drop this.
-#include "core/io.h"
-
 namespace strata {
 
 using Json = nlohmann::json;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "core/io.h"
 #include "core/error.h"
 #include "core/json.h"
 

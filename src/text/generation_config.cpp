@@ -4,6 +4,7 @@
 
 #include <cmath>
 
+#include "core/io.h"
 #include "core/error.h"
 
 namespace strata {

@@ -7,6 +7,7 @@
 #include <unordered_set>
 #include <utility>
 
+#include "core/io.h"
 #include "core/error.h"
 #include "core/json.h"
 #include "text/tokenizer_impl.h"
