@@ -50,7 +50,7 @@ release_tests() {
 asan_build() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON \
     -DSTRATA_PY_TESTS=OFF -DSTRATA_NODE_TESTS=OFF >/dev/null &&
-    ninja -C build-asan -k 0 strata strata_tests strata_alloc_test
+    ninja -C build-asan -k 0 strata strata_tests strata_alloc_test strata_constraint_bench
 }
 
 # The tmux chat test runs in Release only (its waits are sized for it).

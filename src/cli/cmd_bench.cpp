@@ -64,12 +64,12 @@ std::vector<int32_t> fixed_ids(int64_t n, int64_t vocab, uint64_t seed) {
 // Multi-threaded streaming read of a buffer much larger than the LLC, 64-byte
 // vectors with four independent accumulators per thread; best of `tries`, GB/s.
 double memory_read_gb_s(size_t bytes, int threads, int tries) {
-  using V = long long __attribute__((vector_size(64)));
+  using V = unsigned long long __attribute__((vector_size(64)));  // wraps, never overflows
   const size_t nvec = bytes / sizeof(V);
   V* buf = static_cast<V*>(std::aligned_alloc(4096, nvec * sizeof(V)));
   if (!buf) fail("bench: cannot allocate {} MiB for the memory-bandwidth test", bytes >> 20);
   std::memset(buf, 1, nvec * sizeof(V));  // fault every page in first
-  std::atomic<long long> sink{0};
+  std::atomic<unsigned long long> sink{0};
   double best = 0.0;
   for (int t = 0; t < tries; ++t) {
     std::vector<std::thread> th;
@@ -91,7 +91,7 @@ double memory_read_gb_s(size_t bytes, int threads, int tries) {
           a3 += p[i + 3];
         }
         const V s = a0 + a1 + a2 + a3;
-        long long r = 0;
+        unsigned long long r = 0;
         for (int j = 0; j < 8; ++j) r += s[j];
         sink.fetch_add(r);
       });

@@ -41,6 +41,24 @@ void* operator new(size_t n) { return counted(n); }
 void* operator new[](size_t n) { return counted(n); }
 void* operator new(size_t n, std::align_val_t a) { return counted_aligned(n, a); }
 void* operator new[](size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+// The nothrow forms too (std::stable_sort's temporary buffer uses them):
+// left to the runtime, their memory would come back through the delete above.
+void* operator new(size_t n, const std::nothrow_t&) noexcept {
+  try { return counted(n); } catch (...) { return nullptr; }
+}
+void* operator new[](size_t n, const std::nothrow_t&) noexcept {
+  try { return counted(n); } catch (...) { return nullptr; }
+}
+void* operator new(size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try { return counted_aligned(n, a); } catch (...) { return nullptr; }
+}
+void* operator new[](size_t n, std::align_val_t a, const std::nothrow_t&) noexcept {
+  try { return counted_aligned(n, a); } catch (...) { return nullptr; }
+}
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t, const std::nothrow_t&) noexcept { std::free(p); }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, size_t) noexcept { std::free(p); }

@@ -8,7 +8,7 @@ set -euo pipefail
 strata=$1
 here=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+trap 'rc=$?; if [ $rc -ne 0 ]; then for f in "$tmp"/*.err; do [ -f "$f" ] && { echo "== $f"; tail -n 20 "$f"; }; done; fi; rm -rf "$tmp"' EXIT
 fx=$here/tests/fixtures/glm5-tiny-bf16
 "$strata" convert --in "$fx" --out "$tmp/c" --experts int8 -q
 common=(--prompt-tokens 8 --gen-tokens 4 --reps 2 --warmup 1 --membw-mib 64 --disk-mib 4 --threads 2 --json --no-autopin)
