@@ -237,11 +237,16 @@ std::vector<ToolCall> parse_tool_calls(const Json& tcs, size_t msg, const std::s
     call.name = *name;
     if (const Json* a = field(*fn, "arguments")) {
       if (a->is_string()) {
+        // JSON inside a string escapes the body's depth bound: check it
+        // (depth, duplicate keys) before the ordered parse builds it, or a
+        // 50,000-deep object would exhaust the stack when copied or rendered.
+        const std::string& text = a->get_ref<const std::string&>();
         try {
-          call.arguments = OrderedJson::parse(a->get<std::string>());
-        } catch (const std::exception&) {
-          bad(p + ".tool_calls", "function.arguments must be a JSON object (as a string)");
+          (void)parse_json(text, "function.arguments");
+        } catch (const Error& e) {
+          bad(p + ".tool_calls", fmt::format("function.arguments must be a JSON object (as a string): {}", e.what()));
         }
+        call.arguments = OrderedJson::parse(text);
       } else {
         call.arguments = ordered.get().at("messages").at(msg).at("tool_calls").at(k).at("function").at("arguments");
       }

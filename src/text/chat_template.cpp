@@ -109,30 +109,41 @@ std::string_view py_strip(std::string_view s) {
   return s.substr(b, e - b);
 }
 
-std::string jinja_tojson(const OrderedJson& v) {
-  if (v.is_object()) {
-    std::string out = "{";
-    bool first = true;
-    for (auto it = v.begin(); it != v.end(); ++it) {
-      if (!first) out += ", ";
-      first = false;
-      out += OrderedJson(it.key()).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+// Iterative, so a document nested deeper than the stack allows (tool-call
+// arguments are client data) renders instead of crashing.
+std::string jinja_tojson(const OrderedJson& root) {
+  constexpr auto kReplace = OrderedJson::error_handler_t::replace;
+  struct Frame {
+    const OrderedJson* v;
+    OrderedJson::const_iterator it;
+  };
+  std::string out;
+  std::vector<Frame> stack;
+  auto value = [&](const OrderedJson& v) {
+    if (v.is_object() || v.is_array()) {
+      out += v.is_object() ? '{' : '[';
+      stack.push_back({&v, v.cbegin()});
+    } else {
+      out += v.dump(-1, ' ', false, kReplace);
+    }
+  };
+  value(root);
+  while (!stack.empty()) {
+    Frame& f = stack.back();
+    if (f.it == f.v->cend()) {
+      out += f.v->is_object() ? '}' : ']';
+      stack.pop_back();
+      continue;
+    }
+    if (f.it != f.v->cbegin()) out += ", ";
+    const auto it = f.it++;
+    if (f.v->is_object()) {
+      out += OrderedJson(it.key()).dump(-1, ' ', false, kReplace);
       out += ": ";
-      out += jinja_tojson(it.value());
     }
-    return out + "}";
+    value(*it);  // may grow the stack: `f` is not used after this
   }
-  if (v.is_array()) {
-    std::string out = "[";
-    bool first = true;
-    for (const auto& x : v) {
-      if (!first) out += ", ";
-      first = false;
-      out += jinja_tojson(x);
-    }
-    return out + "]";
-  }
-  return v.dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+  return out;
 }
 
 std::string render_glm_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,

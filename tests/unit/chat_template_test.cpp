@@ -142,6 +142,25 @@ TEST(ChatTemplate, TojsonAndStripMatchPython) {
   EXPECT_EQ(py_strip("\xFF x \xC3"), "\xFF x \xC3");  // invalid UTF-8 stops the strip
 }
 
+// tojson is iterative: tool-call arguments are client data, and a document
+// nested far deeper than the stack allows renders instead of crashing.
+TEST(ChatTemplate, TojsonRendersHostileDepth) {
+  constexpr int kDepth = 300000;
+  OrderedJson v = 1;
+  for (int i = 0; i < kDepth; ++i) {
+    OrderedJson a = OrderedJson::array();
+    a.push_back(std::move(v));
+    v = std::move(a);
+  }
+  const std::string out = jinja_tojson(v);
+  EXPECT_EQ(out, std::string(kDepth, '[') + "1" + std::string(kDepth, ']'));
+  OrderedJson o = OrderedJson::object();
+  o["a"] = OrderedJson::object();
+  o["a"]["b"] = OrderedJson::array({OrderedJson::object(), 2});
+  o["c"] = "x";
+  EXPECT_EQ(jinja_tojson(o), R"({"a": {"b": [{}, 2]}, "c": "x"})");
+}
+
 TEST(ChatTemplate, DetectsTemplates) {
   const std::string glm47 = read_text(std::string(STRATA_SOURCE_DIR) + "/tools/train/chat_template.jinja");
   ASSERT_FALSE(glm47.empty());
