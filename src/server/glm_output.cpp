@@ -52,9 +52,10 @@ Json tool_calls_json(const std::vector<ToolCall>& calls, IdSource& ids, bool ind
   Json out = Json::array();
   int i = 0;
   for (const ToolCall& t : calls) {
+    // The arguments are the model's text: they may hold invalid UTF-8.
     Json call{{"id", ids.next("call")},
               {"type", "function"},
-              {"function", {{"name", t.name}, {"arguments", t.arguments.dump()}}}};
+              {"function", {{"name", t.name}, {"arguments", t.arguments.dump(-1, ' ', false, OrderedJson::error_handler_t::replace)}}}};
     if (indexed) call["index"] = i++;
     out.push_back(std::move(call));
   }

@@ -299,9 +299,9 @@ struct Server::Impl {
   }
   void models(const httplib::Request&, httplib::Response& res) {
     Json d{{"id", o.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "strata"}};
-    res.set_content(Json{{"object", "list"}, {"data", Json::array({d})}}.dump(), "application/json");
+    res.set_content(dump_reply(Json{{"object", "list"}, {"data", Json::array({d})}}), "application/json");
   }
-  void stats(const httplib::Request&, httplib::Response& res) { res.set_content(stats_now().dump(), "application/json"); }
+  void stats(const httplib::Request&, httplib::Response& res) { res.set_content(dump_reply(stats_now()), "application/json"); }
   void prom(const httplib::Request&, httplib::Response& res) {
     res.set_content(prometheus_metrics(stats_now()), "text/plain; version=0.0.4");
   }

@@ -119,14 +119,43 @@ void Scheduler::loop() {
       stats_.queued = static_cast<int64_t>(waiting_.size());
       stats_.active = static_cast<int64_t>(active_.size() + admit_now.size());
     }
-    for (auto& j : expired) {
-      Seq s;
-      s.job = j;
-      end(s, j->cancel.load() ? Finish::Cancelled : Finish::Timeout);
+    // Nothing may escape this thread (it would end the process): a request
+    // that cannot start ends with its error; anything else thrown during a
+    // step (a bug, bad_alloc) ends the requests in flight, and the server
+    // goes on serving.
+    try {
+      for (auto& j : expired) {
+        Seq s;
+        s.job = j;
+        end(s, j->cancel.load() ? Finish::Cancelled : Finish::Timeout);
+      }
+      for (auto& j : admit_now) {
+        try {
+          admit(j);
+        } catch (const std::exception& e) {
+          Seq s;
+          s.job = j;
+          end(s, Finish::Error, e.what());
+        }
+      }
+      step();
+      publish_stats();
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata: serve: a step failed (%s); ending the requests in flight\n", e.what());
+      for (Seq& s : active_) {
+        if (!s.job) continue;
+        const std::shared_ptr<Job> job = s.job;
+        try {
+          end(s, Finish::Error, e.what());
+        } catch (const std::exception&) {
+          std::lock_guard l(job->mu);
+          job->finish = Finish::Error;
+          job->error = e.what();
+        }
+        job->cv.notify_all();
+      }
+      active_.clear();
     }
-    for (auto& j : admit_now) admit(j);
-    step();
-    publish_stats();
   }
   // Shutting down: every request ends.
   for (Seq& s : active_) end(s, Finish::Cancelled, "the server is shutting down");

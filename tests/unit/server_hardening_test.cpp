@@ -143,5 +143,85 @@ TEST(ServerHardening, DeeplyNestedToolArgumentsAre400) {
             200);
 }
 
+// A request the scheduler thread cannot start (here: a prompt longer than
+// the context, which the HTTP side would have refused) ends with its error;
+// the thread survives and serves the next one.
+TEST(ServerHardening, SchedulerSurvivesAThrowingRequest) {
+  auto engine = tiny_engine();
+  server::SchedulerOptions so;
+  so.ctx = 32;
+  server::Scheduler sched(server_model(*engine), so);
+  auto bad = std::make_shared<server::Job>();
+  bad->prompt.assign(40, 7);
+  bad->max_tokens = 2;
+  ASSERT_TRUE(sched.submit(bad));
+  std::string text;
+  std::vector<TokenLogprob> lps;
+  for (int i = 0; i < 300 && !bad->take(text, lps, 100); ++i) {
+  }
+  ASSERT_EQ(bad->finish, server::Finish::Error);
+  EXPECT_NE(bad->error.find("context"), std::string::npos) << bad->error;
+  auto good = std::make_shared<server::Job>();
+  good->prompt = {1, 2, 3};
+  good->max_tokens = 3;
+  good->ignore_eos = true;
+  good->sampling.temperature = 0;
+  ASSERT_TRUE(sched.submit(good));
+  for (int i = 0; i < 300 && !good->take(text, lps, 100); ++i) {
+  }
+  EXPECT_EQ(good->finish, server::Finish::Length);
+  EXPECT_EQ(good->completion_tokens, 3);
+  EXPECT_EQ(sched.stats().errors, 1u);
+}
+
+// A tool call the model generated with invalid UTF-8 in an argument: the
+// answer's tool_calls hold replacement characters; nothing throws (a throw
+// while streaming used to end the process).
+TEST(ServerHardening, GeneratedToolCallWithInvalidUtf8) {
+  server::IdSource ids;
+  const std::string out = "<tool_call>f<arg_key>k</arg_key><arg_value>\xff\xfe</arg_value></tool_call>";
+  server::ChatOutput co{true, false, nullptr};
+  server::ChatDeltaStream stream(co);
+  EXPECT_NO_THROW(stream.next(out));
+  std::string finish = "stop";
+  Json last;
+  ASSERT_NO_THROW(last = stream.last(ids, finish));
+  EXPECT_EQ(finish, "tool_calls");
+  ASSERT_TRUE(last.contains("tool_calls")) << server::dump_reply(last);
+  const std::string args = last["tool_calls"][0]["function"]["arguments"].get<std::string>();
+  EXPECT_EQ(Json::parse(args)["k"], "\xEF\xBF\xBD\xEF\xBF\xBD");
+  std::string finish2 = "stop";
+  Json msg;
+  ASSERT_NO_THROW(msg = server::chat_message(co, out, ids, finish2));
+  EXPECT_EQ(finish2, "tool_calls");
+}
+
+// The operator's model id (a directory name) with invalid UTF-8: every
+// response that carries it is valid JSON, streamed or not.
+TEST(ServerHardening, InvalidUtf8ModelId) {
+  server::ServerOptions o;
+  o.model_id = "tiny\xff\xc3";
+  LiveServer s(o);
+  const auto [ms, models] = s.get("/v1/models");
+  ASSERT_EQ(ms, 200) << models;
+  EXPECT_EQ(Json::parse(models)["data"][0]["id"], "tiny\xEF\xBF\xBD\xEF\xBF\xBD");
+  const auto [ss, stats] = s.get("/v1/stats");
+  ASSERT_EQ(ss, 200) << stats;
+  EXPECT_NO_THROW(Json::parse(stats));
+  EXPECT_EQ(s.get("/metrics").first, 200);
+  const auto [cs, sse] = s.post(
+      "/v1/chat/completions",
+      R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":4,"stream":true,"logprobs":true,"top_logprobs":2,"stream_options":{"include_usage":true}})");
+  ASSERT_EQ(cs, 200) << sse;
+  const auto ev = sse_events(sse);
+  ASSERT_GE(ev.size(), 3u);
+  EXPECT_EQ(ev.back(), "[DONE]");
+  for (size_t i = 0; i + 1 < ev.size(); ++i) {
+    const Json j = Json::parse(ev[i]);
+    EXPECT_FALSE(j.contains("error")) << ev[i];
+  }
+  EXPECT_EQ(s.get("/health").first, 200);
+}
+
 }  // namespace
 }  // namespace strata
