@@ -2,7 +2,9 @@
 // only opens the engine and fills the server's options; src/server/ does the rest.
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <thread>
 
 #include "cli/commands.h"
@@ -12,6 +14,39 @@
 #include "core/error.h"
 
 namespace strata::cli {
+
+namespace {
+
+// SIGINT/SIGTERM, from a thread that waits for them, started before anything
+// slow. While the model loads, a signal ends the process at once (nothing is
+// being written then); once the server exists, the first signal stops it
+// gracefully (even before it listens: run() then returns at once) and a
+// second one ends the process.
+struct SignalStop {
+  std::mutex mu;
+  server::Server* srv = nullptr;
+  bool stopping = false, done = false;
+  std::thread stopper;  // runs Server::stop(), which waits for answers in flight
+};
+
+void wait_for_signals(const sigset_t& set, SignalStop& ctl) {
+  for (;;) {
+    int sig = 0;
+    if (sigwait(&set, &sig) != 0) continue;
+    std::lock_guard l(ctl.mu);
+    if (ctl.done) return;
+    if (!ctl.srv || ctl.stopping) {
+      std::fprintf(stderr, "\nstrata: %s: exiting%s\n", sig == SIGINT ? "interrupted" : "terminated",
+                   ctl.srv ? " without waiting for requests in flight" : " (the model was still loading)");
+      std::fflush(stderr);
+      std::_Exit(128 + sig);
+    }
+    ctl.stopping = true;
+    ctl.stopper = std::thread([srv = ctl.srv] { srv->stop(); });
+  }
+}
+
+}  // namespace
 
 void add_serve_command(CLI::App& app, Runner& run) {
   struct Flags {
@@ -55,16 +90,30 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"auto", "glm", "raw"}));
   cmd->callback([f, &run] {
     run = [f]() -> int {
-      // SIGINT/SIGTERM stop the server from a thread that waits for them;
-      // blocked first, so every thread started below inherits the mask.
+      server::ServerOptions o = f->server;
+      // Blocked first, so every thread started below inherits the mask; the
+      // waiter starts before the model loads.
       sigset_t set;
       sigemptyset(&set);
       sigaddset(&set, SIGINT);
       sigaddset(&set, SIGTERM);
       pthread_sigmask(SIG_BLOCK, &set, nullptr);
+      SignalStop ctl;
+      std::thread waiter([&set, &ctl] { wait_for_signals(set, ctl); });
+      struct JoinWaiter {
+        SignalStop& ctl;
+        std::thread& waiter;
+        ~JoinWaiter() {
+          {
+            std::lock_guard l(ctl.mu);
+            ctl.done = true;
+          }
+          pthread_kill(waiter.native_handle(), SIGTERM);  // wakes it; it sees `done` and returns
+          waiter.join();
+        }
+      } join_waiter{ctl, waiter};
       Engine e(f->engine.options(false));
       const TextModel tm = open_text_model(f->engine.model, e.config(), f->chat_template, false);
-      server::ServerOptions o = f->server;
       o.sched.ctx = context_size(e.config(), f->ctx);
       if (o.model_id == "strata" || o.model_id.empty())
         o.model_id = std::filesystem::path(f->engine.model).lexically_normal().filename().string();
@@ -85,20 +134,28 @@ void add_serve_command(CLI::App& app, Runner& run) {
                      kv->conversations(), f->kv_dir.c_str(), kv->record_bytes());
       }
       server::Server srv(sm, tm.tmpl, tm.gen, o);
+      // Listed for the signal thread until it goes (also when bind throws).
+      struct Listed {
+        SignalStop& ctl;
+        Listed(SignalStop& c, server::Server& s) : ctl(c) {
+          std::lock_guard l(ctl.mu);
+          ctl.srv = &s;
+        }
+        ~Listed() {
+          {
+            std::lock_guard l(ctl.mu);
+            ctl.done = true;
+            ctl.srv = nullptr;
+          }
+          if (ctl.stopper.joinable()) ctl.stopper.join();
+        }
+      } listed{ctl, srv};
       const int port = srv.bind();
       std::fprintf(stderr, "strata: serving %s on http://%s:%d (ctx %lld, parallel %d, queue %d%s)\n",
                    o.model_id.c_str(), o.host.c_str(), port, static_cast<long long>(o.sched.ctx), o.sched.parallel,
                    o.sched.queue, o.api_key.empty() ? "" : ", API key required");
       std::fflush(stderr);
-
-      std::thread waiter([set, &srv] {
-        int sig = 0;
-        sigwait(&set, &sig);
-        srv.stop();
-      });
       srv.run();
-      pthread_kill(waiter.native_handle(), SIGTERM);
-      waiter.join();
       finish_engine(e, f->engine);
       return 0;
     };

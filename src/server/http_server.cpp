@@ -3,9 +3,12 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <thread>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -80,6 +83,12 @@ struct Server::Impl {
   IdSource ids;
   int listen_fd = -1;  // the listening socket, to widen its accept backlog
   int bound_port = -1;
+  // stop() may come before run() (a signal while binding): run() then
+  // returns at once, and a stop() that races run()'s start waits until
+  // httplib listens, so that it can be stopped.
+  std::mutex run_mu;
+  bool stopped = false, running = false;
+  std::atomic<bool> run_over{false};
   const uint64_t start_ns = now_ns();
 
   Impl(const ServerModel& m_, const ChatTemplate& t, const GenerationConfig& g, const ServerOptions& o_)
@@ -368,11 +377,29 @@ int Server::bind() {
   if (i.listen_fd >= 0) ::listen(i.listen_fd, 1024);
   return i.bound_port;
 }
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() {
+  Impl& i = *impl_;
+  {
+    std::lock_guard l(i.run_mu);
+    if (i.stopped) return;
+    i.running = true;
+  }
+  i.http.listen_after_bind();
+  i.run_over = true;
+}
 void Server::stop() {
   if (!impl_) return;
-  impl_->sched.shutdown();  // in-flight requests end (cancelled) so HTTP threads can finish
-  impl_->http.stop();
+  Impl& i = *impl_;
+  bool running = false;
+  {
+    std::lock_guard l(i.run_mu);
+    i.stopped = true;
+    running = i.running;
+  }
+  i.sched.shutdown();  // in-flight requests end (cancelled) so HTTP threads can finish
+  // httplib's stop() does nothing until its loop runs: wait for it.
+  while (running && !i.run_over && !i.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  i.http.stop();
 }
 int Server::port() const { return impl_->bound_port; }
 

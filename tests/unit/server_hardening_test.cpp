@@ -223,5 +223,31 @@ TEST(ServerHardening, InvalidUtf8ModelId) {
   EXPECT_EQ(s.get("/health").first, 200);
 }
 
+// A stop() that lands before run() (a signal while the server binds): run()
+// returns at once instead of serving 429s forever.
+TEST(ServerHardening, StopBeforeRunEndsRun) {
+  auto engine = tiny_engine();
+  ChatTemplate t;
+  t.dialect = ChatDialect::Raw;
+  t.source = "test";
+  server::ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.sched.ctx = 256;
+  server::Server srv(server_model(*engine), t, shared().gen, o);
+  ASSERT_GT(srv.bind(), 0);
+  srv.stop();
+  auto done = std::make_shared<std::atomic<bool>>(false);
+  std::thread runner([&srv, done] {
+    srv.run();
+    *done = true;
+  });
+  for (int i = 0; i < 500 && !*done; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const bool returned = *done;
+  if (!returned) srv.stop();  // what used to be needed: a second stop once it listens
+  runner.join();
+  EXPECT_TRUE(returned) << "run() after stop() went on serving";
+}
+
 }  // namespace
 }  // namespace strata
