@@ -107,7 +107,13 @@ TensorRecord tensor_from_json(const Json& j, bool with_file, const std::string& 
   }
   const int64_t rows = t.shape.size() == 2 ? t.shape[0] : 1;
   const int64_t cols = t.shape.back();
-  const auto [db, sb] = tensor_bytes(t.format, rows, cols, t.group, t.block_rows, t.block_cols);
+  std::pair<uint64_t, uint64_t> need;
+  try {
+    need = tensor_bytes(t.format, rows, cols, t.group, t.block_rows, t.block_cols);
+  } catch (const Error& e) {
+    fail("{}: field \"shape\": {}", where, e.what());
+  }
+  const auto [db, sb] = need;
   if (t.bytes != db || t.scales_bytes != sb)
     fail("{}: {} {}x{} needs {} data + {} scale bytes, the manifest says {} + {}", where, f, rows, cols, db, sb,
          t.bytes, t.scales_bytes);
@@ -121,17 +127,29 @@ TensorRecord tensor_from_json(const Json& j, bool with_file, const std::string& 
 
 std::pair<uint64_t, uint64_t> tensor_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t group,
                                            int64_t block_rows, int64_t block_cols) {
+  if (rows < 0 || cols < 0) fail("tensor of {}x{} elements: negative dimension", rows, cols);
+  // Shapes come from files: a product that wraps would pass every later size check.
+  auto mul = [&](uint64_t a, uint64_t b) {
+    uint64_t r = 0;
+    if (__builtin_mul_overflow(a, b, &r) || r > kMaxBytes)
+      fail("tensor of {}x{} elements is implausibly large (over 2^50 bytes)", rows, cols);
+    return r;
+  };
   const uint64_t r = static_cast<uint64_t>(rows), c = static_cast<uint64_t>(cols);
   switch (f) {
-    case WeightFormat::F32: return {r * c * 4, 0};
-    case WeightFormat::BF16: return {r * c * 2, 0};
-    case WeightFormat::FP8_BLOCK:
-      return {r * c, static_cast<uint64_t>((rows + block_rows - 1) / block_rows) *
-                         static_cast<uint64_t>((cols + block_cols - 1) / block_cols) * 4};
+    case WeightFormat::F32: return {mul(mul(r, c), 4), 0};
+    case WeightFormat::BF16: return {mul(mul(r, c), 2), 0};
+    case WeightFormat::FP8_BLOCK: {
+      if (block_rows <= 0 || block_cols <= 0) fail("fp8-block tensor of {}x{}: block must be positive", rows, cols);
+      const uint64_t blocks = mul(static_cast<uint64_t>((rows + block_rows - 1) / block_rows),
+                                  static_cast<uint64_t>((cols + block_cols - 1) / block_cols));
+      return {mul(r, c), mul(blocks, 4)};
+    }
     case WeightFormat::INT8:
     case WeightFormat::INT4: {
       const QuantBits b = f == WeightFormat::INT8 ? QuantBits::Int8 : QuantBits::Int4;
-      return {r * static_cast<uint64_t>(quant_row_bytes(b, cols)), r * static_cast<uint64_t>(quant_groups(cols, group)) * 4};
+      return {mul(r, static_cast<uint64_t>(quant_row_bytes(b, cols))),
+              mul(mul(r, static_cast<uint64_t>(quant_groups(cols, group))), 4)};
     }
   }
   return {0, 0};
@@ -243,7 +261,13 @@ Manifest manifest_from_json(const Json& j, const std::string& origin) {
       if (!h.is_string()) fail("{}: xxh3 entries must be strings", where);
       e.xxh.push_back(parse_xxh_hex(h.get<std::string>(), where));
     }
-    in_file(e.file, 0, e.stride * static_cast<uint64_t>(e.count), where);
+    // stride <= 2^50 and count <= 2^16: the product can wrap (2^48 x 65536 = 0).
+    uint64_t span = 0;
+    if (__builtin_mul_overflow(e.stride, static_cast<uint64_t>(e.count), &span) || span > kMaxBytes)
+      fail("{}: field \"stride\" {} x count {} is implausibly large", where, e.stride, e.count);
+    in_file(e.file, 0, span, where);
+    for (const ExpertLayerRecord& other : m.expert_layers)
+      if (other.layer == e.layer) fail("{}: field \"layer\": layer {} is listed twice", where, e.layer);
     m.expert_layers.push_back(std::move(e));
   }
   return m;

@@ -1,8 +1,8 @@
 #include "format/verify.h"
 
 #include <fcntl.h>
-#include <xxhash.h>
 
+#include <algorithm>
 #include <filesystem>
 
 #include "core/error.h"
@@ -13,6 +13,18 @@ namespace strata {
 
 namespace {
 
+// XXH3-64 of n bytes at `off`, read in bounded pieces: the sizes come from the
+// manifest, so no buffer is ever sized by them.
+void hash_span(const Fd& fd, uint64_t off, uint64_t n, std::vector<uint8_t>& buf, Xxh3& h) {
+  while (n > 0) {
+    const size_t k = static_cast<size_t>(std::min<uint64_t>(n, buf.size()));
+    pread_exact(fd, buf.data(), k, off);
+    h.update(buf.data(), k);
+    off += k;
+    n -= k;
+  }
+}
+
 // Which tensors and experts of a file whose checksum is wrong differ from
 // their own checksums. Best effort: a file that cannot be read says nothing.
 std::vector<std::string> damaged_parts(const Manifest& m, const FileRecord& f, const std::string& path) {
@@ -20,26 +32,21 @@ std::vector<std::string> damaged_parts(const Manifest& m, const FileRecord& f, c
   const Fd fd = try_open_file(path, O_RDONLY);
   if (!fd) return parts;
   try {
-    std::vector<uint8_t> buf;
+    std::vector<uint8_t> buf(size_t{1} << 20);
+    Xxh3 h;
     for (const auto& [name, t] : m.tensors) {
       if (t.file != f.name) continue;
-      Xxh3 th;
-      buf.resize(static_cast<size_t>(t.bytes));
-      pread_exact(fd, buf.data(), buf.size(), t.offset);
-      th.update(buf.data(), buf.size());
-      if (t.scales_bytes) {
-        buf.resize(static_cast<size_t>(t.scales_bytes));
-        pread_exact(fd, buf.data(), buf.size(), t.scales_offset);
-        th.update(buf.data(), buf.size());
-      }
-      if (th.digest() != t.xxh) parts.push_back("tensor " + name);
+      h.reset();
+      hash_span(fd, t.offset, t.bytes, buf, h);
+      if (t.scales_bytes) hash_span(fd, t.scales_offset, t.scales_bytes, buf, h);
+      if (h.digest() != t.xxh) parts.push_back("tensor " + name);
     }
     for (const ExpertLayerRecord& e : m.expert_layers) {
       if (e.file != f.name) continue;
-      buf.resize(static_cast<size_t>(e.blob_bytes));
       for (int64_t x = 0; x < e.count; ++x) {
-        pread_exact(fd, buf.data(), buf.size(), static_cast<uint64_t>(x) * e.stride);
-        if (XXH3_64bits(buf.data(), buf.size()) != e.xxh[static_cast<size_t>(x)])
+        h.reset();
+        hash_span(fd, static_cast<uint64_t>(x) * e.stride, e.blob_bytes, buf, h);
+        if (h.digest() != e.xxh[static_cast<size_t>(x)])
           parts.push_back(fmt::format("expert {} of layer {}", x, e.layer));
       }
     }

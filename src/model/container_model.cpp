@@ -83,6 +83,13 @@ std::unique_ptr<TensorSource> open_container(Model& m) {
         e->down.shape != std::vector<int64_t>{D, I})
       fail("{}: gate/up/down shapes do not match moe_intermediate_size {} and hidden_size {}", where, I, D);
   }
+  // ... and nothing else: experts of a dense layer (or past the last layer)
+  // would be opened, budgeted and read for nothing.
+  for (const auto& x : manifest->expert_layers)
+    if (x.layer >= layers || !c.is_moe(x.layer))
+      fail("{}: experts are listed for layer {}, which is not an MoE layer of this config (layers {}, "
+           "first_k_dense_replace and mlp_layer_types decide)",
+           origin, x.layer, layers);
   m.manifest = manifest;
   m.experts_on_disk = true;
   return std::make_unique<ContainerSource>(m, origin);

@@ -2,6 +2,9 @@
 // a result, int8 containers track the reference, and damaged containers are
 // refused with a message naming the file.
 #include <gtest/gtest.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -10,6 +13,7 @@
 
 #include "experts/disk_expert_store.h"
 #include "format/container.h"
+#include "format/verify.h"
 #include "kernels/matmul.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -231,6 +235,104 @@ TEST_F(DamagedContainer, UnfinishedConversionIsRefused) {
   const std::string msg = error_of([&] { load_model(dir); });
   EXPECT_NE(msg.find("unfinished"), std::string::npos) << msg;
 }
+
+// Manifest values chosen so a product wraps to a size every later check
+// accepts: refused, naming the field.
+TEST_F(DamagedContainer, OverflowingManifestValuesAreRefused) {
+  const std::string p = dir + "/manifest.json";
+  const Json good = parse_json(test_util::read_file(p), p);
+  auto refused = [&](const Json& j) {
+    test_util::write_file(p, j.dump());
+    return error_of([&] { read_manifest(dir); });
+  };
+  // stride 2^48 x count 65536 = 2^64, which wraps to a span of 0 bytes.
+  Json j = good;
+  Json& x = j["experts"][0];
+  x["stride"] = uint64_t{1} << 48;
+  x["count"] = 65536;
+  x["xxh3"] = Json::array();
+  for (int i = 0; i < 65536; ++i) x["xxh3"].push_back(good["experts"][0]["xxh3"][0]);
+  std::string msg = refused(j);
+  EXPECT_NE(msg.find("stride"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("implausibly large"), std::string::npos) << msg;
+  // An f32 tensor of 2^32 x 2^30 needs 2^64 bytes, which wraps to 0.
+  j = good;
+  const std::string name = j["tensors"].begin().key();
+  Json& t = j["tensors"][name];
+  t["format"] = "f32";
+  t["shape"] = {uint64_t{1} << 32, uint64_t{1} << 30};
+  t["bytes"] = 0;
+  t.erase("scales_offset");
+  t.erase("scales_bytes");
+  msg = refused(j);
+  EXPECT_NE(msg.find(name), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"shape\""), std::string::npos) << msg;
+  // One layer's experts listed twice.
+  j = good;
+  j["experts"].push_back(j["experts"][0]);
+  msg = refused(j);
+  EXPECT_NE(msg.find("listed twice"), std::string::npos) << msg;
+  test_util::write_file(p, good.dump());
+  EXPECT_NO_THROW(read_manifest(dir));
+}
+
+// Experts listed for a dense layer (layer 0 of the fixture) are refused at
+// load, not opened, budgeted and read.
+TEST_F(DamagedContainer, ExpertsOfADenseLayerAreRefused) {
+  const std::string p = dir + "/manifest.json";
+  Json j = parse_json(test_util::read_file(p), p);
+  ASSERT_EQ(j["experts"][0]["layer"], 1);
+  Json dense = j["experts"][0];
+  dense["layer"] = 0;
+  j["experts"].push_back(dense);
+  test_util::write_file(p, j.dump());
+  const std::string msg = error_of([&] { load_model(dir); });
+  EXPECT_NE(msg.find("layer 0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("not an MoE layer"), std::string::npos) << msg;
+}
+
+#if !defined(__SANITIZE_ADDRESS__)
+// verify never sizes a buffer by a manifest field: a 1 GiB tensor in a damaged
+// file is checked in bounded pieces, under an address-space limit 256 MiB
+// above what the process already maps. (Not under ASan: it maps terabytes.)
+TEST_F(DamagedContainer, VerifyReadsInBoundedPieces) {
+  const std::string p = dir + "/manifest.json";
+  Json j = parse_json(test_util::read_file(p), p);
+  const uint64_t old_size = fs::file_size(dir + "/dense.bin");
+  const uint64_t at = (old_size + 63) / 64 * 64, n = uint64_t{1} << 30;
+  fs::resize_file(dir + "/dense.bin", at + n);  // sparse: zeros, no disk
+  for (Json& f : j["files"])
+    if (f["name"] == "dense.bin") f["bytes"] = at + n;
+  Json t{{"format", "f32"}, {"shape", {16384, 16384}}, {"file", "dense.bin"}, {"offset", at}, {"bytes", n},
+         {"xxh3", "0000000000000000"}};
+  j["tensors"]["zz.huge"] = t;
+  test_util::write_file(p, j.dump());
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::ifstream status("/proc/self/status");
+    std::string line;
+    uint64_t vm_kb = 0;
+    while (std::getline(status, line))
+      if (line.rfind("VmSize:", 0) == 0) vm_kb = std::strtoull(line.c_str() + 7, nullptr, 10);
+    const rlimit lim{(vm_kb << 10) + (uint64_t{256} << 20), (vm_kb << 10) + (uint64_t{256} << 20)};
+    ::setrlimit(RLIMIT_AS, &lim);
+    try {
+      const VerifyResult r = verify_container(dir);
+      std::string all;
+      for (const auto& q : r.problems) all += q;
+      ::_exit(!r.ok && all.find("tensor zz.huge") != std::string::npos ? 0 : 3);
+    } catch (...) {
+      ::_exit(4);
+    }
+  }
+  int st = 0;
+  ASSERT_EQ(::waitpid(pid, &st, 0), pid);
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0)
+      << "verify died or answered wrongly: " << (WIFEXITED(st) ? "exit " + std::to_string(WEXITSTATUS(st))
+                                                               : "signal " + std::to_string(WTERMSIG(st)));
+}
+#endif
 
 }  // namespace
 }  // namespace strata
