@@ -86,7 +86,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
           for (size_t e = 0; e < l.prior.size(); ++e)
             if (it.value()[e].is_number_unsigned()) l.prior[e] = it.value()[e].get<uint64_t>();
         }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {  // strata::Error, or a JSON type error ({"format": 1})
       std::fprintf(stderr, "strata: warning: ignoring %s: %s\n", upath.c_str(), e.what());
     }
   }

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <span>
 #include <sstream>
 #include <string>
@@ -193,6 +194,31 @@ TEST_F(ExpertStoreTest, AutopinPinsTheHottestExpertsOfEarlierRuns) {
   DiskExpertStore off(m->expert_files(), o);
   EXPECT_EQ(off.pinned_bytes(), 0u);
   EXPECT_EQ(off.stats().bytes_read, 0u);
+}
+
+// usage.json is a hint: junk in it (of any JSON type) is a warning, and the
+// store starts as if it were absent.
+TEST_F(ExpertStoreTest, JunkUsageFileIsAWarning) {
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  ExpertCacheOptions o;
+  o.ram_bytes = 6 * expert_bytes(*m);
+  o.prefetch = false;
+  for (const char* junk : {R"({"format":1})", R"({"format":"strata-usage","layers":{"1":{"x":1}}})",
+                           R"({"format":"strata-usage","layers":[1]})", "[]", "{", "\xff"}) {
+    SCOPED_TRACE(junk);
+    test_util::write_file(dir + "/usage.json", junk);
+    ::testing::internal::CaptureStderr();
+    std::unique_ptr<DiskExpertStore> s;
+    EXPECT_NO_THROW(s = std::make_unique<DiskExpertStore>(m->expert_files(), o));
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    if (s) {
+      EXPECT_EQ(s->pinned_bytes(), 0u);
+    }
+    if (std::string(junk) == R"({"format":1})") {
+      EXPECT_NE(err.find("warning"), std::string::npos) << err;
+    }
+  }
 }
 
 TEST_F(ExpertStoreTest, PinBytesPinsThatMuch) {
