@@ -5,6 +5,7 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <new>
 #include <utility>
 #include <vector>
 
@@ -441,6 +442,7 @@ pcre2_code* compile(const std::string& pcre, const std::string& origin, std::str
 Regex Regex::from_js(std::string_view pattern, const std::string& origin) {
   Regex r;
   r.code_ = compile(translate_js_regex(pattern, origin), origin, pattern);
+  r.origin_ = origin;
   r.jit_ = pcre2_jit_compile(r.code_, PCRE2_JIT_COMPLETE) == 0;
   pcre2_pattern_info(r.code_, PCRE2_INFO_CAPTURECOUNT, &r.captures_);
   return r;
@@ -460,12 +462,14 @@ Regex Regex::from_literal(std::string_view literal, bool capture, const std::str
   return from_js(js, origin);
 }
 
-Regex::Regex(Regex&& o) noexcept : code_(std::exchange(o.code_, nullptr)), captures_(o.captures_), jit_(o.jit_) {}
+Regex::Regex(Regex&& o) noexcept
+    : code_(std::exchange(o.code_, nullptr)), origin_(std::move(o.origin_)), captures_(o.captures_), jit_(o.jit_) {}
 
 Regex& Regex::operator=(Regex&& o) noexcept {
   if (this != &o) {
     if (code_) pcre2_code_free(code_);
     code_ = std::exchange(o.code_, nullptr);
+    origin_ = std::move(o.origin_);
     captures_ = o.captures_;
     jit_ = o.jit_;
   }
@@ -500,14 +504,21 @@ bool Regex::find(std::string_view text, size_t start, MatchScratch& s, size_t& b
       if (s.jit_stack_) pcre2_jit_stack_free(s.jit_stack_);
       s.jit_stack_ = pcre2_jit_stack_create(32 * 1024, s.jit_stack_size_, nullptr);
       if (!s.mc_) s.mc_ = pcre2_match_context_create(nullptr);
-      if (!s.jit_stack_ || !s.mc_) return false;
+      if (!s.jit_stack_ || !s.mc_) throw std::bad_alloc();
       pcre2_jit_stack_assign(s.mc_, nullptr, s.jit_stack_);
       rc = pcre2_jit_match(code_, subject, text.size(), start, 0, s.md_, s.mc_);
     }
   } else {
     rc = pcre2_match(code_, subject, text.size(), start, PCRE2_NO_UTF_CHECK, s.md_, nullptr);
   }
-  if (rc < 0) return false;
+  if (rc == PCRE2_ERROR_NOMATCH) return false;
+  if (rc < 0) {
+    PCRE2_UCHAR msg[256];
+    pcre2_get_error_message(rc, msg, sizeof msg);
+    fail("{}: the regex failed on this text at byte {} of {} (PCRE2: {}); refusing to tokenize it "
+         "differently",
+         origin_, start, text.size(), reinterpret_cast<const char*>(msg));
+  }
   const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(s.md_);
   begin = ov[0];
   end = ov[1];

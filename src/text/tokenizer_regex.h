@@ -55,8 +55,10 @@ class Regex {
   bool valid() const { return code_ != nullptr; }
   uint32_t capture_count() const { return captures_; }
 
-  // Leftmost match that starts at or after `start`. A pattern that exceeds
-  // PCRE2's match limits counts as no match (hot paths never throw).
+  // Leftmost match that starts at or after `start`; false when there is none.
+  // A pattern that exceeds PCRE2's match limit or the JIT stack (64 MiB) on
+  // this text throws strata::Error naming it: treating that as "no match"
+  // would silently tokenize the text differently.
   bool find(std::string_view text, size_t start, MatchScratch& s, size_t& begin, size_t& end) const;
   // After a successful find(): group `k` (1-based), false if it did not take part.
   bool group(const MatchScratch& s, uint32_t k, size_t& begin, size_t& end) const;
@@ -80,6 +82,7 @@ class Regex {
 
  private:
   pcre2_real_code_8* code_ = nullptr;
+  std::string origin_;  // the tokenizer.json field, for errors
   uint32_t captures_ = 0;
   bool jit_ = false;
 };

@@ -268,6 +268,21 @@ TEST(TokenizerUnit, RegexTranslationFollowsJavaScript) {
             std::string::npos);
 }
 
+// Catastrophic backtracking exceeds PCRE2's match limit: that is an error
+// naming the pattern's field, never "no match" (which would silently split
+// the text differently).
+TEST(TokenizerUnit, RegexMatchLimitIsAnErrorNotNoMatch) {
+  tok::MatchScratch m;
+  const tok::Regex re = tok::Regex::from_js("(?:a|a)+[^a]", "pre_tokenizer.pattern.Regex");
+  const std::string text(40, 'a');
+  size_t b = 0, e = 0;
+  const std::string msg = error_of([&] { re.find(text, 0, m, b, e); });
+  EXPECT_NE(msg.find("pre_tokenizer.pattern.Regex"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("limit"), std::string::npos) << msg;
+  // An ordinary miss is still just false.
+  EXPECT_FALSE(re.find("ccc", 0, m, b, e));
+}
+
 TEST(TokenizerUnit, NormalizationUsesUtf8proc) {
   EXPECT_EQ(unicode::normalize("e\xCC\x81", unicode::NormalForm::NFC), "\xC3\xA9");
   EXPECT_EQ(unicode::normalize("\xC3\xA9", unicode::NormalForm::NFD), "e\xCC\x81");
