@@ -55,6 +55,17 @@ Fd open_file(const std::string& path, int flags, mode_t mode) {
   return f;
 }
 
+Fd create_new_file(const std::string& path, mode_t mode) {
+  constexpr int kFlags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW;
+  Fd f = try_open_file(path, kFlags, mode);
+  if (!f && errno == EEXIST) {
+    ::unlink(path.c_str());
+    f = try_open_file(path, kFlags, mode);
+  }
+  if (!f) fail("{}: cannot create: {}", path, std::strerror(errno));
+  return f;
+}
+
 // ---------------------------------------------------------------------------
 // Transfers
 
@@ -207,7 +218,7 @@ std::string parent_dir(const std::string& path) {
 
 AtomicFileWriter::AtomicFileWriter(std::string path, std::string disk_full_advice, size_t buffer_bytes)
     : path_(std::move(path)), tmp_(path_ + ".tmp"), advice_(std::move(disk_full_advice)) {
-  fd_ = open_file(tmp_, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  fd_ = create_new_file(tmp_, 0644);
   buf_.resize(buffer_bytes);
 }
 

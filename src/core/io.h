@@ -58,6 +58,13 @@ Fd open_file(const std::string& path, int flags, mode_t mode = 0644);
 // fall back (O_DIRECT) or word the failure themselves.
 Fd try_open_file(const std::string& path, int flags, mode_t mode = 0644);
 
+// Creates `path` for writing as a new file that nothing else holds: O_CREAT |
+// O_EXCL | O_NOFOLLOW, so a symlink planted under that name (in a directory
+// others can write, such as a shared --kv-dir) is never followed. A stale file
+// or link of that name is removed first (unlink never follows a link); if the
+// name is taken again before the create, it throws rather than write through it.
+Fd create_new_file(const std::string& path, mode_t mode = 0644);
+
 // The outcome of a transfer loop that does not throw.
 struct IoResult {
   size_t bytes = 0;  // transferred before the end of file or the error
@@ -112,7 +119,7 @@ struct FileDigest {
 };
 FileDigest hash_file(const std::string& path);
 
-// One output file written as `path`.tmp (created or truncated), buffered,
+// One output file written as `path`.tmp (created anew: create_new_file), buffered,
 // hashed as it goes; commit() flushes, fsyncs and renames it to `path`, then
 // fsyncs the directory. Destroyed without commit() (an error was thrown), the
 // .tmp is removed, so no half-written file is ever left under the final name.

@@ -28,6 +28,13 @@ constexpr size_t kHeader = 64;
 constexpr size_t kCountAt = 24;
 constexpr size_t kRecHead = 16;  // token, zero, checksum
 
+// --kv-dir may be shared with other users: a link planted there is never
+// followed, and a FIFO never blocks an open. Records are read and written
+// only through these.
+Fd open_existing(const std::string& path, int flags) {
+  return try_open_file(path, flags | O_NOFOLLOW | O_NONBLOCK);
+}
+
 // False at end of file or on an error: the store is a cache, and a file it
 // cannot read is skipped, never fatal.
 bool pread_all(const Fd& fd, void* p, size_t n, uint64_t off) {
@@ -96,7 +103,7 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
   if (!fs::is_directory(dir_)) fail("--kv-dir {}: not a directory and cannot be created", dir_);
   if (::access(dir_.c_str(), W_OK) != 0) fail("--kv-dir {}: not writable: {}", dir_, std::strerror(errno));
   const std::string lock = (fs::path(dir_) / ".lock").string();
-  lock_fd_ = try_open_file(lock, O_RDWR | O_CREAT, 0644);
+  lock_fd_ = try_open_file(lock, O_RDWR | O_CREAT | O_NOFOLLOW, 0600);
   if (!lock_fd_) fail("--kv-dir {}: cannot create {}: {}", dir_, lock, std::strerror(errno));
   if (::flock(lock_fd_.get(), LOCK_EX | LOCK_NB) != 0) {
     lock_fd_.reset();
@@ -110,7 +117,7 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
       fs::remove(e.path(), ec);  // an unfinished first save: never part of the state
       continue;
     }
-    if (!name.starts_with("conv-") || !name.ends_with(".kv") || !e.is_regular_file(ec)) continue;
+    if (!name.starts_with("conv-") || !name.ends_with(".kv") || e.is_symlink(ec) || !e.is_regular_file(ec)) continue;
     found.emplace_back(e.last_write_time(ec), e.path().string());
     const std::string num = name.substr(5, name.size() - 8);
     char* end = nullptr;
@@ -121,10 +128,10 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
   std::sort(found.begin(), found.end());
   std::vector<uint8_t> head(kRecHead);
   for (const auto& [when, path] : found) {
-    const Fd fd = try_open_file(path, O_RDONLY);
+    const Fd fd = open_existing(path, O_RDONLY);
     uint8_t h[kHeader];
     struct stat st{};
-    if (!fd || ::fstat(fd.get(), &st) != 0 || !pread_all(fd, h, kHeader, 0)) {
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode) || !pread_all(fd, h, kHeader, 0)) {
       if (verbose_) std::fprintf(stderr, "strata: kv: skipping %s: unreadable header\n", path.c_str());
       continue;
     }
@@ -213,7 +220,7 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
   s.mtp_n_past = 0;
   if (!c) return 0;
   n = std::min({n, c->tokens.size(), static_cast<size_t>(s.capacity())});
-  const Fd fd = try_open_file(c->path, O_RDONLY);
+  const Fd fd = open_existing(c->path, O_RDONLY);
   if (!fd) {
     if (verbose_) std::fprintf(stderr, "strata: kv: %s: %s (forgotten)\n", c->path.c_str(), std::strerror(errno));
     forget(id);
@@ -268,7 +275,7 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
 void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> tokens) {
   const std::string tmp = c.path + ".tmp";
   try {
-    const Fd fd = open_file(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    const Fd fd = create_new_file(tmp, 0600);  // conversations are private
     uint8_t h[kHeader] = {};
     std::memcpy(h, kMagic, 8);
     const uint32_t rb = static_cast<uint32_t>(record_bytes_);
@@ -314,7 +321,8 @@ void KvStore::write_records(const Fd& fd, const Session& s, std::span<const int3
 
 void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens) {
   const size_t from = c.tokens.size();
-  const Fd fd = open_file(c.path, O_WRONLY);
+  const Fd fd = open_existing(c.path, O_WRONLY);
+  if (!fd) fail("{}: cannot open: {}", c.path, std::strerror(errno));
   if (c.disk_count > from) {
     // Records past what is offered (a damaged one, a bad token) are hidden
     // first, so a crash while they are overwritten cannot mix two histories.

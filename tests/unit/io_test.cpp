@@ -137,5 +137,33 @@ TEST(IoAtomic, AbandonedWriterLeavesNothing) {
               AllOf(HasSubstr(dir.file("no/dir/f.tmp")), HasSubstr("cannot create")));
 }
 
+// A link planted as the temporary name (a directory others can write) is
+// never written through: the file it points to is unchanged, and the output
+// lands under its own name.
+TEST(IoAtomic, PlantedTempLinkIsNotFollowed) {
+  TempDir dir;
+  const std::string sentinel = dir.file("sentinel");
+  write_file(sentinel, "precious");
+  const std::string path = dir.file("out");
+  std::filesystem::create_symlink(sentinel, path + ".tmp");
+  write_file_atomic(path, "fresh");
+  EXPECT_EQ(read_file(sentinel), "precious");
+  EXPECT_EQ(read_file(path), "fresh");
+  EXPECT_FALSE(std::filesystem::is_symlink(path));
+  // A stale regular file is replaced, not appended to or truncated in place.
+  write_file(path + ".tmp", "stale stale stale");
+  write_file_atomic(path, "new");
+  EXPECT_EQ(read_file(path), "new");
+  // create_new_file itself.
+  std::filesystem::create_symlink(sentinel, dir.file("link"));
+  {
+    Fd fd = create_new_file(dir.file("link"), 0600);
+    ASSERT_TRUE(fd.valid());
+    pwrite_full(fd, "x", 1, 0);
+  }
+  EXPECT_EQ(read_file(sentinel), "precious");
+  EXPECT_EQ(read_file(dir.file("link")), "x");
+}
+
 }  // namespace
 }  // namespace strata

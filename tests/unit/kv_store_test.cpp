@@ -628,6 +628,42 @@ TEST(KvStore, CountLargerThanTheFile) {
   EXPECT_TRUE(same_prefix(*filled(24, 14), r, 24));
 }
 
+// --kv-dir may be shared: links planted under the names the store writes
+// (the temporary of a first save, a conversation file) are never followed;
+// the files they point to stay as they were.
+TEST(KvStore, PlantedLinksAreNeverFollowed) {
+  test_util::TempDir d, other;
+  const std::string sentinel = other.file("sentinel");
+  test_util::write_file(sentinel, "precious");
+  const auto s = filled(12, 21);
+  const auto t = toks(12);
+  {
+    KvStore kv(d.str(), config(), 42, 8, false);
+    for (int i = 0; i < 32; ++i) {
+      char name[40];
+      std::snprintf(name, sizeof name, "conv-%08d.kv.tmp", i);
+      fs::create_symlink(sentinel, d.path() / name);
+    }
+    const int64_t id = kv.save(-1, *s, t);
+    EXPECT_TRUE(test_util::read_file(sentinel) == "precious") << "the link was followed";
+    ASSERT_EQ(kv_files(d.str()).size(), 1u);
+    EXPECT_FALSE(fs::is_symlink(kv_files(d.str()).at(0)));
+    // The conversation file replaced by a link: the next turn's append fails
+    // (a warning in the server) instead of writing through it.
+    const fs::path f = kv_files(d.str()).at(0);
+    fs::remove(f);
+    fs::create_symlink(sentinel, f);
+    auto s2 = filled(16, 21);
+    auto t2 = toks(16);
+    EXPECT_ANY_THROW(kv.save(id, *s2, t2));
+    EXPECT_TRUE(test_util::read_file(sentinel) == "precious") << "the link was followed";
+  }
+  // A new store over the directory does not take the link for a conversation.
+  KvStore again(d.str(), config(), 42, 8, false);
+  EXPECT_EQ(again.conversations(), 0u);
+  EXPECT_TRUE(test_util::read_file(sentinel) == "precious") << "the link was followed";
+}
+
 TEST(KvStore, RefusesAPathThatIsNotADirectory) {
   test_util::TempDir d;
   test_util::write_file(d.file("f"), "x");
