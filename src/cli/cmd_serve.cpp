@@ -12,10 +12,31 @@
 #include "cli/text_common.h"
 #include "server/http_server.h"
 #include "core/error.h"
+#include "core/io.h"
 
 namespace strata::cli {
 
 namespace {
+
+// The API key from exactly one place: --api-key (visible to local users in
+// /proc and ps), --api-key-file (its first line) or STRATA_API_KEY.
+std::string api_key_of(const std::string& flag, const std::string& file) {
+  if (!flag.empty() && !file.empty()) fail("serve: give --api-key or --api-key-file, not both");
+  if (!flag.empty()) return flag;
+  if (!file.empty()) {
+    std::string k = read_small_file(file, 4096);
+    k = k.substr(0, k.find('\n'));
+    while (!k.empty() && (k.back() == '\r' || k.back() == ' ' || k.back() == '\t')) k.pop_back();
+    if (k.empty()) fail("--api-key-file {}: the first line is empty", file);
+    return k;
+  }
+  if (const char* env = std::getenv("STRATA_API_KEY"); env && *env) return env;
+  return {};
+}
+
+bool loopback_host(const std::string& h) {
+  return h == "localhost" || h == "::1" || h == "[::1]" || h.rfind("127.", 0) == 0;
+}
 
 // SIGINT/SIGTERM, from a thread that waits for them, started before anything
 // slow. While the model loads, a signal ends the process at once (nothing is
@@ -57,6 +78,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
     bool raw = false;
     std::string kv_dir;
     int kv_max_files = 64;
+    std::string api_key_file;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
@@ -64,7 +86,10 @@ void add_serve_command(CLI::App& app, Runner& run) {
   server::ServerOptions& so = f->server;
   cmd->add_option("--host", so.host, "Address to listen on (default 127.0.0.1: this machine only)");
   cmd->add_option("--port", so.port, "Port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
-  cmd->add_option("--api-key", so.api_key, "Require 'Authorization: Bearer KEY' (default: no key)");
+  cmd->add_option("--api-key", so.api_key,
+                  "Require 'Authorization: Bearer KEY' (default: no key; visible to local users: prefer "
+                  "--api-key-file or STRATA_API_KEY)");
+  cmd->add_option("--api-key-file", f->api_key_file, "Read the API key from the first line of this file");
   cmd->add_option("--max-tokens-ceiling", so.max_tokens_ceiling, "Largest max_tokens honoured; larger ones are clamped")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--max-body", so.max_body, "Largest request body in bytes (413 above)")
@@ -91,6 +116,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->callback([f, &run] {
     run = [f]() -> int {
       server::ServerOptions o = f->server;
+      o.api_key = api_key_of(o.api_key, f->api_key_file);
       // Blocked first, so every thread started below inherits the mask; the
       // waiter starts before the model loads.
       sigset_t set;
@@ -151,6 +177,11 @@ void add_serve_command(CLI::App& app, Runner& run) {
         }
       } listed{ctl, srv};
       const int port = srv.bind();
+      if (o.api_key.empty() && !loopback_host(o.host))
+        std::fprintf(stderr,
+                     "strata: warning: serving on %s without an API key: anyone who can reach this address can use "
+                     "the model (set --api-key-file or STRATA_API_KEY)\n",
+                     o.host.c_str());
       std::fprintf(stderr, "strata: serving %s on http://%s:%d (ctx %lld, parallel %d, queue %d%s)\n",
                    o.model_id.c_str(), o.host.c_str(), port, static_cast<long long>(o.sched.ctx), o.sched.parallel,
                    o.sched.queue, o.api_key.empty() ? "" : ", API key required");
