@@ -90,6 +90,9 @@ void add_serve_command(CLI::App& app, Runner& run) {
                   "Require 'Authorization: Bearer KEY' (default: no key; visible to local users: prefer "
                   "--api-key-file or STRATA_API_KEY)");
   cmd->add_option("--api-key-file", f->api_key_file, "Read the API key from the first line of this file");
+  cmd->add_option("--allow-host", so.allowed_hosts,
+                  "A DNS name clients use to reach the server, accepted in Host and Origin besides addresses, "
+                  "localhost and --host (repeatable; '*': any; docs/security.md)");
   cmd->add_option("--max-tokens-ceiling", so.max_tokens_ceiling, "Largest max_tokens honoured; larger ones are clamped")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   cmd->add_option("--max-body", so.max_body, "Largest request body in bytes (413 above)")

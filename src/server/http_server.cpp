@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include <arpa/inet.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -71,7 +73,49 @@ class SseWriter {
   bool ok_ = true;
 };
 
+// The host part of a Host header value or of an Origin's authority:
+// "name:port" -> "name", "[::1]:port" -> "::1", lower case.
+std::string host_part(std::string_view v) {
+  std::string h;
+  if (!v.empty() && v[0] == '[') {
+    const size_t e = v.find(']');
+    h = std::string(v.substr(1, e == std::string_view::npos ? std::string_view::npos : e - 1));
+  } else {
+    h = std::string(v.substr(0, v.find(':')));
+  }
+  std::transform(h.begin(), h.end(), h.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return h;
+}
+
+bool ip_literal(const std::string& h) {
+  unsigned char buf[16];
+  return ::inet_pton(AF_INET, h.c_str(), buf) == 1 || ::inet_pton(AF_INET6, h.c_str(), buf) == 1;
+}
+
 }  // namespace
+
+// A web page can send requests to a server it cannot read from; with DNS
+// rebinding it can read too, under its own name. So a request naming a host
+// (Host, Origin) that is neither an address, localhost, --host nor an
+// --allow-host name is refused, and so is an Origin of "null".
+bool host_allowed(const ServerOptions& o, std::string_view host_header, std::string_view origin) {
+  if (std::find(o.allowed_hosts.begin(), o.allowed_hosts.end(), "*") != o.allowed_hosts.end()) return true;
+  auto ok = [&](const std::string& h) {
+    if (h == "localhost" || ip_literal(h) || h == host_part(o.host)) return true;
+    for (const std::string& a : o.allowed_hosts)
+      if (h == host_part(a)) return true;
+    return false;
+  };
+  if (!host_header.empty() && !ok(host_part(host_header))) return false;
+  if (!origin.empty()) {
+    const size_t s = origin.find("://");
+    if (s == std::string_view::npos) return false;  // "null" (a sandboxed or file:// page) and junk
+    std::string_view auth = origin.substr(s + 3);
+    auth = auth.substr(0, auth.find('/'));
+    if (!ok(host_part(auth))) return false;
+  }
+  return true;
+}
 
 struct Server::Impl {
   ServerModel m;
@@ -328,7 +372,32 @@ struct Server::Impl {
     http.set_payload_max_length(o.max_body);
     http.set_read_timeout(30, 0);
     http.set_write_timeout(30, 0);
+    // Everything here is decided from the headers, before a body is read.
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      if (!host_allowed(o, req.get_header_value("Host"), req.get_header_value("Origin"))) {
+        send_error(res, ApiError{403,
+                                 "this Host or Origin is not one the server answers to (start it with --allow-host "
+                                 "NAME to add a name clients use)",
+                                 "", "invalid_request_error", "host_not_allowed"});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (req.path != "/health" && req.path != "/" && !authorized(req)) {
+        send_error(res, ApiError{401, "invalid or missing API key (Authorization: Bearer ...)", "",
+                                 "invalid_request_error", "invalid_api_key"});
+        return httplib::Server::HandlerResponse::Handled;
+      }
+      if (req.method == "POST") {
+        // A page may POST text/plain anywhere without asking; JSON it may not.
+        std::string ct = req.get_header_value("Content-Type");
+        ct = ct.substr(0, ct.find(';'));
+        std::transform(ct.begin(), ct.end(), ct.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+        while (!ct.empty() && ct.back() == ' ') ct.pop_back();
+        if (ct != "application/json") {
+          send_error(res, ApiError{415, "the body must be JSON (Content-Type: application/json)", "",
+                                   "invalid_request_error", "unsupported_media_type"});
+          return httplib::Server::HandlerResponse::Handled;
+        }
+      }
       if (req.has_header("Content-Length")) {
         const std::string v = req.get_header_value("Content-Length");
         if (v.size() > 18 || std::strtoull(v.c_str(), nullptr, 10) > o.max_body) {

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "server/scheduler.h"
 #include "text/chat_template.h"
@@ -23,9 +25,17 @@ struct ServerOptions {
   int64_t max_tokens_ceiling = 4096;  // larger max_tokens are clamped, not refused
   size_t max_body = 1 << 20;        // request bodies above this get 413
   double timeout_s = 600;           // per request, queueing included
+  // Host names accepted in the Host header and an Origin, besides IP
+  // literals, "localhost" and `host` (against DNS rebinding: a web page
+  // whose name points at this server). "*": any name (no check).
+  std::vector<std::string> allowed_hosts;
   std::string model_id = "strata";  // what /v1/models lists
   SchedulerOptions sched;
 };
+
+// Whether a request with this Host header and Origin (either may be empty:
+// not sent) names a host the server answers to (ServerOptions::allowed_hosts).
+bool host_allowed(const ServerOptions& o, std::string_view host_header, std::string_view origin);
 
 class Server {
  public:

@@ -6,8 +6,12 @@
 // the error, the next one is served), invalid UTF-8 in the operator's model id
 // and in a generated tool call (replaced, never a throw mid-stream), a stop
 // that comes before the server runs.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
@@ -247,6 +251,75 @@ TEST(ServerHardening, StopBeforeRunEndsRun) {
   if (!returned) srv.stop();  // what used to be needed: a second stop once it listens
   runner.join();
   EXPECT_TRUE(returned) << "run() after stop() went on serving";
+}
+
+// DNS rebinding and pages that post to a local server: only addresses,
+// localhost, --host and --allow-host names are answered to, in Host and Origin.
+TEST(ServerHardening, HostAndOriginAreChecked) {
+  server::ServerOptions o;
+  EXPECT_TRUE(server::host_allowed(o, "127.0.0.1:8080", ""));
+  EXPECT_TRUE(server::host_allowed(o, "[::1]:8080", "http://localhost:8080"));
+  EXPECT_TRUE(server::host_allowed(o, "LOCALHOST", ""));
+  EXPECT_TRUE(server::host_allowed(o, "10.1.2.3:80", "https://10.1.2.3"));
+  EXPECT_TRUE(server::host_allowed(o, "", ""));  // HTTP/1.0: no Host
+  EXPECT_FALSE(server::host_allowed(o, "evil.example:8080", ""));
+  EXPECT_FALSE(server::host_allowed(o, "127.0.0.1:8080", "http://evil.example"));
+  EXPECT_FALSE(server::host_allowed(o, "127.0.0.1:8080", "null"));
+  EXPECT_FALSE(server::host_allowed(o, "localhost.evil.example", ""));
+  o.allowed_hosts = {"llm.internal"};
+  EXPECT_TRUE(server::host_allowed(o, "LLM.internal:8080", "https://llm.internal:8443/"));
+  EXPECT_FALSE(server::host_allowed(o, "other.internal", ""));
+  o.host = "box.lan";
+  EXPECT_TRUE(server::host_allowed(o, "box.lan:8080", ""));
+  o.allowed_hosts = {"*"};
+  EXPECT_TRUE(server::host_allowed(o, "anything", "null"));
+}
+
+// The same against a live server: 403 for a foreign Host or Origin, 415 for a
+// body that is not declared JSON (a page may post text/plain without asking).
+TEST(ServerHardening, LiveServerRefusesForeignHostsAndNonJson) {
+  LiveServer s;
+  const std::string body = R"({"prompt":"hi","max_tokens":1})";
+  auto post = [&](const httplib::Headers& h, const char* type) {
+    httplib::Client c("127.0.0.1", s.port());
+    c.set_read_timeout(60, 0);
+    auto r = c.Post("/v1/completions", h, body, type);
+    return r ? r->status : 0;
+  };
+  EXPECT_EQ(post({}, "application/json"), 200);
+  EXPECT_EQ(post({}, "application/json; charset=utf-8"), 200);
+  EXPECT_EQ(post({{"Origin", "http://127.0.0.1:" + std::to_string(s.port())}}, "application/json"), 200);
+  EXPECT_EQ(post({{"Host", "evil.example:" + std::to_string(s.port())}}, "application/json"), 403);
+  EXPECT_EQ(post({{"Origin", "http://evil.example"}}, "application/json"), 403);
+  EXPECT_EQ(post({}, "text/plain"), 415);
+  EXPECT_EQ(post({}, "application/x-www-form-urlencoded"), 415);
+  EXPECT_EQ(s.get("/health").first, 200);
+}
+
+// With a key, a request without it is answered 401 from its headers: the
+// body it announces is never waited for.
+TEST(ServerHardening, ApiKeyIsCheckedBeforeTheBody) {
+  server::ServerOptions o;
+  o.api_key = "k3y";
+  LiveServer s(o);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(s.port()));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  timeval tv{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  const std::string head =
+      "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: 500000\r\n\r\n";
+  ASSERT_EQ(::send(fd, head.data(), head.size(), MSG_NOSIGNAL), static_cast<ssize_t>(head.size()));
+  char buf[512] = {};
+  const ssize_t n = ::recv(fd, buf, sizeof buf - 1, 0);
+  ::close(fd);
+  ASSERT_GT(n, 0) << "no answer within 5 s: the server waited for the body";
+  EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 401", 0), 0u) << buf;
 }
 
 }  // namespace
