@@ -42,7 +42,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
       // every id (an end-of-sequence id is generated and fed like any other).
       std::vector<int32_t> eos;
       if (!f->ignore_eos) eos.assign(c.eos_token_ids.begin(), c.eos_token_ids.end());
-      Sequence seq(c, ctx, nullptr, eos);
+      Sequence seq(c, ctx, nullptr, eos, &e.speculator());
       GenerationParams p;
       p.sampling.temperature = 0.0;
       p.max_tokens = f->n;
@@ -50,7 +50,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
       Json out;
       out["ids"] = Json::array();
       run_turn(
-          e, seq, [&](const StepOutput& o) { if (o.token >= 0) out["ids"].push_back(o.token); }, [] { return false; },
+          e, seq, [&](const StepOutput& o) { for (int32_t t : o.tokens) out["ids"].push_back(t); }, [] { return false; },
           std::max<int64_t>(1, P));
       std::printf("%s\n", out.dump().c_str());
       finish_engine(e, f->engine);

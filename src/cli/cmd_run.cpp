@@ -48,7 +48,7 @@ void add_run_command(CLI::App& app, Runner& run) {
       const uint64_t sig0 = sigint_count();
       const auto interrupted = [sig0] { return sigint_count() != sig0; };
 
-      Sequence seq(c, ctx, &tm.tok, tm.stop_ids);
+      Sequence seq(c, ctx, &tm.tok, tm.stop_ids, &e.speculator());
       seq.begin(prompt, f->text.params(f->text.sampler_options(tm.gen)));
       const bool tty = ::isatty(STDOUT_FILENO) == 1;
       const TurnStats st = run_turn(

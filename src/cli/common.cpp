@@ -24,6 +24,12 @@ void EngineFlags::add(CLI::App* cmd) {
   cmd->add_option("--kernels", kernels,
                   "Kernel path: auto (the best this CPU runs), scalar, avx2, avx512, avx512vnni (docs/kernels.md)");
   cmd->add_flag("-q,--quiet", quiet, "No start-up lines on stderr (kernel path, expert cache)");
+  cmd->add_option("--spec", spec,
+                  "Speculative decoding: off, auto (every draft source, only while it pays), mtp (the MTP layer's "
+                  "chain), ngram (prompt lookup); forced tokens of a constraint in every mode but off "
+                  "(docs/speculative.md)");
+  cmd->add_option("--spec-k", spec_k, "Speculative decoding: most draft tokens per step")
+      ->check(CLI::Range(1, kSpecMaxDraft));
 }
 
 EngineOptions EngineFlags::options(bool load_mtp) const {
@@ -55,6 +61,10 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   o.experts.direct_io = !no_direct_io;
   o.experts.prefetch = !no_prefetch;
   o.verbose = !quiet;
+  const std::optional<SpecMode> sm = parse_spec_mode(spec);
+  if (!sm) fail("--spec {}: expected off, auto, mtp or ngram", spec);
+  o.spec.mode = *sm;
+  o.spec.k = spec_k;
   return o;
 }
 

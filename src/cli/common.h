@@ -25,6 +25,8 @@ struct EngineFlags {
   bool stats = false, stats_json = false;
   std::string kernels = "auto";  // auto | scalar | avx2 | avx512 | avx512vnni
   bool quiet = false;            // no start-up lines (kernel path, expert cache)
+  std::string spec = "off";      // speculative decoding: off | auto | mtp | ngram
+  int spec_k = 4;                // most drafts per step
   void add(CLI::App* cmd);
   // The engine's options from these flags; throws naming the flag that is wrong.
   EngineOptions options(bool load_mtp) const;

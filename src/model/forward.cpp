@@ -64,7 +64,7 @@ void ModelRunner::forward(std::span<const Row> rows, const ForwardOptions& opts,
 }
 
 void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts,
-                              float* logits) {
+                              float* logits, float* hidden_out) {
   const ModelConfig& c = m_.config;
   if (c.num_nextn_predict_layers < 1 || static_cast<int64_t>(m_.weights.layers.size()) <= c.num_hidden_layers)
     fail("forward_mtp: the model has no MTP layer loaded");
@@ -83,7 +83,7 @@ void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, co
   float* h = grow(ws_.h, static_cast<size_t>(n * D));
   mm(lw.eh_proj, cat, n, h);
   layer(N, rows, opts);
-  head(rows, lw.shared_head_norm, logits, nullptr);
+  head(rows, lw.shared_head_norm, logits, hidden_out);
   for (const Row& r : rows) r.seq->mtp_n_past = std::max<int64_t>(r.seq->mtp_n_past, r.pos + 1);
 }
 

@@ -122,8 +122,12 @@ class ModelRunner {
   void forward(std::span<const Row> rows, const ForwardOptions& opts, float* logits, float* hidden_out);
 
   // MTP: row i has token t_{i+1} and position p_i; hidden holds the main
-  // model's final-normed hidden state at p_i. Writes next-next-token logits.
-  void forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts, float* logits);
+  // model's final-normed hidden state at p_i. Writes next-next-token logits
+  // (rows with want_logits, as forward does). hidden_out (optional): [rows,
+  // hidden], the MTP layer's own output after its shared-head norm -- what
+  // a chained draft feeds back as `hidden` for the position after p_i.
+  void forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts, float* logits,
+                   float* hidden_out = nullptr);
 
   const Model& model() const { return m_; }
   const Compute& compute() const { return compute_; }

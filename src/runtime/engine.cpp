@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "core/clock.h"
+#include "core/error.h"
 
 namespace strata {
 
@@ -19,7 +20,7 @@ const EngineOptions& checked(const EngineOptions& o) {
 
 std::shared_ptr<const Model> load(const EngineOptions& o) {
   LoadOptions lo;
-  lo.load_mtp = o.load_mtp;
+  lo.load_mtp = o.load_mtp || o.spec.mode == SpecMode::Mtp || o.spec.mode == SpecMode::Auto;
   return load_model(o.model, lo);
 }
 
@@ -46,6 +47,20 @@ void Engine::open() {
   for (size_t l = 0; l < moe.size(); ++l) moe[l] = c.is_moe(static_cast<int64_t>(l));
   heat_ = std::make_unique<CountingExpertStore>(*store_, moe, c.n_routed_experts);
   runner_ = std::make_unique<ModelRunner>(*model_, *heat_, *pool_, o.compute);
+  if (o.spec.mode == SpecMode::Mtp && !has_mtp())
+    fail("--spec mtp: {} has no MTP layer loaded (num_nextn_predict_layers = {})", o.model.empty() ? "the model" : o.model,
+         c.num_nextn_predict_layers);
+  if (o.spec.k < 1 || o.spec.k > kSpecMaxDraft) fail("--spec-k {}: expected 1..{}", o.spec.k, kSpecMaxDraft);
+  // An MTP row costs about one layer of the main model's.
+  spec_ = std::make_unique<Speculator>(o.spec, has_mtp(), 1.0 / static_cast<double>(std::max<int64_t>(1, c.num_hidden_layers)));
+  if (o.verbose && o.spec.mode != SpecMode::Off)
+    std::fprintf(stderr, "strata: speculative decoding %s, up to %d drafts per step%s\n", spec_mode_name(o.spec.mode),
+                 spec_->options().k, spec_->uses_mtp() ? " (n-gram, forced, MTP)" : o.spec.mode == SpecMode::Auto ? " (n-gram, forced; no MTP layer)" : "");
+}
+
+bool Engine::has_mtp() const {
+  return model_->config.num_nextn_predict_layers > 0 &&
+         static_cast<int64_t>(model_->weights.layers.size()) > model_->config.num_hidden_layers;
 }
 
 Engine::~Engine() = default;
@@ -58,15 +73,22 @@ void Engine::forward(std::span<const Row> rows, float* logits, float* hidden, in
   counts_.prompt_tokens += static_cast<uint64_t>(prompt_rows);
   counts_.decode_tokens += static_cast<uint64_t>(decode_rows);
   (prompt_rows > 0 ? counts_.prompt_ns : counts_.decode_ns) += dt;
+  if (prompt_rows == 0) spec_->record_forward(static_cast<int64_t>(rows.size()), dt);
 }
 
-void Engine::forward_mtp(std::span<const Row> rows, const float* hidden, float* logits) {
-  runner_->forward_mtp(rows, hidden, o_.forward, logits);
+void Engine::forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out) {
+  const uint64_t t0 = now_ns();
+  runner_->forward_mtp(rows, hidden, o_.forward, logits, hidden_out);
+  spec_->record_mtp(static_cast<int64_t>(rows.size()), now_ns() - t0);
 }
 
 EngineStats Engine::stats() const {
   EngineStats s;
   s.tokens = counts_;
+  s.spec = spec_->stats();
+  // Decode tokens are the rows kept: drafts the verification rejected do not count.
+  const uint64_t rejected = s.spec.drafted() - s.spec.accepted();
+  s.tokens.decode_tokens -= std::min(rejected, s.tokens.decode_tokens);
   s.phases = runner_->stats();
   s.experts = heat_->stats();
   s.memory = heat_->memory();

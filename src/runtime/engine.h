@@ -15,6 +15,7 @@
 #include "kernels/matmul.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "runtime/speculation.h"
 #include "runtime/stats.h"
 
 namespace strata {
@@ -26,6 +27,7 @@ struct EngineOptions {
   ForwardOptions forward;     // attention form, DSA on/off
   ComputeOptions compute;     // kernel path, activation mode
   ExpertCacheOptions experts; // containers: RAM budget, pins, read-ahead, O_DIRECT
+  SpecOptions spec;           // speculative decoding (mtp and auto load the MTP layer)
   bool verbose = true;        // start-up lines on stderr (kernel path, expert cache)
 };
 
@@ -53,9 +55,16 @@ class Engine {
 
   // One forward over `rows` with the engine's ForwardOptions (model/forward.h).
   // `prompt_rows` of them are prompt positions, the rest decode rows: the
-  // time is counted as prefill when any prompt row is present.
+  // time is counted as prefill when any prompt row is present (decode
+  // forwards also feed the speculation controller's cost table).
   void forward(std::span<const Row> rows, float* logits, float* hidden = nullptr, int64_t prompt_rows = 0);
-  void forward_mtp(std::span<const Row> rows, const float* hidden, float* logits);
+  void forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out = nullptr);
+  // Whether the MTP layer is loaded (forward_mtp works).
+  bool has_mtp() const;
+  // Speculative decoding's options, counters and controller (Sequences that
+  // draft are given it).
+  Speculator& speculator() { return *spec_; }
+  const Speculator& speculator() const { return *spec_; }
 
   // Everything counted so far (runner phases, expert store, memory tiers,
   // front-end token counts). Call from the thread that runs the forward.
@@ -73,6 +82,7 @@ class Engine {
   std::unique_ptr<ExpertStore> store_;
   std::unique_ptr<CountingExpertStore> heat_;
   std::unique_ptr<ModelRunner> runner_;
+  std::unique_ptr<Speculator> spec_;
   TokenCounts counts_;
 };
 

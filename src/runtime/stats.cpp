@@ -20,6 +20,23 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
+namespace {
+std::string spec_text(const SpecStats& sp) {
+  if (sp.mode == SpecMode::Off) return {};
+  std::string per;
+  for (int i = 0; i < kDraftSources; ++i) {
+    const SpecSourceStats& x = sp.source[static_cast<size_t>(i)];
+    if (!x.drafted && !x.shadow) continue;
+    per += fmt::format(", {} {}/{}", draft_source_name(static_cast<DraftSource>(i)), x.accepted, x.drafted);
+  }
+  return fmt::format(
+      "spec {} k {} | {:.2f} tok/step over {} steps ({} with drafts) | drafted {} accepted {} ({:.1f}%){} | "
+      "mtp {:.3f} s | saved {:+.3f} s\n",
+      spec_mode_name(sp.mode), sp.k, sp.tokens_per_step(), sp.steps, sp.spec_steps, sp.drafted(), sp.accepted(),
+      100.0 * sp.acceptance(), per, sec(sp.mtp_ns), sp.saved_s());
+}
+}  // namespace
+
 std::string stats_text(const EngineStats& s) {
   const PhaseStats& ps = s.phases;
   return fmt::format(
@@ -28,7 +45,8 @@ std::string stats_text(const EngineStats& s) {
       "peak RSS {:.1f} MB\n",
       s.tokens.prompt_tokens, s.prompt_tok_s(), s.tokens.decode_tokens, s.decode_tok_s(), 100.0 * s.experts.hit_rate(),
       static_cast<double>(s.experts.bytes_read) / 1e6, sec(ps.total_ns), sec(ps.attention_ns), sec(ps.router_ns),
-      sec(ps.expert_wait_ns), sec(ps.expert_ns), sec(ps.other_ns()), static_cast<double>(s.peak_rss_bytes) / 1e6);
+      sec(ps.expert_wait_ns), sec(ps.expert_ns), sec(ps.other_ns()), static_cast<double>(s.peak_rss_bytes) / 1e6) +
+         spec_text(s.spec);
 }
 
 Json stats_json(const EngineStats& s) {
@@ -53,7 +71,37 @@ Json stats_json(const EngineStats& s) {
     j["cache_bytes"] = s.memory.cache_bytes;
   }
   j["peak_rss_bytes"] = s.peak_rss_bytes;
+  j["spec"] = stats_spec_json(s);
   return j;
+}
+
+Json stats_spec_json(const EngineStats& s) {
+  const SpecStats& sp = s.spec;
+  Json src = Json::object();
+  for (int i = 0; i < kDraftSources; ++i) {
+    const SpecSourceStats& x = sp.source[static_cast<size_t>(i)];
+    src[draft_source_name(static_cast<DraftSource>(i))] = {{"drafted", x.drafted},
+                                                           {"accepted", x.accepted},
+                                                           {"shadow", x.shadow},
+                                                           {"shadow_hits", x.shadow_hits}};
+  }
+  return Json{{"mode", spec_mode_name(sp.mode)},
+              {"k", sp.k},
+              {"steps", sp.steps},
+              {"spec_steps", sp.spec_steps},
+              {"tokens", sp.tokens},
+              {"tokens_per_step", sp.tokens_per_step()},
+              {"drafted", sp.drafted()},
+              {"accepted", sp.accepted()},
+              {"acceptance", sp.acceptance()},
+              {"sources", src},
+              {"mtp_forwards", sp.mtp_forwards},
+              {"mtp_rows", sp.mtp_rows},
+              {"mtp_s", sec(sp.mtp_ns)},
+              {"mtp_drops", sp.mtp_drops},
+              {"decode_s", sec(sp.decode_ns)},
+              {"one_row_forward_s", sp.one_row_ns / 1e9},
+              {"saved_s", sp.saved_s()}};
 }
 
 Json stats_experts_json(const EngineStats& s) {

@@ -9,6 +9,7 @@
 #include "core/json.h"
 #include "experts/expert_store.h"
 #include "model/forward.h"
+#include "runtime/speculation.h"
 
 namespace strata {
 
@@ -25,6 +26,7 @@ struct EngineStats {
   ExpertMemory memory;       // expert budget, pinned, cache, on disk
   uint64_t resident_bytes = 0;  // the model's resident weights
   uint64_t peak_rss_bytes = 0;  // the process's peak resident set
+  SpecStats spec;               // speculative decoding (mode off: all zero)
 
   double prompt_tok_s() const;
   double decode_tok_s() const;
@@ -41,5 +43,8 @@ Json stats_json(const EngineStats& s);
 // "memory" objects (docs/server.md); the server adds its own counters.
 Json stats_experts_json(const EngineStats& s);
 Json stats_memory_json(const EngineStats& s);
+// Speculative decoding: mode, k, steps, drafted / accepted per source,
+// tokens per step, MTP time, the estimated time saved (docs/speculative.md).
+Json stats_spec_json(const EngineStats& s);
 
 }  // namespace strata

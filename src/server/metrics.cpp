@@ -39,6 +39,7 @@ Json stats_json(const SchedulerStats& s, const StatsContext& ctx) {
   j["parallel"] = ctx.sched->parallel;
   j["ctx"] = ctx.sched->ctx;
   j["experts"] = stats_experts_json(s.engine);
+  j["spec"] = stats_spec_json(s.engine);
   Json mem = stats_memory_json(s.engine);
   mem["session_bytes"] = s.session_bytes;
   // What the process may hold: model, expert cache, and the sessions.

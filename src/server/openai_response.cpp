@@ -23,10 +23,16 @@ Json choice_json(const char* body_key, Json body, Json logprobs, Json finish) {
 }
 
 Json usage_json(const Job& job) {
-  return Json{{"prompt_tokens", job.prompt_tokens},
-              {"completion_tokens", job.completion_tokens},
-              {"total_tokens", job.prompt_tokens + job.completion_tokens},
-              {"prompt_tokens_details", {{"cached_tokens", job.cached_tokens}}}};
+  Json u{{"prompt_tokens", job.prompt_tokens},
+         {"completion_tokens", job.completion_tokens},
+         {"total_tokens", job.prompt_tokens + job.completion_tokens},
+         {"prompt_tokens_details", {{"cached_tokens", job.cached_tokens}}}};
+  // Speculative decoding (docs/speculative.md), in the fields OpenAI uses
+  // for predicted outputs: draft tokens the model accepted and rejected.
+  if (job.draft_tokens > 0)
+    u["completion_tokens_details"] = {{"accepted_prediction_tokens", job.accepted_draft_tokens},
+                                      {"rejected_prediction_tokens", job.draft_tokens - job.accepted_draft_tokens}};
+  return u;
 }
 
 namespace {

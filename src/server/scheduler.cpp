@@ -206,6 +206,8 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
       if (idle_[i].last_used < idle_[best].last_used) best = i;
   }
   const ModelConfig& cfg = m_.engine->config();
+  Speculator* spec = &m_.engine->speculator();
+  const bool mtp = spec->uses_mtp();  // sessions keep MTP state (--spec mtp / auto with the layer loaded)
   std::unique_ptr<Session> session;
   std::vector<int32_t> held;
   if (best < idle_.size()) {
@@ -218,7 +220,7 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
   }
   if (from_disk) {
     try {
-      if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, false);
+      if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, mtp);
       best_common = m_.kv->load(saved.id, saved.common, *session, held);
       s.conv = saved.id;
       std::lock_guard l(mu_);
@@ -232,8 +234,8 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
     }
   }
   try {
-    if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, false);
-    s.seq = std::make_unique<Sequence>(std::move(session), std::move(held), cfg, m_.tok, m_.stop_ids);
+    if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, mtp);
+    s.seq = std::make_unique<Sequence>(std::move(session), std::move(held), cfg, m_.tok, m_.stop_ids, spec);
   } catch (const std::bad_alloc&) {
     end(s, Finish::Error, "out of memory for a new session");
     return;
@@ -263,20 +265,47 @@ void Scheduler::step() {
   }
   std::erase_if(active_, [](const Seq& s) { return !s.job; });
 
-  // Which rows go into this forward: one decode row per generating
-  // sequence, then prompt rows of prefilling ones up to the chunk budget.
+  // Speculation with the MTP layer: its rounds first (state sync of what the
+  // last forward fed, draft chains), one batched forward_mtp per round.
+  mtp_seqs_.clear();
+  for (Seq& s : active_)
+    if (s.seq->mtp_on()) mtp_seqs_.push_back(s.seq.get());
+  if (!mtp_seqs_.empty()) {
+    try {
+      run_mtp_rounds(*m_.engine, mtp_seqs_, mtp_);
+    } catch (const std::exception& e) {
+      for (Seq& s : active_) end(s, Finish::Error, e.what());
+      active_.clear();
+      return;
+    }
+  }
+
+  // Which rows go into this forward: the decode rows of every generating
+  // sequence (its pending token and any drafts), then prompt rows of
+  // prefilling ones up to the chunk budget. A sequence's rows, and its
+  // logits rows, are contiguous.
   rows_.clear();
-  owners_.clear();
+  row_start_.assign(active_.size(), -1);
   logits_row_.assign(active_.size(), -1);
+  int64_t nlogits = 0;
+  bool hidden = false;
   auto add = [&](size_t i, int64_t budget) {
     Sequence& q = *active_[i].seq;
+    const int64_t first = static_cast<int64_t>(rows_.size());
     const int64_t k = q.add_rows(rows_, budget);
-    if (k > 0 && q.wants_logits()) {
-      logits_row_[i] = static_cast<int64_t>(owners_.size());
-      owners_.push_back(i);
+    if (k > 0) {
+      row_start_[i] = first;
+      hidden = hidden || q.wants_hidden();
+      if (q.wants_logits()) {
+        logits_row_[i] = nlogits;
+        nlogits += q.logits_rows();
+      }
     }
     return k;
   };
+  int64_t decoding = 0;
+  for (const Seq& s : active_) decoding += s.seq->prefilling() ? 0 : 1;
+  m_.engine->speculator().set_batch(decoding);
   for (size_t i = 0; i < active_.size(); ++i)
     if (!active_[i].seq->prefilling()) add(i, 1);
   int64_t budget = opts_.prefill_chunk, prefill_rows = 0;
@@ -288,23 +317,30 @@ void Scheduler::step() {
   }
   if (rows_.empty()) return;
 
-  logits_.resize(owners_.size() * static_cast<size_t>(vocab_));
+  const size_t D = static_cast<size_t>(m_.engine->config().hidden_size);
+  logits_.resize(static_cast<size_t>(nlogits) * static_cast<size_t>(vocab_));
+  if (hidden) hidden_.resize(rows_.size() * D);
   try {
-    m_.engine->forward(rows_, owners_.empty() ? nullptr : logits_.data(), nullptr, prefill_rows);
+    m_.engine->forward(rows_, nlogits ? logits_.data() : nullptr, hidden ? hidden_.data() : nullptr, prefill_rows);
   } catch (const std::exception& e) {
     for (Seq& s : active_) end(s, Finish::Error, e.what());
     active_.clear();
     return;
   }
   // Sequences without a logits row only take in what was fed; then each
-  // logits row is sampled, in row order.
-  StepOutput out;
+  // sequence with logits rows chooses its tokens, in row order.
+  auto hidden_of = [&](size_t i) {
+    return hidden && row_start_[i] >= 0 ? hidden_.data() + static_cast<size_t>(row_start_[i]) * D : nullptr;
+  };
+  StepOutput& out = out_;
   for (size_t i = 0; i < active_.size(); ++i)
-    if (logits_row_[i] < 0) active_[i].seq->advance(nullptr, out);
-  for (size_t r = 0; r < owners_.size(); ++r) {
-    Seq& s = active_[owners_[r]];
+    if (logits_row_[i] < 0) active_[i].seq->advance(nullptr, out, hidden_of(i));
+  for (size_t i = 0; i < active_.size(); ++i) {
+    if (logits_row_[i] < 0) continue;
+    Seq& s = active_[i];
     if (!s.job) continue;
-    const bool go = s.seq->advance(logits_.data() + r * static_cast<size_t>(vocab_), out);
+    const bool go = s.seq->advance(logits_.data() + static_cast<size_t>(logits_row_[i]) * static_cast<size_t>(vocab_),
+                                   out, hidden_of(i));
     publish(s, out);
     if (!go) end(s, finish_of(s.seq->reason()), s.seq->error());
   }
@@ -324,11 +360,11 @@ void Scheduler::publish(Seq& s, const StepOutput& out) {
   }
   generated_total_ += static_cast<uint64_t>(q.generated() - s.counted);
   s.counted = q.generated();
-  if (out.text.empty() && !out.logprob) return;
+  if (out.text.empty() && out.logprobs.empty()) return;
   {
     std::lock_guard l(j.mu);
     j.text += out.text;
-    if (out.logprob) j.logprobs.push_back(*out.logprob);
+    for (const TokenLogprob& lp : out.logprobs) j.logprobs.push_back(lp);
     j.completion_tokens = q.generated();
   }
   j.cv.notify_all();
@@ -341,6 +377,7 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
   // endings were published with their last step).
   const std::string tail = s.seq ? s.seq->end(f == Finish::Error ? StopReason::Error : StopReason::Interrupted) : "";
   const int64_t generated = s.seq ? s.seq->generated() : 0;
+  const int64_t drafted = s.seq ? s.seq->drafted() : 0, accepted = s.seq ? s.seq->accepted() : 0;
   const uint64_t now = now_ns();
   // Counters first: a client that hears of the end may read /metrics at once.
   {
@@ -375,6 +412,8 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
     job->finish = f;
     job->error = error;
     job->completion_tokens = generated;
+    job->draft_tokens = drafted;
+    job->accepted_draft_tokens = accepted;
     job->end_ns = now;
   }
   job->cv.notify_all();

@@ -1,8 +1,9 @@
 // Continuous batching (ARCHITECTURE.md §1): one thread owns the engine's
 // forward; every step is ONE forward over the rows of all active requests
-// (one decode row each, plus a bounded chunk of prefill rows of newly
-// admitted ones, so a long prompt interleaves with decodes instead of
-// stalling them). The scheduler only decides which sequences' rows go into
+// (one decode row each -- plus its drafts with speculative decoding -- plus
+// a bounded chunk of prefill rows of newly admitted ones, so a long prompt
+// interleaves with decodes instead of stalling them). With the MTP layer,
+// its rounds (state sync, draft chains) run first, batched the same way. The scheduler only decides which sequences' rows go into
 // each forward; each request is a runtime Sequence, which samples, stops and
 // detokenizes (runtime/generation.h). Finished sessions stay in a small LRU
 // so a conversation's next turn prefills only what is new.
@@ -71,6 +72,7 @@ struct Job {
   Finish finish = Finish::None;
   std::string error;
   int64_t prompt_tokens = 0, cached_tokens = 0, completion_tokens = 0;
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // speculation: drafts verified, and accepted
   uint64_t submit_ns = 0, first_token_ns = 0, end_ns = 0;
 
   // HTTP side: waits until there is text, logprobs or the end (or `ms` pass).
@@ -143,8 +145,12 @@ class Scheduler {
   std::vector<Idle> idle_;
   std::vector<Row> rows_;
   std::vector<float> logits_;             // [rows wanting logits, vocab] of one step
-  std::vector<size_t> owners_;            // active_ index of each logits row
-  std::vector<int64_t> logits_row_;       // per active_ index: its logits row, -1: none
+  std::vector<float> hidden_;             // [rows, hidden]: final hidden states (MTP state), when wanted
+  std::vector<int64_t> row_start_;        // per active_ index: its first row, -1: none
+  std::vector<int64_t> logits_row_;       // per active_ index: its first logits row, -1: none
+  std::vector<Sequence*> mtp_seqs_;       // the sequences with MTP state, for the MTP rounds
+  MtpScratch mtp_;
+  StepOutput out_;
   uint64_t tick_ = 0;
   std::deque<std::pair<uint64_t, uint64_t>> rate_window_;  // (time, generated tokens so far)
   uint64_t generated_total_ = 0;

@@ -5,7 +5,7 @@
 namespace strata {
 
 JsonConstraint::JsonConstraint(std::shared_ptr<const JsonGrammar> g, std::shared_ptr<const JsonVocab> v)
-    : g_(std::move(g)), vocab_(std::move(v)), state_(*g_), walk_(state_, vocab_->max_len()) {}
+    : g_(std::move(g)), vocab_(std::move(v)), state_(*g_), walk_(state_, vocab_->max_len()), saved_(*g_) {}
 
 size_t JsonConstraint::allowed(std::vector<uint8_t>& out, std::span<const int32_t> stop_ids) {
   const JsonVocab& v = *vocab_;
@@ -30,9 +30,14 @@ size_t JsonConstraint::allowed(std::vector<uint8_t>& out, std::span<const int32_
 }
 
 size_t JsonConstraint::mask(std::span<float> logits, std::span<const int32_t> stop_ids) {
-  const size_t count = allowed(allowed_, stop_ids);
+  if (!cache_.valid_for(stop_ids)) cache_.set(stop_ids, allowed(allowed_, stop_ids));
   mask_logits(logits, allowed_);
-  return count;
+  return cache_.count;
+}
+
+int32_t JsonConstraint::forced(std::span<const int32_t> stop_ids) {
+  if (!cache_.valid_for(stop_ids)) cache_.set(stop_ids, allowed(allowed_, stop_ids));
+  return only_allowed(allowed_, cache_.count);
 }
 
 bool JsonConstraint::advance(int32_t token) {
@@ -40,7 +45,23 @@ bool JsonConstraint::advance(int32_t token) {
   JsonState next(state_);
   if (!next.feed(vocab_->bytes(token))) return false;
   state_.assign(next);
+  moved();
   return true;
+}
+
+bool JsonConstraint::save() {
+  saved_.assign(state_);
+  probe_.save();
+  return true;
+}
+
+void JsonConstraint::moved() {
+  if (probe_.saving && !probe_.moved) probe_.keep(allowed_, cache_);
+  cache_.fresh = false;
+}
+
+void JsonConstraint::restore() {
+  if (probe_.restore(allowed_, cache_)) state_.assign(saved_);
 }
 
 }  // namespace strata

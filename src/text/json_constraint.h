@@ -43,6 +43,9 @@ class JsonConstraint final : public TokenConstraint {
   bool accepting() const { return state_.accepting(); }
   bool done() const override { return state_.done(); }
   const char* what() const override { return "response_format"; }
+  int32_t forced(std::span<const int32_t> stop_ids) override;
+  bool save() override;
+  void restore() override;
   const JsonState& state() const { return state_; }
   const JsonVocab& vocab() const { return *vocab_; }
 
@@ -52,6 +55,10 @@ class JsonConstraint final : public TokenConstraint {
   JsonState state_;
   TrieWalk<JsonState> walk_;
   std::vector<uint8_t> allowed_;
+  AllowedCache cache_;     // allowed_ is the current state's (forced(), then mask() at the same state)
+  JsonState saved_;      // speculation: save() / restore()
+  ConstraintProbe probe_;  // ... and the saved state's allowed set
+  void moved();            // the state changed: the cached set is stale (kept if it was the saved state's)
 };
 
 }  // namespace strata

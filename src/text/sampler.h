@@ -60,6 +60,17 @@ class Sampler {
   // token is banned or -inf, returns the argmax of the raw logits.
   int32_t sample(std::span<float> logits, std::span<const int32_t> banned = {});
 
+  // Speculative decoding's acceptance rule for a token proposed by a draft
+  // that is a point mass (n-gram lookup, a forced token, the MTP head's
+  // argmax): with p the distribution sample() draws from (steps 1-5 above),
+  // the draft is kept with probability min(1, p(draft) / 1) = p(draft);
+  // otherwise a token is drawn from the normalised max(0, p - q), i.e. p
+  // without the draft. Either way P(result = x) = p(x) exactly: the output
+  // distribution is the target's whatever the draft. Greedy (temperature 0
+  // or nothing finite): the argmax, which is the draft exactly when the
+  // draft is accepted. The result equals `draft` iff it was accepted.
+  int32_t sample_draft(std::span<float> logits, int32_t draft, std::span<const int32_t> banned = {});
+
   // Steps 1-5 without drawing: the kept tokens and their renormalised
   // probabilities, most probable first (for tests and diagnostics).
   std::vector<std::pair<int32_t, double>> distribution(std::span<float> logits, std::span<const int32_t> banned = {});
@@ -74,6 +85,7 @@ class Sampler {
   // false when greedy applies (temperature 0 or nothing finite).
   bool build(std::span<float> logits, std::span<const int32_t> banned);
   int32_t greedy(std::span<const float> logits) const;
+  double uniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }  // [0, 1), 53 bits
 
   int64_t vocab_;
   SamplerOptions opts_;

@@ -141,4 +141,10 @@ void mask_logits(std::span<float> logits, const std::vector<uint8_t>& allowed) {
   for (size_t i = n; i < logits.size(); ++i) logits[i] = kNegInf;
 }
 
+int32_t only_allowed(const std::vector<uint8_t>& allowed, size_t count) {
+  if (count != 1) return -1;
+  const auto it = std::find(allowed.begin(), allowed.end(), uint8_t{1});
+  return it == allowed.end() ? -1 : static_cast<int32_t>(it - allowed.begin());
+}
+
 }  // namespace strata

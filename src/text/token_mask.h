@@ -40,7 +40,75 @@ class TokenConstraint {
   virtual bool done() const = 0;
   // The request field it enforces, for error messages.
   virtual const char* what() const = 0;
+
+  // Speculative decoding (runtime/generation.h) drafts tokens ahead of the
+  // model and checks them here before they are verified.
+  // The only token that may come next (a key, punctuation, closing markup),
+  // or -1 when none or several may. Costs one mask walk; the next mask() at
+  // the same state reuses it.
+  virtual int32_t forced(std::span<const int32_t> stop_ids) {
+    (void)stop_ids;
+    return -1;
+  }
+  // Probing ahead: save() keeps the state (false: this constraint cannot
+  // probe, and nothing is drafted under it); advance() and forced() may then
+  // run ahead; restore() returns to the saved state.
+  virtual bool save() { return false; }
+  virtual void restore() {}
 };
+
+// The allowed set of one constraint state, kept for the next mask() at the
+// same state (forced() computes it; a mask right after reuses it).
+struct AllowedCache {
+  bool fresh = false;                  // allowed_ holds the current state's set
+  const int32_t* stops = nullptr;      // ... computed with these stop ids
+  size_t n_stops = 0;
+  size_t count = 0;
+  bool valid_for(std::span<const int32_t> s) const { return fresh && s.data() == stops && s.size() == n_stops; }
+  void set(std::span<const int32_t> s, size_t n) {
+    fresh = true;
+    stops = s.data();
+    n_stops = s.size();
+    count = n;
+  }
+};
+
+// The bookkeeping of save() / restore() around a constraint's allowed set:
+// the saved state's set, computed by forced() before probing moved on, is
+// kept and put back by restore(), so the mask at the saved state costs no
+// second walk.
+struct ConstraintProbe {
+  bool saving = false, moved = false;
+  std::vector<uint8_t> allowed;  // the saved state's set (when kept.fresh)
+  AllowedCache kept;
+  void save() {
+    saving = true;
+    moved = false;
+    kept.fresh = false;
+  }
+  // First move away from the saved state: keep its set if it was computed.
+  void keep(std::vector<uint8_t>& current, const AllowedCache& c) {
+    moved = true;
+    if (c.fresh) {
+      allowed.swap(current);
+      kept = c;
+    }
+  }
+  // Returns whether the state must go back to the saved one.
+  bool restore(std::vector<uint8_t>& current, AllowedCache& c) {
+    const bool back = saving && moved;
+    if (back) {
+      c = kept;
+      if (kept.fresh) allowed.swap(current);
+    }
+    saving = moved = false;
+    kept.fresh = false;
+    return back;
+  }
+};
+
+// The id of the only allowed entry when `count` is 1, else -1.
+int32_t only_allowed(const std::vector<uint8_t>& allowed, size_t count);
 
 class JsonVocab {
  public:

@@ -402,7 +402,8 @@ ToolCallConstraint::ToolCallConstraint(std::shared_ptr<const ToolCallGrammar> g,
       vocab_(std::move(v)),
       ids_(markup_ids),
       state_(*g_, atomic_of(markup_ids)),
-      walk_(state_, vocab_->max_len()) {}
+      walk_(state_, vocab_->max_len()),
+      saved_(state_) {}
 
 size_t ToolCallConstraint::allowed(std::vector<uint8_t>& out, std::span<const int32_t> stop_ids) {
   const JsonVocab& v = *vocab_;
@@ -466,19 +467,45 @@ void ToolCallConstraint::build_plain_flags() {
 }
 
 size_t ToolCallConstraint::mask(std::span<float> logits, std::span<const int32_t> stop_ids) {
-  const size_t count = allowed(allowed_, stop_ids);
+  if (!cache_.valid_for(stop_ids)) cache_.set(stop_ids, allowed(allowed_, stop_ids));
   mask_logits(logits, allowed_);
-  return count;
+  return cache_.count;
+}
+
+int32_t ToolCallConstraint::forced(std::span<const int32_t> stop_ids) {
+  if (!cache_.valid_for(stop_ids)) cache_.set(stop_ids, allowed(allowed_, stop_ids));
+  return only_allowed(allowed_, cache_.count);
 }
 
 bool ToolCallConstraint::advance(int32_t token) {
-  for (int m = 0; m < kToolMarkups; ++m)
-    if (token >= 0 && token == ids_[static_cast<size_t>(m)]) return state_.feed_markup(m);
-  if (!vocab_->usable(token)) return false;
   ToolState next(state_);
-  if (!next.feed(vocab_->bytes(token))) return false;
+  bool ok = false;
+  bool markup = false;
+  for (int m = 0; m < kToolMarkups && !markup; ++m)
+    if (token >= 0 && token == ids_[static_cast<size_t>(m)]) {
+      markup = true;
+      ok = next.feed_markup(m);
+    }
+  if (!markup) ok = vocab_->usable(token) && next.feed(vocab_->bytes(token));
+  if (!ok) return false;
   state_ = next;
+  moved();
   return true;
+}
+
+bool ToolCallConstraint::save() {
+  saved_ = state_;
+  probe_.save();
+  return true;
+}
+
+void ToolCallConstraint::moved() {
+  if (probe_.saving && !probe_.moved) probe_.keep(allowed_, cache_);
+  cache_.fresh = false;
+}
+
+void ToolCallConstraint::restore() {
+  if (probe_.restore(allowed_, cache_)) state_ = saved_;
 }
 
 }  // namespace strata

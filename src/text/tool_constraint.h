@@ -130,6 +130,9 @@ class ToolCallConstraint final : public TokenConstraint {
   bool advance(int32_t token) override;
   bool done() const override { return state_.done(); }
   const char* what() const override { return "tool_choice"; }
+  int32_t forced(std::span<const int32_t> stop_ids) override;
+  bool save() override;
+  void restore() override;
   const ToolState& state() const { return state_; }
 
  private:
@@ -140,6 +143,10 @@ class ToolCallConstraint final : public TokenConstraint {
   void build_plain_flags();
   TrieWalk<ToolState> walk_;
   std::vector<uint8_t> allowed_;
+  AllowedCache cache_;     // allowed_ is the current state's (forced(), then mask() at the same state)
+  ToolState saved_;      // speculation: save() / restore()
+  ConstraintProbe probe_;  // ... and the saved state's allowed set
+  void moved();            // the state changed: the cached set is stale (kept if it was the saved state's)
   // Per plain token of the vocabulary (JsonVocab's string fast path), built
   // on first use: bit 0 has '<', bit 1 starts and bit 2 ends with whitespace.
   std::vector<uint8_t> plain_flags_;

@@ -1,0 +1,247 @@
+#include "runtime/speculation.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace strata {
+
+namespace {
+constexpr double kDecay = 0.98;       // acceptance counts: an effective window of ~50 verified positions
+constexpr double kPriorSlope = 0.10;  // an unmeasured extra row: 10% of a forward (optimistic, so it is tried)
+constexpr uint64_t kExplore = 64;     // auto: every 64th plan that drafts nothing verifies one draft anyway
+}  // namespace
+
+const char* spec_mode_name(SpecMode m) {
+  switch (m) {
+    case SpecMode::Off: return "off";
+    case SpecMode::Auto: return "auto";
+    case SpecMode::Mtp: return "mtp";
+    case SpecMode::Ngram: return "ngram";
+  }
+  return "?";
+}
+
+std::optional<SpecMode> parse_spec_mode(std::string_view s) {
+  for (SpecMode m : {SpecMode::Off, SpecMode::Auto, SpecMode::Mtp, SpecMode::Ngram})
+    if (s == spec_mode_name(m)) return m;
+  return std::nullopt;
+}
+
+const char* draft_source_name(DraftSource s) {
+  switch (s) {
+    case DraftSource::Forced: return "forced";
+    case DraftSource::Ngram: return "ngram";
+    case DraftSource::Mtp: return "mtp";
+  }
+  return "?";
+}
+
+uint64_t SpecStats::drafted() const {
+  uint64_t n = 0;
+  for (const auto& s : source) n += s.drafted;
+  return n;
+}
+
+uint64_t SpecStats::accepted() const {
+  uint64_t n = 0;
+  for (const auto& s : source) n += s.accepted;
+  return n;
+}
+
+double SpecStats::acceptance() const {
+  const uint64_t d = drafted();
+  return d ? static_cast<double>(accepted()) / static_cast<double>(d) : 0.0;
+}
+
+double SpecStats::tokens_per_step() const {
+  return steps ? static_cast<double>(tokens) / static_cast<double>(steps) : 0.0;
+}
+
+double SpecStats::saved_s() const {
+  if (one_row_ns <= 0) return 0.0;
+  return (static_cast<double>(tokens) * one_row_ns - static_cast<double>(decode_ns + mtp_ns)) / 1e9;
+}
+
+size_t ngram_lookup(std::span<const int32_t> a, std::span<const int32_t> b, int nmin, int nmax,
+                    std::span<int32_t> out) {
+  const size_t na = a.size(), T = na + b.size();
+  const auto at = [&](size_t i) { return i < na ? a[i] : b[i - na]; };
+  if (out.empty()) return 0;
+  for (int n = std::max(nmax, 1); n >= std::max(nmin, 1); --n) {
+    const size_t N = static_cast<size_t>(n);
+    if (T < N + 1) continue;
+    const size_t suf = T - N;  // the suffix starts here
+    const int32_t last = at(T - 1);
+    // Most recent first: an occurrence starting at j < suf (it may overlap the suffix).
+    for (size_t j = suf; j-- > 0;) {
+      if (at(j + N - 1) != last) continue;
+      size_t t = 0;
+      while (t + 1 < N && at(j + t) == at(suf + t)) ++t;
+      if (t + 1 < N) continue;
+      size_t m = 0;
+      for (size_t p = j + N; p < T && m < out.size(); ++p) out[m++] = at(p);
+      if (m > 0) return m;
+    }
+  }
+  return 0;
+}
+
+Speculator::Speculator(const SpecOptions& o, bool mtp_loaded, double mtp_prior)
+    : o_(o),
+      mtp_(mtp_loaded && (o.mode == SpecMode::Mtp || o.mode == SpecMode::Auto)),
+      mtp_prior_(mtp_prior) {
+  o_.k = std::clamp(o_.k, 1, kSpecMaxDraft);
+  o_.ngram_min = std::max(1, o_.ngram_min);
+  o_.ngram_max = std::max(o_.ngram_min, o_.ngram_max);
+  st_.mode = o_.mode;
+  st_.k = o_.mode == SpecMode::Off ? 0 : o_.k;
+}
+
+void Speculator::record_forward(int64_t rows, uint64_t ns) {
+  st_.decode_ns += ns;
+  if (rows < 1 || rows > kMaxRows) return;
+  Ema& e = main_[static_cast<size_t>(rows)];
+  const double w = std::max(0.1, 1.0 / (e.n + 1.0));
+  e.ns += w * (static_cast<double>(ns) - e.ns);
+  ++e.n;
+}
+
+void Speculator::record_mtp(int64_t rows, uint64_t ns) {
+  ++st_.mtp_forwards;
+  st_.mtp_rows += static_cast<uint64_t>(std::max<int64_t>(rows, 0));
+  st_.mtp_ns += ns;
+  if (rows < 1 || rows > kMaxRows) return;
+  Ema& e = mtp_cost_[static_cast<size_t>(rows)];
+  const double w = std::max(0.1, 1.0 / (e.n + 1.0));
+  e.ns += w * (static_cast<double>(ns) - e.ns);
+  ++e.n;
+}
+
+double Speculator::cost(const std::array<Ema, kMaxRows + 1>& t, int64_t rows) const {
+  rows = std::clamp<int64_t>(rows, 1, kMaxRows);
+  if (t[static_cast<size_t>(rows)].n) return t[static_cast<size_t>(rows)].ns;
+  int64_t lo = 0, lo2 = 0, hi = 0;
+  for (int64_t r = rows - 1; r >= 1; --r)
+    if (t[static_cast<size_t>(r)].n) {
+      if (!lo) {
+        lo = r;
+      } else {
+        lo2 = r;
+        break;
+      }
+    }
+  for (int64_t r = rows + 1; r <= kMaxRows; ++r)
+    if (t[static_cast<size_t>(r)].n) {
+      hi = r;
+      break;
+    }
+  const auto v = [&](int64_t r) { return t[static_cast<size_t>(r)].ns; };
+  if (lo && hi) return v(lo) + (v(hi) - v(lo)) * static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
+  if (lo) {
+    const double slope = lo2 ? std::max(0.0, (v(lo) - v(lo2)) / static_cast<double>(lo - lo2)) : kPriorSlope * v(lo);
+    return v(lo) + slope * static_cast<double>(rows - lo);
+  }
+  if (hi) return v(hi) * std::max(0.5, 1.0 - kPriorSlope * static_cast<double>(hi - rows));
+  return 0.0;
+}
+
+double Speculator::rel_main(int extra) const {
+  if (extra <= 0) return 1.0;
+  const double a = cost(main_, base_), b = cost(main_, base_ + extra);
+  if (a <= 0 || b <= 0) return 1.0 + kPriorSlope * extra;
+  return std::max(1.0, b / a);
+}
+
+double Speculator::rel_mtp() const {
+  const double a = cost(main_, base_), m = cost(mtp_cost_, base_);
+  if (a <= 0 || m <= 0) return mtp_prior_;
+  return m / a;
+}
+
+double Speculator::acceptance(DraftSource s) const {
+  const size_t i = static_cast<size_t>(s);
+  return (acc_[i] + 1.0) / (seen_[i] + 2.0);
+}
+
+double Speculator::value(int forced, DraftSource s, int count) const {
+  const double a = acceptance(s);
+  double e = 1.0 + forced, p = 1.0;
+  for (int i = 0; i < count; ++i) e += (p *= a);
+  double c = rel_main(forced + count);
+  if (s == DraftSource::Mtp && count > 0) c += static_cast<double>(forced + count - 1) * rel_mtp();
+  return e / c;
+}
+
+SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
+  const int room = std::max(0, cap - forced);
+  ngram = std::min(ngram, room);
+  switch (o_.mode) {
+    case SpecMode::Off: return {};
+    case SpecMode::Ngram: return {DraftSource::Ngram, ngram};
+    case SpecMode::Mtp: return mtp ? SpecPlan{DraftSource::Mtp, room} : SpecPlan{};
+    case SpecMode::Auto: break;
+  }
+  ++plans_;
+  SpecPlan best{DraftSource::Ngram, 0};
+  double best_v = value(forced, DraftSource::Ngram, 0);
+  for (int l = 1; l <= ngram; ++l) {
+    const double v = value(forced, DraftSource::Ngram, l);
+    if (v > best_v) best_v = v, best = {DraftSource::Ngram, l};
+  }
+  if (mtp)
+    for (int m = 1; m <= room; ++m) {
+      const double v = value(forced, DraftSource::Mtp, m);
+      if (v > best_v) best_v = v, best = {DraftSource::Mtp, m};
+    }
+  if (best.count == 0 && (ngram > 0 || (mtp && room > 0)) && plans_ % kExplore == 0) {
+    // Costs are measured only where drafts are verified: look again now and then.
+    const bool ng = ngram > 0 && (!mtp || acceptance(DraftSource::Ngram) >= acceptance(DraftSource::Mtp));
+    best = {ng ? DraftSource::Ngram : DraftSource::Mtp, 1};
+  }
+  if (best.source == DraftSource::Mtp && best.count > 0) mtp_backoff_ = 1;
+  return best;
+}
+
+bool Speculator::start_mtp() {
+  if (!mtp_) return false;
+  if (o_.mode != SpecMode::Auto || mtp_skip_ == 0) return true;
+  --mtp_skip_;
+  return false;
+}
+
+void Speculator::mtp_dropped() {
+  ++st_.mtp_drops;
+  mtp_skip_ = mtp_backoff_;
+  mtp_backoff_ = std::min(64, mtp_backoff_ * 2);
+}
+
+void Speculator::record_step(std::span<const uint8_t> sources, int fed, int reached, int accepted, int tokens) {
+  ++st_.steps;
+  if (fed > 0) ++st_.spec_steps;
+  st_.tokens += static_cast<uint64_t>(std::max(tokens, 0));
+  for (int i = 0; i < fed && i < static_cast<int>(sources.size()); ++i) {
+    const size_t s = sources[static_cast<size_t>(i)];
+    ++st_.source[s].drafted;
+    if (i < accepted) ++st_.source[s].accepted;
+    if (i < reached) {
+      acc_[s] = acc_[s] * kDecay + (i < accepted ? 1.0 : 0.0);
+      seen_[s] = seen_[s] * kDecay + 1.0;
+    }
+  }
+}
+
+void Speculator::record_shadow(DraftSource s, bool hit) {
+  const size_t i = static_cast<size_t>(s);
+  ++st_.source[i].shadow;
+  if (hit) ++st_.source[i].shadow_hits;
+  acc_[i] = acc_[i] * kDecay + (hit ? 1.0 : 0.0);
+  seen_[i] = seen_[i] * kDecay + 1.0;
+}
+
+SpecStats Speculator::stats() const {
+  SpecStats s = st_;
+  s.one_row_ns = main_[1].n >= 8 ? main_[1].ns : 0.0;  // a few samples before it means anything
+  return s;
+}
+
+}  // namespace strata

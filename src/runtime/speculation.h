@@ -1,0 +1,167 @@
+// Speculative decoding (ARCHITECTURE.md §1: verification is a few rows of one
+// sequence in the same forward): the options, the draft source that needs no
+// model (n-gram / prompt lookup), the break-even controller of --spec auto and
+// the counters. Drafting and verification themselves are the generation
+// step's (generation.h): a step feeds the pending token and up to k drafts,
+// all wanting logits, and advance() accepts the longest prefix the target
+// agrees with (greedy: argmax == draft; sampling: Sampler::sample_draft),
+// then rolls the session back past the rejected positions.
+//
+// Draft sources, combined per step: forced tokens first (the constraint
+// allows exactly one token: always accepted), then either an n-gram
+// continuation (the tokens that followed the most recent earlier occurrence
+// of the context's last n tokens) or the MTP head's chain (the nextn layer
+// over the main model's last hidden state and the pending token, fed its own
+// output for the next position). Every draft is a point mass (a
+// deterministic proposal), so one acceptance rule covers all of them.
+//
+// --spec auto: a step's value is the tokens it is expected to give over the
+// time it is expected to take. The controller keeps, per source, the
+// acceptance of a drafted position (decayed counts), and per row count the
+// time of a decode forward and of an MTP forward (exponential averages,
+// measured by the engine), and verifies the draft prefix with the best
+// ratio -- none (one row, as --spec off) while drafting loses. Drafts it does
+// not verify are still scored against the token that came (a free measure
+// for n-gram), so it turns drafting back on when they start to match.
+#pragma once
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+
+namespace strata {
+
+enum class SpecMode : uint8_t {
+  Off,    // one row per step
+  Auto,   // every source, verified only while it pays (measured)
+  Mtp,    // forced tokens, then the MTP head's chain, always k
+  Ngram,  // forced tokens, then n-gram / prompt lookup, always what it finds
+};
+const char* spec_mode_name(SpecMode m);
+std::optional<SpecMode> parse_spec_mode(std::string_view s);
+
+constexpr int kSpecMaxDraft = 16;  // most drafts per step (rows = 1 + drafts)
+
+struct SpecOptions {
+  SpecMode mode = SpecMode::Off;
+  int k = 4;          // most draft tokens per step, 1..kSpecMaxDraft
+  int ngram_min = 2;  // shortest suffix looked up
+  int ngram_max = 4;  // longest (the longest match wins)
+  bool operator==(const SpecOptions&) const = default;
+};
+
+enum class DraftSource : uint8_t { Forced, Ngram, Mtp };
+constexpr int kDraftSources = 3;
+const char* draft_source_name(DraftSource s);
+
+struct SpecSourceStats {
+  uint64_t drafted = 0;   // draft tokens fed for verification
+  uint64_t accepted = 0;  // of those, accepted
+  uint64_t shadow = 0;    // proposals not fed, scored against the token that came
+  uint64_t shadow_hits = 0;
+};
+
+// Counters of one engine (all its sequences); EngineStats carries a copy.
+struct SpecStats {
+  SpecMode mode = SpecMode::Off;
+  int k = 0;
+  uint64_t steps = 0;         // decode steps of sequences that may draft (one forward's rows each)
+  uint64_t spec_steps = 0;    // of those, carrying at least one draft
+  uint64_t tokens = 0;        // tokens those steps generated
+  uint64_t decode_ns = 0;     // time of the decode forwards those steps rode in
+  std::array<SpecSourceStats, kDraftSources> source{};
+  uint64_t mtp_forwards = 0, mtp_rows = 0, mtp_ns = 0;  // the MTP layer: state sync and draft chains
+  uint64_t mtp_drops = 0;     // auto: answers that stopped using the MTP layer (it lost)
+  double one_row_ns = 0;      // measured time of a one-row decode forward (0: not measured)
+
+  uint64_t drafted() const;
+  uint64_t accepted() const;
+  double acceptance() const;         // accepted / drafted
+  double tokens_per_step() const;    // tokens / steps
+  // Time a one-row-per-token decode would have taken for these tokens minus
+  // the time taken (decode forwards + MTP); > 0: saved. An estimate from
+  // the measured one-row forward; 0 when that was never measured.
+  double saved_s() const;
+};
+
+// Prompt lookup over the context a ++ b (the held tokens and the ones after
+// them, so nothing is copied): for n from nmax down to nmin, the most recent
+// earlier occurrence of the last n tokens; writes the tokens that followed it
+// (at most out.size()) and returns how many. 0: no match.
+size_t ngram_lookup(std::span<const int32_t> a, std::span<const int32_t> b, int nmin, int nmax,
+                    std::span<int32_t> out);
+
+// What a step verifies, chosen before the forward.
+struct SpecPlan {
+  DraftSource source = DraftSource::Ngram;  // after the forced tokens
+  int count = 0;                            // drafts of `source` to verify (MTP: the chain's depth)
+};
+
+// One engine's speculation state: options, counters and (auto) the
+// measured costs and acceptances. Owned by the Engine, passed to the
+// Sequences that draft; used by the thread that runs the engine.
+class Speculator {
+ public:
+  // `mtp_loaded`: the engine has the MTP layer; `mtp_prior`: a guess of an
+  // MTP row's cost relative to a decode forward until measured.
+  Speculator(const SpecOptions& o, bool mtp_loaded, double mtp_prior);
+
+  const SpecOptions& options() const { return o_; }
+  bool on() const { return o_.mode != SpecMode::Off; }
+  // Sequences keep MTP state and may draft with the MTP layer.
+  bool uses_mtp() const { return mtp_; }
+  bool auto_mode() const { return o_.mode == SpecMode::Auto; }
+
+  // The engine reports every forward: a decode forward (no prompt rows) of
+  // `rows` rows, and every MTP forward.
+  void record_forward(int64_t rows, uint64_t ns);
+  void record_mtp(int64_t rows, uint64_t ns);
+  // Decode rows a step holds before any drafts (the scheduler: its decoding
+  // sequences; 1 otherwise): costs are relative to that.
+  void set_batch(int64_t rows) { base_ = rows < 1 ? 1 : rows; }
+
+  // Auto: the drafts worth verifying, given `forced` forced tokens, an
+  // n-gram proposal of `ngram` tokens, whether the MTP chain is available,
+  // and room for `cap` drafts in all. Fixed modes: everything the mode's
+  // source offers.
+  SpecPlan plan(int forced, int ngram, int cap, bool mtp);
+  // Whether an answer starting now should keep MTP state (auto backs off
+  // after answers where the MTP layer lost).
+  bool start_mtp();
+  void mtp_dropped();
+
+  // After verification: the sources of the `fed` drafts, how many positions
+  // were verified (`reached`: drafts up to and including the first
+  // rejection, fewer if the answer ended) and accepted, and the tokens the
+  // step generated.
+  void record_step(std::span<const uint8_t> sources, int fed, int reached, int accepted, int tokens);
+  void record_shadow(DraftSource s, bool hit);
+  // Auto's acceptance estimate for a drafted position of `s`.
+  double acceptance(DraftSource s) const;
+
+  SpecStats stats() const;
+
+ private:
+  static constexpr int kMaxRows = 256;  // cost table size (rows per forward)
+  struct Ema {
+    double ns = 0;
+    uint32_t n = 0;
+  };
+  double cost(const std::array<Ema, kMaxRows + 1>& t, int64_t rows) const;
+  double rel_main(int extra) const;  // decode forward with base + extra rows over one with base rows
+  double rel_mtp() const;            // one MTP chain row over a decode forward with base rows
+  double value(int forced, DraftSource s, int count) const;
+
+  SpecOptions o_;
+  bool mtp_;
+  double mtp_prior_;
+  int64_t base_ = 1;
+  SpecStats st_;
+  std::array<Ema, kMaxRows + 1> main_{}, mtp_cost_{};
+  std::array<double, kDraftSources> acc_{}, seen_{};  // decayed accepted / verified counts
+  uint64_t plans_ = 0;
+  int mtp_skip_ = 0, mtp_backoff_ = 1;  // auto: answers left without MTP; the next backoff
+};
+
+}  // namespace strata

@@ -1,0 +1,659 @@
+// Speculative decoding (docs/speculative.md) is lossless:
+//  - greedy output with every --spec mode equals --spec off token for token,
+//    on every fixture (GLM-5 bf16, FP8, GLM-5.2 with shared indexer layers),
+//    on the bundled trained model (text, stop strings, limits inside accepted
+//    runs) and through a container with a one-slot expert cache;
+//  - the session after rollbacks holds exactly the keys of a session that
+//    never drafted (main layers), and the MTP layer's state equals teacher
+//    forcing;
+//  - sampled: Sampler::sample_draft draws exactly the sampler's distribution
+//    whatever the draft (chi-square over 200k draws per case), and a
+//    sequence's sampled continuations (penalties, top-k/p, min-p) have the
+//    target's joint distribution over three tokens (chi-square);
+//  - a constrained JSON answer with forced tokens validates and equals the
+//    one without speculation;
+//  - the n-gram lookup and --spec auto's choice (off while it loses).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/json.h"
+#include "model/model.h"
+#include "runtime/engine.h"
+#include "runtime/generation.h"
+#include "runtime/speculation.h"
+#include "runtime/text_model.h"
+#include "test_util.h"
+#include "text/json_constraint.h"
+#include "text/sampler.h"
+#include "text/tokenizer.h"
+
+namespace strata {
+namespace {
+
+const std::string kSrc = STRATA_SOURCE_DIR;
+const std::string kTiny = kSrc + "/models/glm5-strata-tiny";
+const SpecMode kModes[] = {SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto};
+
+std::string fixture(const std::string& name) { return kSrc + "/tests/fixtures/" + name; }
+
+std::vector<int32_t> reference_ids(const std::string& dir) {
+  const std::string rp = dir + "/reference.json";
+  return parse_json(test_util::read_file(rp), rp)["ids"].get<std::vector<int32_t>>();
+}
+
+std::unique_ptr<Engine> open_engine(std::shared_ptr<const Model> m, SpecMode mode, int k = 4) {
+  EngineOptions o;
+  o.threads = 1;
+  o.verbose = false;
+  o.spec.mode = mode;
+  o.spec.k = k;
+  return std::make_unique<Engine>(std::move(m), o);
+}
+
+struct Answer {
+  std::vector<int32_t> tokens;
+  std::string text;
+  StopReason reason = StopReason::None;
+  int64_t drafted = 0, accepted = 0;
+  bool last_step_multi = false;  // the answer ended in a step that produced more than one token
+};
+
+Answer generate(Engine& e, Sequence& seq, std::span<const int32_t> prompt, const GenerationParams& p,
+                int64_t chunk = 512) {
+  seq.begin(prompt, p);
+  Answer a;
+  run_turn(
+      e, seq,
+      [&](const StepOutput& o) {
+        a.tokens.insert(a.tokens.end(), o.tokens.begin(), o.tokens.end());
+        a.text += o.text;
+        if (!o.tokens.empty()) a.last_step_multi = o.tokens.size() > 1;
+      },
+      [] { return false; }, chunk);
+  a.reason = seq.reason();
+  a.drafted = seq.drafted();
+  a.accepted = seq.accepted();
+  return a;
+}
+
+Answer generate(Engine& e, std::span<const int32_t> prompt, const GenerationParams& p, const Tokenizer* tok,
+                std::span<const int32_t> stops, int64_t ctx = 256, int64_t chunk = 512) {
+  Sequence seq(e.config(), ctx, tok, stops, &e.speculator());
+  return generate(e, seq, prompt, p, chunk);
+}
+
+GenerationParams greedy(int64_t n) {
+  GenerationParams p;
+  p.sampling.temperature = 0.0;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+struct Totals {
+  int64_t drafted = 0, accepted = 0;
+  void add(const Answer& a) {
+    drafted += a.drafted;
+    accepted += a.accepted;
+  }
+};
+
+// A constraint for tests: every 4th token is forced (one token allowed: a
+// draft that is always accepted), the others may be anything but the ids
+// congruent to the position mod 5 (a mask the verification must apply to
+// every row, in order).
+class PatternConstraint final : public TokenConstraint {
+ public:
+  size_t mask(std::span<float> logits, std::span<const int32_t>) override {
+    size_t n = 0;
+    for (size_t i = 0; i < logits.size(); ++i) {
+      if (allowed(static_cast<int32_t>(i)))
+        ++n;
+      else
+        logits[i] = -INFINITY;
+    }
+    return n;
+  }
+  bool advance(int32_t t) override {
+    if (!allowed(t)) return false;
+    ++n_;
+    return true;
+  }
+  bool done() const override { return false; }
+  const char* what() const override { return "pattern"; }
+  int32_t forced(std::span<const int32_t>) override { return n_ % 4 == 3 ? forced_token() : -1; }
+  bool save() override {
+    saved_ = n_;
+    return true;
+  }
+  void restore() override { n_ = saved_; }
+
+ private:
+  int32_t forced_token() const { return static_cast<int32_t>((n_ * 7 + 5) % 250); }
+  bool allowed(int32_t t) const { return n_ % 4 == 3 ? t == forced_token() : t % 5 != n_ % 5; }
+  int64_t n_ = 0, saved_ = 0;
+};
+
+// Greedy with every mode == off, on the three fixtures, unconstrained and
+// with the pattern constraint (forced tokens). The prompt is cut into
+// chunks of 5 so prefill spans several forwards (the MTP state follows
+// each). Every mode must have verified drafts, accepted some and rejected
+// some (else the test proves nothing).
+TEST(Speculation, GreedyEqualsOffOnEveryFixture) {
+  std::map<SpecMode, Totals> totals;
+  for (const char* name : {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16"}) {
+    const std::string dir = fixture(name);
+    auto model = std::shared_ptr<const Model>(load_model(dir, LoadOptions{.load_mtp = true}));
+    std::vector<int32_t> prompt = reference_ids(dir);
+    prompt.resize(12);
+    const std::vector<int32_t> stops = {253, 254, 255};
+    for (bool constrained : {false, true}) {
+      auto params = [&] {
+        GenerationParams p = greedy(60);
+        if (constrained) p.constraint = std::make_shared<PatternConstraint>();
+        return p;
+      };
+      auto off = open_engine(model, SpecMode::Off);
+      const Answer want = generate(*off, prompt, params(), nullptr, stops, 256, 5);
+      ASSERT_EQ(want.tokens.size(), 60u) << name;
+      for (SpecMode mode : kModes)
+        for (int k : {1, 4}) {
+          auto e = open_engine(model, mode, k);
+          const Answer got = generate(*e, prompt, params(), nullptr, stops, 256, 5);
+          EXPECT_EQ(got.tokens, want.tokens)
+              << name << " --spec " << spec_mode_name(mode) << " k " << k << (constrained ? " constrained" : "");
+          totals[mode].add(got);
+        }
+    }
+  }
+  for (const auto& [mode, t] : totals) {
+    std::printf("[ fixtures ] --spec %s: %lld drafted, %lld accepted\n", spec_mode_name(mode),
+                static_cast<long long>(t.drafted), static_cast<long long>(t.accepted));
+    EXPECT_GT(t.drafted, t.accepted) << spec_mode_name(mode) << ": no draft was rejected";
+    EXPECT_GT(t.accepted, 0) << spec_mode_name(mode) << ": no draft was accepted";
+  }
+}
+
+// The bundled trained model, with text: greedy with every mode == off for
+// several prompts, and with stop strings and max_tokens that end the answer
+// inside a step's accepted run (it must end exactly where it ends without
+// drafts: same text, tokens and reason).
+TEST(Speculation, GreedyEqualsOffWithTextStopsAndLimits) {
+  auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = true}));
+  const TextModel tm = open_text_model(kTiny, model->config, "raw", true);
+  const ModelConfig& c = model->config;
+  auto off = open_engine(model, SpecMode::Off);
+  Sequence off_seq(c, 256, &tm.tok, tm.stop_ids, &off->speculator());
+  std::map<SpecMode, std::unique_ptr<Engine>> engines;
+  std::map<SpecMode, std::unique_ptr<Sequence>> seqs;
+  for (SpecMode m : kModes) {
+    engines[m] = open_engine(model, m, 4);
+    seqs[m] = std::make_unique<Sequence>(c, 256, &tm.tok, tm.stop_ids, &engines[m]->speculator());
+  }
+  std::map<SpecMode, Totals> totals;
+  int inside_length = 0, inside_stop = 0;
+  for (const char* text : {"Computer, n.", "Abandon, v. t.", "The meaning of the word",
+                           "a pin, or a pin, or a pin, or a"}) {
+    const std::vector<int32_t> prompt = tm.tok.encode(text, true);
+    GenerationParams p = greedy(80);
+    p.ignore_eos = false;
+    const Answer want = generate(*off, off_seq, prompt, p);
+    for (SpecMode m : kModes) {
+      const Answer got = generate(*engines[m], *seqs[m], prompt, p);
+      EXPECT_EQ(got.tokens, want.tokens) << text << " --spec " << spec_mode_name(m);
+      EXPECT_EQ(got.text, want.text) << text << " --spec " << spec_mode_name(m);
+      EXPECT_EQ(got.reason, want.reason) << text << " --spec " << spec_mode_name(m);
+      totals[m].add(got);
+    }
+    // Limits (the sequences keep the prompt: each answer prefills one row).
+    for (int64_t n : {1, 2, 3, 4, 5, 6, 7, 9, 12, 16, 21, 27}) {
+      GenerationParams q = greedy(n);
+      const Answer w = generate(*off, off_seq, prompt, q);
+      const Answer g = generate(*engines[SpecMode::Ngram], *seqs[SpecMode::Ngram], prompt, q);
+      EXPECT_EQ(g.tokens, w.tokens) << text << " max_tokens " << n;
+      EXPECT_EQ(g.text, w.text) << text << " max_tokens " << n;
+      EXPECT_EQ(g.reason, w.reason) << text << " max_tokens " << n;
+      inside_length += g.last_step_multi && g.reason == StopReason::Length;
+    }
+    // Stop strings: prefixes of the answer's text of many lengths (each
+    // completes at a different token; in a repetitive answer most complete
+    // inside accepted runs) and short pieces at some offsets.
+    GenerationParams q = greedy(60);
+    const Answer full = generate(*off, off_seq, prompt, q);
+    std::vector<std::string> stops;
+    for (size_t len = 3; len < full.text.size() && len < 120; len += 7) stops.push_back(full.text.substr(0, len));
+    for (size_t at = 2; at + 3 < full.text.size() && at < 120; at += 17) stops.push_back(full.text.substr(at, 3));
+    for (const std::string& stop : stops) {
+      q.stop = {stop};
+      const Answer w = generate(*off, off_seq, prompt, q);
+      const Answer g = generate(*engines[SpecMode::Ngram], *seqs[SpecMode::Ngram], prompt, q);
+      EXPECT_EQ(g.tokens, w.tokens) << text << " stop " << q.stop[0];
+      EXPECT_EQ(g.text, w.text) << text << " stop " << q.stop[0];
+      EXPECT_EQ(g.reason, w.reason) << text << " stop " << q.stop[0];
+      inside_stop += g.last_step_multi && g.reason == StopReason::StopString;
+    }
+  }
+  for (const auto& [mode, t] : totals) {
+    std::printf("[ tiny ] --spec %s: %lld drafted, %lld accepted\n", spec_mode_name(mode),
+                static_cast<long long>(t.drafted), static_cast<long long>(t.accepted));
+    EXPECT_GT(t.accepted, 0) << spec_mode_name(mode);
+    EXPECT_GT(t.drafted, t.accepted) << spec_mode_name(mode);
+  }
+  std::printf("[ tiny ] answers ended inside a multi-token step: %d by length, %d by a stop string\n", inside_length,
+              inside_stop);
+  EXPECT_GT(inside_length, 0);
+  EXPECT_GT(inside_stop, 0);
+}
+
+// Through a container whose expert cache has one slot per layer (every step
+// misses and reads experts, the MTP layer's too): greedy == off.
+TEST(Speculation, GreedyEqualsOffThroughAContainerWithATinyExpertBudget) {
+  test_util::TempDir tmp;
+  const std::string dir = tmp.file("c");
+  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + fixture("glm5-tiny-bf16") + " --out " + dir +
+                          " -q >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::vector<int32_t> prompt = reference_ids(fixture("glm5-tiny-bf16"));
+  prompt.resize(10);
+  const std::vector<int32_t> stops = {253, 254, 255};
+  std::vector<int32_t> want;
+  for (SpecMode m : {SpecMode::Off, SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto}) {
+    EngineOptions o;
+    o.model = dir;
+    o.threads = 2;
+    o.verbose = false;
+    o.experts.ram_bytes = 1;
+    o.experts.autopin = false;
+    o.spec.mode = m;
+    o.spec.k = 3;
+    Engine e(o);
+    const Answer a = generate(e, prompt, greedy(40), nullptr, stops);
+    if (m == SpecMode::Off) {
+      want = a.tokens;
+      continue;
+    }
+    EXPECT_EQ(a.tokens, want) << "--spec " << spec_mode_name(m);
+    EXPECT_GT(e.experts().stats().misses, 0u);
+    if (m == SpecMode::Mtp) EXPECT_GT(a.drafted, 0);
+  }
+}
+
+// After an answer with many rejected drafts, the session holds exactly what
+// a session that never drafted holds (every main layer's latent, rope key and
+// indexer key, bit for bit, at every held position), and the MTP layer's
+// state equals teacher forcing of the same tokens.
+TEST(Speculation, KvAfterRollbackEqualsNeverDrafted) {
+  auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = true}));
+  const TextModel tm = open_text_model(kTiny, model->config, "raw", true);
+  const ModelConfig& c = model->config;
+  const std::vector<int32_t> prompt = tm.tok.encode("Abandon, v. t.", true);
+  auto off = open_engine(model, SpecMode::Off);
+  Sequence never(c, 256, &tm.tok, tm.stop_ids, &off->speculator());
+  const Answer want = generate(*off, never, prompt, greedy(70));
+  for (SpecMode m : kModes) {
+    auto e = open_engine(model, m, 4);
+    Sequence seq(c, 256, &tm.tok, tm.stop_ids, &e->speculator());
+    const Answer got = generate(*e, seq, prompt, greedy(70));
+    ASSERT_EQ(got.tokens, want.tokens) << spec_mode_name(m);
+    EXPECT_GT(got.drafted, got.accepted) << spec_mode_name(m) << ": nothing was rolled back";
+    const Session& a = seq.session();
+    const Session& b = never.session();
+    ASSERT_EQ(a.n_past, b.n_past) << spec_mode_name(m);
+    for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
+      const LayerCache& x = a.layer(l);
+      const LayerCache& y = b.layer(l);
+      auto same = [&](const std::vector<float>& u, const std::vector<float>& v, int64_t width) {
+        const size_t n = static_cast<size_t>(a.n_past * width);
+        return std::equal(u.begin(), u.begin() + static_cast<std::ptrdiff_t>(n), v.begin());
+      };
+      EXPECT_TRUE(same(x.latent, y.latent, c.kv_lora_rank)) << spec_mode_name(m) << " layer " << l;
+      EXPECT_TRUE(same(x.rope_key, y.rope_key, c.qk_rope_head_dim)) << spec_mode_name(m) << " layer " << l;
+      if (!x.index_key.empty())
+        EXPECT_TRUE(same(x.index_key, y.index_key, c.index_head_dim)) << spec_mode_name(m) << " layer " << l;
+    }
+    // The MTP layer: teacher forcing over the held tokens (auto may have
+    // stopped keeping it when the MTP chain lost).
+    if (!a.has_mtp() || (m == SpecMode::Auto && !seq.mtp_on())) continue;
+    ASSERT_TRUE(seq.mtp_on()) << spec_mode_name(m);
+    const int64_t n = a.mtp_n_past;
+    EXPECT_GE(n, a.n_past - 5) << spec_mode_name(m) << ": the MTP state fell behind";
+    EXPECT_EQ(n, seq.mtp_synced());
+    Session ref(c, 256, true);
+    std::vector<Row> rows;
+    const std::vector<int32_t>& toks = seq.tokens();
+    for (int64_t p = 0; p < a.n_past; ++p) rows.push_back({&ref, static_cast<int32_t>(p), toks[p], false});
+    std::vector<float> hidden(static_cast<size_t>(a.n_past * c.hidden_size));
+    e->forward(rows, nullptr, hidden.data());
+    rows.clear();
+    for (int64_t p = 0; p < n; ++p) rows.push_back({&ref, static_cast<int32_t>(p), toks[p + 1], false});
+    e->forward_mtp(rows, hidden.data(), nullptr);
+    const LayerCache& x = a.layer(c.num_hidden_layers);
+    const LayerCache& y = ref.layer(c.num_hidden_layers);
+    const auto k = static_cast<std::ptrdiff_t>(n * c.kv_lora_rank), r = static_cast<std::ptrdiff_t>(n * c.qk_rope_head_dim);
+    EXPECT_TRUE(std::equal(x.latent.begin(), x.latent.begin() + k, y.latent.begin())) << spec_mode_name(m);
+    EXPECT_TRUE(std::equal(x.rope_key.begin(), x.rope_key.begin() + r, y.rope_key.begin())) << spec_mode_name(m);
+  }
+}
+
+// ------------------------------------------------------------- sampling
+
+// The chi-square statistic's upper 1e-4 quantile for `df` degrees of freedom
+// (Wilson-Hilferty; within a few percent for df >= 2).
+double chi2_limit(int df) {
+  const double z = 3.719, d = df;  // the standard normal's upper 1e-4 quantile
+  return d * std::pow(1.0 - 2.0 / (9.0 * d) + z * std::sqrt(2.0 / (9.0 * d)), 3.0);
+}
+
+struct Fit {
+  double chi2 = 0, tv = 0;
+  int df = 0;
+  int64_t impossible = 0;  // draws of outcomes the target never gives
+};
+
+// Observed counts against expected probabilities; cells expecting fewer
+// than 5 draws are merged into one.
+Fit fit(const std::map<std::vector<int32_t>, double>& want, const std::map<std::vector<int32_t>, int64_t>& got,
+        int64_t n) {
+  Fit f;
+  double small_e = 0, small_o = 0;
+  int cells = 0;
+  for (const auto& [k, p] : want) {
+    const auto it = got.find(k);
+    const double o = it == got.end() ? 0.0 : static_cast<double>(it->second);
+    f.tv += 0.5 * std::abs(o / static_cast<double>(n) - p);
+    const double e = p * static_cast<double>(n);
+    if (e < 5) {
+      small_e += e;
+      small_o += o;
+      continue;
+    }
+    f.chi2 += (o - e) * (o - e) / e;
+    ++cells;
+  }
+  if (small_e > 0) {
+    f.chi2 += (small_o - small_e) * (small_o - small_e) / std::max(small_e, 1.0);
+    ++cells;
+  }
+  for (const auto& [k, o] : got)
+    if (!want.count(k)) {
+      f.impossible += o;
+      f.tv += 0.5 * static_cast<double>(o) / static_cast<double>(n);
+    }
+  f.df = std::max(1, cells - 1);
+  return f;
+}
+
+// The acceptance rule alone: for fixed logits and every sampler setting,
+// sample_draft(draft) draws the sampler's own distribution for a likely
+// draft, an unlikely one, one the cuts remove and none; greedy returns the
+// argmax.
+TEST(Speculation, SampleDraftDrawsTheTargetDistribution) {
+  const std::vector<float> logits = {2.0f, 1.5f, 1.4f, 0.3f, -0.2f, -1.0f, 0.9f, 1.45f};
+  std::vector<SamplerOptions> settings;
+  {
+    SamplerOptions o;
+    o.temperature = 1.0;
+    settings.push_back(o);
+    o.temperature = 0.7;
+    o.top_k = 5;
+    settings.push_back(o);
+    o.top_k = 0;
+    o.top_p = 0.8;
+    o.min_p = 0.1;
+    settings.push_back(o);
+    o.temperature = 1.3;
+    o.top_p = 1.0;
+    o.min_p = 0.0;
+    o.repetition_penalty = 1.4;
+    o.presence_penalty = 0.5;
+    o.frequency_penalty = 0.3;
+    settings.push_back(o);
+  }
+  constexpr int64_t kDraws = 200000;
+  for (size_t si = 0; si < settings.size(); ++si) {
+    SamplerOptions o = settings[si];
+    o.seed = 1000 + si;
+    Sampler s(static_cast<int64_t>(logits.size()), o);
+    const std::vector<int32_t> prompt = {0, 7};
+    s.reset(prompt);
+    s.accept(1);
+    s.accept(1);
+    std::vector<float> w = logits;
+    const auto dist = s.distribution(w);
+    std::map<std::vector<int32_t>, double> want;
+    for (const auto& [id, p] : dist) want[{id}] = p;
+    const int32_t cut = dist.size() < logits.size() ? 5 : -1;  // -1.0 is cut wherever something is
+    for (int32_t draft : {dist.front().first, dist.back().first, cut, int32_t{-1}}) {
+      std::map<std::vector<int32_t>, int64_t> got;
+      int64_t accepted = 0;
+      for (int64_t i = 0; i < kDraws; ++i) {
+        w = logits;
+        const int32_t t = draft >= 0 ? s.sample_draft(w, draft) : s.sample(w);
+        ++got[{t}];
+        accepted += t == draft;
+      }
+      const Fit f = fit(want, got, kDraws);
+      EXPECT_EQ(f.impossible, 0) << "setting " << si << " draft " << draft;
+      EXPECT_LT(f.chi2, chi2_limit(f.df)) << "setting " << si << " draft " << draft << " tv " << f.tv;
+      if (draft >= 0) {
+        double pd = 0;
+        for (const auto& [id, p] : dist) pd = id == draft ? p : pd;
+        EXPECT_NEAR(static_cast<double>(accepted) / kDraws, pd, 0.005) << "setting " << si << " draft " << draft;
+      }
+    }
+  }
+  // Greedy: the argmax, the draft only when it is the argmax.
+  SamplerOptions g;
+  g.temperature = 0;
+  Sampler s(static_cast<int64_t>(logits.size()), g);
+  for (int32_t d = 0; d < 8; ++d) {
+    std::vector<float> w = logits;
+    EXPECT_EQ(s.sample_draft(w, d), 0) << d;
+  }
+}
+
+// A sequence's sampled continuations: the joint distribution of three
+// tokens (the first sampled after the prompt, the next two verified against
+// n-gram drafts) over 2500 seeds equals the target's exact joint
+// distribution, computed by enumerating the kept tokens with the engine and
+// the sampler's own pipeline (penalties see each token before the next).
+TEST(Speculation, SampledSequencesHaveTheTargetDistribution) {
+  auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = false}));
+  const TextModel tm = open_text_model(kTiny, model->config, "raw", true);
+  const ModelConfig& c = model->config;
+  const std::vector<int32_t> prompt = tm.tok.encode("a pin, or a pin, or a pin, or a pin, or a p", true);
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  SamplerOptions so;
+  so.temperature = 0.6;
+  so.top_k = 4;
+  so.top_p = 0.97;
+  so.min_p = 0.02;
+  so.repetition_penalty = 1.0;
+  so.presence_penalty = 0.2;
+  so.frequency_penalty = 0.1;
+  const std::vector<int32_t> no_stops;
+
+  // The exact joint: p(t1) p(t2 | t1) p(t3 | t1 t2).
+  auto e0 = open_engine(model, SpecMode::Off);
+  Session s(c, 64, false);
+  const size_t V = static_cast<size_t>(c.vocab_size);
+  std::vector<float> lg(V);
+  std::vector<Row> rows;
+  for (int64_t p = 0; p < P; ++p) rows.push_back({&s, static_cast<int32_t>(p), prompt[p], p == P - 1});
+  e0->forward(rows, lg.data());
+  const std::vector<float> l0 = lg;
+  auto dist = [&](const std::vector<float>& l, std::span<const int32_t> seen) {
+    Sampler sm(c.vocab_size, so);
+    sm.reset(prompt);
+    for (int32_t t : seen) sm.accept(t);
+    std::vector<float> w = l;
+    return sm.distribution(w);
+  };
+  std::map<std::vector<int32_t>, double> want;
+  for (const auto& [t1, p1] : dist(l0, {})) {
+    s.truncate(P);
+    Row r1{&s, static_cast<int32_t>(P), t1, true};
+    e0->forward({&r1, 1}, lg.data());
+    const std::vector<float> l1 = lg;
+    const int32_t seen1[] = {t1};
+    for (const auto& [t2, p2] : dist(l1, seen1)) {
+      s.truncate(P + 1);
+      Row r2{&s, static_cast<int32_t>(P + 1), t2, true};
+      e0->forward({&r2, 1}, lg.data());
+      const int32_t seen2[] = {t1, t2};
+      for (const auto& [t3, p3] : dist(lg, seen2)) want[{t1, t2, t3}] = p1 * p2 * p3;
+    }
+  }
+
+  auto e = open_engine(model, SpecMode::Ngram, 2);
+  Sequence seq(c, 64, &tm.tok, no_stops, &e->speculator());
+  std::map<std::vector<int32_t>, int64_t> got;
+  constexpr int64_t kRuns = 1200;
+  for (int64_t i = 0; i < kRuns; ++i) {
+    GenerationParams gp;
+    gp.sampling = so;
+    gp.sampling.seed = static_cast<uint64_t>(i + 1);
+    gp.max_tokens = 4;  // the first three: one sampled, two verified against drafts (k = 2)
+    const Answer a = generate(*e, seq, prompt, gp);
+    ASSERT_EQ(a.tokens.size(), 4u);
+    ++got[std::vector<int32_t>(a.tokens.begin(), a.tokens.begin() + 3)];
+  }
+  const SpecStats st = e->speculator().stats();
+  const Fit f = fit(want, got, kRuns);
+  std::printf("[ sampled ] %zu outcomes, %lld drafted, %lld accepted; chi2 %.1f (df %d, limit %.1f), TV %.3f\n",
+              want.size(), static_cast<long long>(st.drafted()), static_cast<long long>(st.accepted()), f.chi2, f.df,
+              chi2_limit(f.df), f.tv);
+  EXPECT_EQ(f.impossible, 0);
+  EXPECT_LT(f.chi2, chi2_limit(f.df));
+  // Both branches of the rule ran many times.
+  EXPECT_GT(st.accepted(), 200u);
+  EXPECT_GT(st.drafted() - st.accepted(), 200u);
+}
+
+// ------------------------------------------------------------ constraints
+
+// response_format on the bundled model: keys, quotes and punctuation are
+// forced tokens (drafted, always accepted); the answer validates and equals
+// the one without speculation, in every mode.
+TEST(Speculation, ConstrainedJsonWithForcedTokens) {
+  auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = true}));
+  const TextModel tm = open_text_model(kTiny, model->config, "raw", true);
+  auto vocab = JsonVocab::build(tm.tok, model->config.vocab_size);
+  const std::string schema =
+      R"({"type":"object","properties":{"word":{"type":"string","maxLength":12},"part_of_speech":{"enum":["noun","verb","adjective"]},
+          "plural":{"type":"boolean"},"senses":{"type":"array","items":{"type":"string","maxLength":8},"maxItems":2}},
+          "required":["word","part_of_speech","plural","senses"],"additionalProperties":false})";
+  auto grammar = JsonGrammar::from_schema(nlohmann::ordered_json::parse(schema));
+  const std::vector<int32_t> prompt = tm.tok.encode("Abandon, v. t. To give up.", true);
+  std::string want;
+  for (SpecMode m : {SpecMode::Off, SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto}) {
+    auto e = open_engine(model, m, 4);
+    GenerationParams p;
+    p.sampling.temperature = 0;
+    p.max_tokens = 200;
+    p.constraint = std::make_shared<JsonConstraint>(grammar, vocab);
+    const Answer a = generate(*e, prompt, p, &tm.tok, tm.stop_ids);
+    EXPECT_EQ(a.reason, StopReason::Done) << spec_mode_name(m) << ": " << a.text;
+    Json j;
+    ASSERT_NO_THROW(j = Json::parse(a.text)) << spec_mode_name(m) << ": " << a.text;
+    for (const char* k : {"word", "part_of_speech", "plural", "senses"}) EXPECT_TRUE(j.contains(k)) << a.text;
+    if (m == SpecMode::Off) {
+      want = a.text;
+      continue;
+    }
+    EXPECT_EQ(a.text, want) << spec_mode_name(m);
+    const SpecSourceStats forced = e->speculator().stats().source[static_cast<size_t>(DraftSource::Forced)];
+    std::printf("[ json ] --spec %s: %lld drafted, %lld accepted, forced %llu/%llu\n", spec_mode_name(m),
+                static_cast<long long>(a.drafted), static_cast<long long>(a.accepted),
+                static_cast<unsigned long long>(forced.accepted), static_cast<unsigned long long>(forced.drafted));
+    EXPECT_GT(forced.drafted, 10u) << spec_mode_name(m);
+    EXPECT_EQ(forced.accepted, forced.drafted) << spec_mode_name(m) << ": a forced token was rejected";
+  }
+}
+
+// ------------------------------------------------------- draft and controller
+
+TEST(Speculation, NgramLookup) {
+  std::vector<int32_t> out(4);
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 1, 2, 3, 9, 9};
+  // The last 3 tokens "2 3 9"? No: the suffix is the context's end.
+  const std::vector<int32_t> b = {1, 2, 3};
+  // "1 2 3" occurred twice; the most recent earlier one (at 5) is followed by 9 9 1 2.
+  ASSERT_EQ(ngram_lookup(a, b, 2, 3, out), 4u);
+  EXPECT_EQ(out, (std::vector<int32_t>{9, 9, 1, 2}));
+  // Only "3" is shared at n = 1: nmin 2 finds nothing for a fresh suffix.
+  const std::vector<int32_t> c = {7, 3};
+  EXPECT_EQ(ngram_lookup(a, c, 2, 3, out), 0u);
+  EXPECT_EQ(ngram_lookup(a, c, 1, 3, out), 4u);
+  EXPECT_EQ(out[0], 9);  // after the most recent "3" (position 7)
+  // The continuation may run into the suffix (a repeated token).
+  const std::vector<int32_t> d = {5, 5, 5};
+  std::vector<int32_t> two(2);
+  EXPECT_EQ(ngram_lookup({}, d, 2, 2, two), 1u);
+  EXPECT_EQ(two[0], 5);
+  EXPECT_EQ(ngram_lookup({}, std::vector<int32_t>{5}, 1, 4, two), 0u);  // nothing before it
+}
+
+// --spec auto drafts while it pays and stops when it loses: with a cheap
+// extra row and drafts that match, it verifies the whole n-gram proposal;
+// when each extra row costs a full forward, or drafts never match, nothing.
+TEST(Speculation, AutoDraftsOnlyWhileItPays) {
+  SpecOptions o;
+  o.mode = SpecMode::Auto;
+  o.k = 4;
+  auto feed_costs = [](Speculator& s, double per_row) {
+    for (int i = 0; i < 20; ++i)
+      for (int64_t r = 1; r <= 5; ++r)
+        s.record_forward(r, static_cast<uint64_t>(1e6 * (1.0 + per_row * static_cast<double>(r - 1))));
+  };
+  auto feed_acceptance = [](Speculator& s, bool hit) {
+    for (int i = 0; i < 200; ++i) s.record_shadow(DraftSource::Ngram, hit);
+  };
+  {
+    Speculator s(o, false, 0.1);
+    feed_costs(s, 0.05);
+    feed_acceptance(s, true);
+    const SpecPlan p = s.plan(0, 4, 4, false);
+    EXPECT_EQ(p.source, DraftSource::Ngram);
+    EXPECT_EQ(p.count, 4);
+  }
+  {
+    Speculator s(o, false, 0.1);
+    feed_costs(s, 1.0);  // an extra row costs a whole forward
+    feed_acceptance(s, true);
+    int drafted = 0;
+    for (int i = 0; i < 63; ++i) drafted += s.plan(0, 4, 4, false).count;  // (the 64th explores)
+    EXPECT_LT(drafted, 63) << "drafting 95%-accepted tokens at double cost should not always pay";
+  }
+  {
+    Speculator s(o, false, 0.1);
+    feed_costs(s, 0.05);
+    feed_acceptance(s, false);  // drafts never match
+    for (int i = 0; i < 63; ++i) EXPECT_EQ(s.plan(0, 4, 4, false).count, 0) << i;
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 1) << "every 64th plan explores";
+    // Forced tokens are always verified.
+    EXPECT_EQ(s.plan(2, 0, 4, false).count, 0);
+  }
+  {
+    // Fixed modes draft everything their source offers.
+    SpecOptions f = o;
+    f.mode = SpecMode::Ngram;
+    Speculator s(f, true, 0.1);
+    EXPECT_EQ(s.plan(1, 2, 4, true).count, 2);
+    f.mode = SpecMode::Mtp;
+    Speculator m(f, true, 0.1);
+    EXPECT_EQ(m.plan(1, 2, 4, true).source, DraftSource::Mtp);
+    EXPECT_EQ(m.plan(1, 2, 4, true).count, 3);
+  }
+}
+
+}  // namespace
+}  // namespace strata
