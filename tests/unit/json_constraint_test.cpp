@@ -529,5 +529,65 @@ TEST(JsonConstraint, MaskEqualsBruteForceLargeVocab) {
   EXPECT_GE(checked, 40);
 }
 
+// Speculative decoding's queries (token_mask.h): forced() names the only
+// token that may come next (-1 when none or several may); save() / restore()
+// let drafts run the recogniser ahead and return it exactly where it was
+// (its mask afterwards equals a constraint that never probed).
+TEST(JsonConstraint, ForcedTokenAndProbe) {
+  // No whitespace tokens: after '{' only '"' may come, and so on.
+  const std::vector<std::string> bytes = {"{", "\"", "name", ":", "x", "y", "}", "na", "me"};
+  auto v = JsonVocab::from_bytes(bytes);
+  auto g = schema(R"({"type":"object","properties":{"name":{"type":"string","maxLength":3}},
+                      "required":["name"],"additionalProperties":false})");
+  const std::vector<int32_t> stops = {};
+  JsonConstraint c(g, v);
+  auto mask_of = [&](JsonConstraint& k) {
+    std::vector<float> l(bytes.size(), 0.0f);
+    k.mask(l, stops);
+    return l;
+  };
+  EXPECT_EQ(c.forced(stops), 0);  // '{'
+  ASSERT_TRUE(c.advance(0));
+  EXPECT_EQ(c.forced(stops), 1);  // '"'
+  ASSERT_TRUE(c.advance(1));
+  EXPECT_EQ(c.forced(stops), -1);  // "name" or "na"
+  ASSERT_TRUE(c.advance(7));
+  EXPECT_EQ(c.forced(stops), 8);  // "me"
+  ASSERT_TRUE(c.advance(8));
+  EXPECT_EQ(c.forced(stops), 1);  // the key's closing quote
+  // The reference: a constraint advanced to the same place, never probed.
+  JsonConstraint ref(g, v);
+  for (int32_t t : {0, 1, 7, 8}) ASSERT_TRUE(ref.advance(t));
+  const std::vector<float> want = mask_of(ref);
+  // Probe ahead over forced tokens and a draft, then come back.
+  ASSERT_TRUE(c.save());
+  for (int32_t t : {1, 3, 1}) {
+    EXPECT_EQ(c.forced(stops), t);
+    ASSERT_TRUE(c.advance(t));
+  }
+  EXPECT_EQ(c.forced(stops), -1);  // 'x', 'y' or the closing quote
+  EXPECT_TRUE(c.advance(4));
+  EXPECT_FALSE(c.advance(2));  // refused (past maxLength): the state stays
+  c.restore();
+  EXPECT_EQ(mask_of(c), want);
+  EXPECT_EQ(c.forced(stops), 1);
+  // save() then restore() without moving: the cached set holds.
+  ASSERT_TRUE(c.save());
+  EXPECT_EQ(c.forced(stops), 1);
+  c.restore();
+  EXPECT_EQ(mask_of(c), want);
+  // ... and a probe that moves after forced() at the saved state puts that
+  // set back: masks at the restored state are right without a new walk.
+  ASSERT_TRUE(c.save());
+  EXPECT_EQ(c.forced(stops), 1);
+  ASSERT_TRUE(c.advance(1));
+  EXPECT_NE(mask_of(c), want);
+  c.restore();
+  EXPECT_EQ(mask_of(c), want);
+  ASSERT_TRUE(c.advance(1));
+  ASSERT_TRUE(ref.advance(1));
+  EXPECT_EQ(mask_of(c), mask_of(ref));
+}
+
 }  // namespace
 }  // namespace strata
