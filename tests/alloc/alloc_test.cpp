@@ -6,7 +6,8 @@
 // generation step (engine forward + sampling + stop checks +
 // detokenization) with the counter on: a resident model on 1 and 2 threads,
 // the bundled text model with stop strings, and a container whose experts
-// miss and are read ahead every step.
+// miss and are read ahead every step; and with speculative decoding (n-gram
+// and MTP drafts, several rows per step, rollback, the MTP layer's state).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,6 +18,7 @@
 
 #include "runtime/engine.h"
 #include "runtime/generation.h"
+#include "runtime/speculation.h"
 #include "runtime/text_model.h"
 #include "../unit/test_util.h"
 
@@ -172,6 +174,73 @@ TEST(Allocation, DecodeStepAllocatesNothingFromAContainer) {
               static_cast<unsigned long long>(st.prefetched));
   EXPECT_GT(st.misses, 0u);
   EXPECT_EQ(n, 0u);
+}
+
+TEST(Allocation, DecodeStepWithSpeculationAllocatesNothing) {
+  // The bundled trained model (it has an MTP layer) with each drafting mode:
+  // a step runs the MTP layer's rounds, feeds the pending token and the
+  // drafts, verifies them with the sampler's acceptance rule and rolls the
+  // rejected positions back -- the steps of run_turn, with the buffers sized
+  // for the most rows a step can hold.
+  const std::string dir = kSrc + "/models/glm5-strata-tiny";
+  for (SpecMode mode : {SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto}) {
+    EngineOptions o;
+    o.model = dir;
+    o.threads = 2;
+    o.verbose = false;
+    o.spec.mode = mode;
+    o.spec.k = 4;
+    Engine e(o);
+    const TextModel tm = open_text_model(dir, e.config(), "raw", true);
+    Sequence seq(e.config(), 512, &tm.tok, tm.stop_ids, &e.speculator());
+    GenerationParams p = long_answer(0.2);  // low: the text repeats, so n-gram drafts
+    p.stop = {"a stop string that never appears"};
+    seq.begin(tm.tok.encode("The meaning of the word is the meaning of the word", true), p);
+    const size_t V = static_cast<size_t>(e.config().vocab_size), D = static_cast<size_t>(e.config().hidden_size);
+    const size_t most = kSpecMaxDraft + 1;
+    std::vector<Row> rows;
+    rows.reserve(1024);
+    std::vector<float> logits(most * V), hidden(1024 * D);
+    MtpScratch mtp;
+    mtp.rows.reserve(64);
+    mtp.hidden.reserve(64 * D);
+    mtp.owners.reserve(8);
+    mtp.logits.resize(most * V);
+    mtp.hidden_out.resize(64 * D);
+    Sequence* const one[] = {&seq};
+    StepOutput out;
+    out.text.reserve(256);
+    e.speculator().set_batch(1);
+    auto step = [&] {
+      if (seq.mtp_on()) run_mtp_rounds(e, one, mtp);
+      rows.clear();
+      const bool prompt = seq.prefilling();
+      const int64_t k = seq.add_rows(rows, 512);
+      if (k > 0)
+        e.forward(rows, seq.wants_logits() ? logits.data() : nullptr, seq.wants_hidden() ? hidden.data() : nullptr,
+                  prompt ? k : 0);
+      return seq.advance(logits.data(), out, seq.wants_hidden() ? hidden.data() : nullptr);
+    };
+    while (seq.prefilling()) ASSERT_TRUE(step());
+    for (int i = 0; i < 70; ++i) ASSERT_TRUE(step()) << "ended during warm-up";
+    const int64_t drafted0 = seq.drafted();
+    g_allocations = 0;
+    g_counting = true;
+    int done = 0;
+    for (; done < 30; ++done)
+      if (!step()) break;
+    g_counting = false;
+    const uint64_t n = g_allocations.load();
+    EXPECT_EQ(done, 30) << "the answer ended early: " << stop_reason_name(seq.reason());
+    std::printf("  --spec %s: %llu allocations in 30 decode steps (%lld drafted, %lld accepted in all)\n",
+                spec_mode_name(mode), static_cast<unsigned long long>(n), static_cast<long long>(seq.drafted()),
+                static_cast<long long>(seq.accepted()));
+    // (auto drafts only while its measured costs say it pays: timing, so not asserted)
+    if (mode != SpecMode::Auto) {
+      EXPECT_GT(seq.drafted(), drafted0) << spec_mode_name(mode) << ": the counted steps verified no draft";
+    }
+    EXPECT_EQ(n, 0u) << spec_mode_name(mode);
+  }
 }
 
 }  // namespace

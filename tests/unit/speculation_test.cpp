@@ -282,7 +282,9 @@ TEST(Speculation, GreedyEqualsOffThroughAContainerWithATinyExpertBudget) {
     }
     EXPECT_EQ(a.tokens, want) << "--spec " << spec_mode_name(m);
     EXPECT_GT(e.experts().stats().misses, 0u);
-    if (m == SpecMode::Mtp) EXPECT_GT(a.drafted, 0);
+    if (m == SpecMode::Mtp) {
+      EXPECT_GT(a.drafted, 0);
+    }
   }
 }
 
@@ -316,8 +318,9 @@ TEST(Speculation, KvAfterRollbackEqualsNeverDrafted) {
       };
       EXPECT_TRUE(same(x.latent, y.latent, c.kv_lora_rank)) << spec_mode_name(m) << " layer " << l;
       EXPECT_TRUE(same(x.rope_key, y.rope_key, c.qk_rope_head_dim)) << spec_mode_name(m) << " layer " << l;
-      if (!x.index_key.empty())
+      if (!x.index_key.empty()) {
         EXPECT_TRUE(same(x.index_key, y.index_key, c.index_head_dim)) << spec_mode_name(m) << " layer " << l;
+      }
     }
     // The MTP layer: teacher forcing over the held tokens (auto may have
     // stopped keeping it when the MTP chain lost).
