@@ -31,9 +31,11 @@ std::string spec_text(const SpecStats& sp) {
   }
   return fmt::format(
       "spec {} k {} | {:.2f} tok/step over {} steps ({} with drafts) | drafted {} accepted {} ({:.1f}%){} | "
-      "mtp {:.3f} s | saved {:+.3f} s\n",
+      "mtp {:.3f} s | saved {}\n",
       spec_mode_name(sp.mode), sp.k, sp.tokens_per_step(), sp.steps, sp.spec_steps, sp.drafted(), sp.accepted(),
-      100.0 * sp.acceptance(), per, sec(sp.mtp_ns), sp.saved_s());
+      100.0 * sp.acceptance(), per, sec(sp.mtp_ns),
+      // Saved needs the time of a one-row forward: none when every step drafted.
+      sp.one_row_ns > 0 ? fmt::format("{:+.3f} s", sp.saved_s()) : std::string("n/a (no one-row forward measured)"));
 }
 }  // namespace
 
