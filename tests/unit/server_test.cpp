@@ -21,6 +21,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "core/thread_pool.h"
+#include "runtime/speculation.h"
 #include "server/http_server.h"
 #include "server/kv_store.h"
 #include "text/json_constraint.h"
@@ -49,7 +50,7 @@ Shared& shared() {
 class TestServer {
  public:
   explicit TestServer(server::ServerOptions o = {}, ChatDialect dialect = ChatDialect::Raw,
-                      server::KvStore* kv = nullptr) {
+                      server::KvStore* kv = nullptr, SpecOptions spec = {}) {
     Shared& s = shared();
     o.host = "127.0.0.1";
     o.port = 0;
@@ -58,6 +59,7 @@ class TestServer {
     EngineOptions eo;
     eo.threads = 1;
     eo.verbose = false;
+    eo.spec = spec;
     engine_ = std::make_unique<Engine>(s.model, eo);
     server::ServerModel sm;
     sm.engine = engine_.get();
@@ -630,6 +632,65 @@ TEST(Server, ConcurrentGreedyEqualsSequential) {
                                  << " steps";
   std::printf("[ batching ] alone %.0f tokens in %.0f steps; together %.0f tokens in %.0f steps\n", alone_tokens,
               alone_steps, tokens, steps);
+}
+
+// Speculative decoding in the server (n-gram and forced drafts: the shared
+// model has no MTP layer): concurrent greedy answers, half of them with a
+// JSON schema (forced tokens), equal the --spec off server's
+// sequential ones, each answer's usage reports its accepted and rejected
+// draft tokens, and those add up to /v1/stats' spec counters.
+TEST(Server, SpeculationEqualsOffAndReportsDrafts) {
+  server::ServerOptions o;
+  o.sched.parallel = 4;
+  o.sched.keep_sessions = 0;
+  TestServer off(o);
+  TestServer on(o, ChatDialect::Raw, nullptr, SpecOptions{.mode = SpecMode::Ngram, .k = 4});
+  constexpr int kClients = 6;
+  std::vector<std::string> bodies;
+  // Odd clients ask for a JSON schema: its keys are forced tokens (bytes).
+  const Json schema = Json::parse(R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
+      "city":{"type":"string","maxLength":6}},"required":["name","city"],"additionalProperties":false})");
+  for (int i = 0; i < kClients; ++i) {
+    Json ids = Json::array();
+    for (int k = 0; k < 12; ++k) ids.push_back((i * 41 + (k % 4) * 13) % 250);
+    Json b{{"prompt", ids}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}};
+    if (i % 2) b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "t"}, {"schema", schema}}}};
+    bodies.push_back(b.dump());
+  }
+  std::vector<Json> want(kClients), got(kClients);
+  for (int i = 0; i < kClients; ++i) {
+    const Reply r = post(off, "/v1/completions", bodies[i]);
+    ASSERT_EQ(r.status, 200) << r.body;
+    want[i] = r.json();
+    EXPECT_FALSE(want[i]["usage"].contains("completion_tokens_details")) << "--spec off reported drafts";
+  }
+  std::vector<std::thread> ts;
+  std::latch start(kClients);
+  for (int i = 0; i < kClients; ++i)
+    ts.emplace_back([&, i] {
+      start.arrive_and_wait();
+      const Reply r = post(on, "/v1/completions", bodies[i]);
+      got[i] = r.status == 200 ? r.json() : Json{{"status", r.status}, {"body", r.body}};
+    });
+  for (auto& t : ts) t.join();
+  int64_t accepted = 0, rejected = 0;
+  for (int i = 0; i < kClients; ++i) {
+    ASSERT_TRUE(got[i].contains("choices")) << got[i].dump();
+    EXPECT_EQ(got[i]["choices"][0]["text"], want[i]["choices"][0]["text"]) << "client " << i;
+    EXPECT_EQ(got[i]["usage"]["completion_tokens"], want[i]["usage"]["completion_tokens"]) << "client " << i;
+    if (got[i]["usage"].contains("completion_tokens_details")) {
+      const Json& d = got[i]["usage"]["completion_tokens_details"];
+      accepted += d["accepted_prediction_tokens"].get<int64_t>();
+      rejected += d["rejected_prediction_tokens"].get<int64_t>();
+    }
+  }
+  const Json st = get(on, "/v1/stats").json();
+  std::printf("[ spec ] %lld accepted, %lld rejected draft tokens over %d answers\n",
+              static_cast<long long>(accepted), static_cast<long long>(rejected), kClients);
+  EXPECT_GT(accepted, 0) << "no draft was accepted: the test proves nothing";
+  EXPECT_EQ(st["spec"]["mode"], "ngram");
+  EXPECT_EQ(st["spec"]["drafted"].get<int64_t>(), accepted + rejected);
+  EXPECT_EQ(st["spec"]["accepted"].get<int64_t>(), accepted);
 }
 
 // A conversation's next turn reuses the session's KV and answers exactly as a
