@@ -7,6 +7,7 @@
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/text_common.h"
+#include "cli/usage.h"
 #include "core/error.h"
 
 namespace strata::cli {
@@ -67,7 +68,7 @@ void add_run_command(CLI::App& app, Runner& run) {
                      static_cast<long long>(ctx));
       if (st.reason == StopReason::Interrupted) std::fprintf(stderr, "strata: interrupted\n");
       finish_engine(e, f->engine);
-      return st.reason == StopReason::Interrupted ? 130 : 0;
+      return st.reason == StopReason::Interrupted ? kExitInterrupted : 0;
     };
   });
 }
