@@ -9,24 +9,72 @@
 #include "cli/text_common.h"
 #include "cli/usage.h"
 #include "core/error.h"
+#include "core/io.h"
 
 namespace strata::cli {
+
+namespace {
+
+constexpr size_t kMaxPromptBytes = 64u << 20;
+
+// The prompt from FILE or, for "-", stdin; one trailing newline (\n or \r\n)
+// dropped, as `echo` and editors end a file with one.
+std::string read_prompt(const std::string& file) {
+  std::string s;
+  if (file == "-") {
+    char buf[65536];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, stdin)) > 0) {
+      s.append(buf, n);
+      if (s.size() > kMaxPromptBytes) fail("stdin: the prompt is larger than {} MiB", kMaxPromptBytes >> 20);
+    }
+    if (std::ferror(stdin)) fail("stdin: read failed");
+  } else {
+    s = read_small_file(file, kMaxPromptBytes);
+  }
+  if (!s.empty() && s.back() == '\n') s.pop_back();
+  if (!s.empty() && s.back() == '\r') s.pop_back();
+  return s;
+}
+
+}  // namespace
 
 void add_run_command(CLI::App& app, Runner& run) {
   struct Flags {
     EngineFlags engine;
     TextFlags text;
-    std::string prompt;
+    std::string prompt;                 // --prompt
+    std::vector<std::string> words;     // the positional prompt, joined by spaces
+    std::string file;                   // -f FILE
     bool raw = false;
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("run", "Answer one prompt, streaming the text as it is generated");
   f->engine.add(cmd);
   f->text.add(cmd);
-  cmd->add_option("-p,--prompt", f->prompt, "The prompt (a user message, or plain text with --raw)")->required();
+  CLI::Option* p = cmd->add_option("-p,--prompt", f->prompt, "The prompt (a user message, or plain text with --raw)");
+  CLI::Option* w = cmd->add_option("prompt", f->words,
+                                   "The prompt as arguments (joined by spaces); or --prompt, -f FILE, or stdin when it "
+                                   "is not a terminal");
+  CLI::Option* fo = cmd->add_option("-f,--file", f->file, "Read the prompt from FILE ('-': stdin)");
+  p->excludes(w)->excludes(fo);
+  w->excludes(fo);
   cmd->add_flag("--raw", f->raw, "No chat template: the prompt is the model's input text as is");
-  cmd->callback([f, &run] {
+  cmd->callback([f, p, w, fo, &run] {
+    if (w->count() > 0) {
+      f->prompt.clear();
+      for (const std::string& x : f->words) f->prompt += (f->prompt.empty() ? "" : " ") + x;
+    }
+    if (p->count() == 0 && w->count() == 0 && fo->count() == 0) {
+      if (::isatty(STDIN_FILENO) == 1)
+        throw CLI::RequiredError("a prompt: strata run --model DIR \"PROMPT\" (or --prompt, -f FILE, or stdin)");
+      f->file = "-";
+    }
     run = [f]() -> int {
+      if (!f->file.empty()) {
+        f->prompt = read_prompt(f->file);
+        if (f->prompt.empty()) fail("{}: the prompt is empty", f->file == "-" ? "stdin" : f->file);
+      }
       Engine e(f->engine.options(false));
       const ModelConfig& c = e.config();
       const TextModel tm = open_text_model(f->engine.model, c, f->text.chat_template, f->raw);
