@@ -1,14 +1,29 @@
 #include "cli/common.h"
 
 #include <cstdlib>
+#include <filesystem>
 
 #include "core/error.h"
 #include "kernels/cpu_features.h"
 
 namespace strata::cli {
 
+std::string model_dir_of(std::string path) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) return path;
+  const std::filesystem::path p(path);
+  if (p.filename() == "config.json" || p.filename() == "manifest.json")
+    return p.has_parent_path() ? p.parent_path().string() : ".";
+  throw CLI::ValidationError("--model", path + " is a file; give the model's directory (a Hugging Face checkpoint "
+                                               "or a strata container), or its config.json");
+}
+
 void EngineFlags::add(CLI::App* cmd) {
-  cmd->add_option("--model", model, "Model directory (Hugging Face checkpoint)")->required();
+  cmd->add_option("--model", model,
+                  "Model directory: a Hugging Face checkpoint or a strata container (its config.json or "
+                  "manifest.json stands for the directory)")
+      ->required()
+      ->transform(model_dir_of, "", "");
   cmd->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--attn", attn, "Attention form: absorbed (decode form) or naive (prefill form)")
       ->check(CLI::IsMember({"absorbed", "naive"}));

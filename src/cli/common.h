@@ -32,6 +32,10 @@ struct EngineFlags {
   EngineOptions options(bool load_mtp) const;
 };
 
+// --model's value: a model's config.json or manifest.json stands for its
+// directory; another regular file is a usage error (CLI::ValidationError).
+std::string model_dir_of(std::string path);
+
 // Prints --stats / --stats-json (stderr) and saves the routing usage.
 void finish_engine(const Engine& e, const EngineFlags& f, bool save_usage = true);
 

@@ -287,6 +287,10 @@ ConvertResult convert_checkpoint(const ConvertOptions& o) {
     if (fs::exists(out, ec) && fs::exists(o.in_dir, ec) && fs::equivalent(out, o.in_dir, ec))
       fail("{}: the output directory is the source directory; choose another --out", out);
   }
+  if (is_container(o.in_dir))
+    fail("{}: already a strata container (it has manifest.json), nothing to convert: run it as is with --model {}, "
+         "or check it with strata convert --verify {}",
+         o.in_dir, o.in_dir, o.in_dir);
   Checkpoint ck(o.in_dir);
   const Plan plan = make_plan(ck, o);
 
