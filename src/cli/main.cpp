@@ -22,7 +22,7 @@ std::vector<std::string> subcommand_names(const CLI::App& app) {
 
 int main(int argc, char** argv) {
   using namespace strata::cli;
-  CLI::App app{"strata: run GLM-5-class Mixture-of-Experts models on ordinary machines"};
+  CLI::App app{"strata: run GLM-5-class Mixture-of-Experts models on ordinary machines", "strata"};
   app.set_version_flag("--version", std::string("strata ") + STRATA_VERSION + " (" + STRATA_GIT + ")",
                        "Print the version and exit");
   app.require_subcommand(1);

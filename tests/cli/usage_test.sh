@@ -18,6 +18,8 @@ expect() {
 
 expect version 0 '^strata [0-9]+\.[0-9]+\.[0-9]+ \((git [0-9a-zA-Z.-]+|no git)\)$' -- --version
 expect help 0 'Subcommands:' -- help
+expect help-usage 0 '^Usage: strata \[OPTIONS\] SUBCOMMAND' -- help
+expect run-usage 0 '^Usage: strata run \[OPTIONS\] \[prompt...\]' -- run --help
 expect help-run 0 '--model' -- help run
 expect no-args 2 'Subcommands:' --
 expect typo-run 2 "unknown subcommand 'runn'; did you mean 'run'\?" -- runn
