@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <thread>
 
@@ -11,6 +12,7 @@
 #include "cli/common.h"
 #include "cli/text_common.h"
 #include "server/http_server.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/io.h"
 
@@ -116,6 +118,11 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--model-id", so.model_id, "Model name reported by /v1/models (default: the directory name)");
   cmd->add_option("--chat-template", f->chat_template, "auto, glm or raw (no template)")
       ->check(CLI::IsMember({"auto", "glm", "raw"}));
+  cmd->add_option("--log-format", so.log_format,
+                  "One line per request on stderr: text (default), json (one object per line) or off")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, server::LogFormat>{{"text", server::LogFormat::Text},
+                                                                                  {"json", server::LogFormat::Json},
+                                                                                  {"off", server::LogFormat::Off}}));
   cmd->callback([f, &run] {
     run = [f]() -> int {
       server::ServerOptions o = f->server;
@@ -180,6 +187,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
         }
       } listed{ctl, srv};
       const int port = srv.bind();
+      const uint64_t start_ns = now_ns();
       if (o.api_key.empty() && !loopback_host(o.host))
         std::fprintf(stderr,
                      "strata: warning: serving on %s without an API key: anyone who can reach this address can use "
@@ -190,6 +198,8 @@ void add_serve_command(CLI::App& app, Runner& run) {
                    o.sched.queue, o.api_key.empty() ? "" : ", API key required");
       std::fflush(stderr);
       srv.run();
+      std::fprintf(stderr, "strata: serve: stopped on http://%s:%d after %.0f s\n", o.host.c_str(), port,
+                   static_cast<double>(now_ns() - start_ns) / 1e9);
       finish_engine(e, f->engine);
       return 0;
     };

@@ -11,6 +11,7 @@
 #include <functional>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -134,6 +135,50 @@ struct Server::Impl {
   bool stopped = false, running = false;
   std::atomic<bool> run_over{false};
   const uint64_t start_ns = now_ns();
+
+  // The request log (request_log.h): when each request began and the job it
+  // made, keyed by the request object (alive until httplib's logger ran).
+  struct Live {
+    uint64_t start_ns = 0;
+    std::shared_ptr<Job> job;
+  };
+  RequestLog log{o.log_format};
+  std::mutex live_mu;
+  std::unordered_map<const httplib::Request*, Live> live;
+
+  void begin_request(const httplib::Request& req) {
+    std::lock_guard l(live_mu);
+    live[&req] = Live{now_ns(), nullptr};
+  }
+  void track(const httplib::Request& req, const std::shared_ptr<Job>& job) {
+    std::lock_guard l(live_mu);
+    live[&req].job = job;
+  }
+  // httplib calls it once the response is written (a stream's last chunk included).
+  void end_request(const httplib::Request& req, const httplib::Response& res) {
+    Live done;
+    {
+      std::lock_guard l(live_mu);
+      if (auto it = live.find(&req); it != live.end()) {
+        done = std::move(it->second);
+        live.erase(it);
+      }
+    }
+    RequestRecord r;
+    r.method = req.method;
+    r.path = req.path;
+    r.status = res.status;
+    r.client = req.remote_addr;
+    if (done.job) {
+      std::lock_guard l(done.job->mu);
+      r.prompt_tokens = done.job->prompt_tokens;
+      r.cached_tokens = done.job->cached_tokens;
+      r.completion_tokens = done.job->completion_tokens;
+      if (done.job->finish != Finish::None) r.finish = finish_name(done.job->finish);
+    }
+    if (done.start_ns) r.ms = static_cast<double>(now_ns() - done.start_ns) / 1e6;
+    log.write(r);
+  }
 
   Impl(const ServerModel& m_, const ChatTemplate& t, const GenerationConfig& g, const ServerOptions& o_)
       : m(m_), tmpl(t), gen(g), o(o_), sched(m_, o_.sched) {
@@ -276,6 +321,7 @@ struct Server::Impl {
     ChatOutput output{tmpl.dialect == ChatDialect::Glm && !r.common.json, tmpl.opens_reasoning(r.render), std::move(r.tools)};
     const bool want_lp = r.common.top_logprobs >= 0;
     submit(job);
+    track(req, job);
     const std::string id = ids.next("chatcmpl");
     if (!r.common.stream) {
       std::vector<TokenLogprob> lps;
@@ -305,6 +351,7 @@ struct Server::Impl {
     auto job = make_job(std::move(r.prompt), r.common);
     const bool want_lp = r.common.top_logprobs >= 0;
     submit(job);
+    track(req, job);
     const std::string id = ids.next("cmpl");
     if (!r.common.stream) {
       std::vector<TokenLogprob> lps;
@@ -373,7 +420,9 @@ struct Server::Impl {
     http.set_read_timeout(30, 0);
     http.set_write_timeout(30, 0);
     // Everything here is decided from the headers, before a body is read.
+    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) { end_request(req, res); });
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      begin_request(req);
       if (!host_allowed(o, req.get_header_value("Host"), req.get_header_value("Origin"))) {
         send_error(res, ApiError{403,
                                  "this Host or Origin is not one the server answers to (start it with --allow-host "

@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "server/request_log.h"
 #include "server/scheduler.h"
 #include "text/chat_template.h"
 #include "text/generation_config.h"
@@ -30,6 +31,7 @@ struct ServerOptions {
   // whose name points at this server). "*": any name (no check).
   std::vector<std::string> allowed_hosts;
   std::string model_id = "strata";  // what /v1/models lists
+  LogFormat log_format = LogFormat::Text;  // one line per request on stderr (request_log.h)
   SchedulerOptions sched;
 };
 
