@@ -91,6 +91,109 @@ struct JsonSchemaCompiler {
     return false;
   }
 
+  static void compile_format(const SJson& s, JsonGrammar::Node& n, const std::string& path) {
+    using G = JsonGrammar;
+    const SJson& f = s["format"];
+    if (!f.is_string()) bad(path, "'format' must be a string");
+    const std::string name = f.get<std::string>();
+    if (name == "date") n.format = G::kFmtDate;
+    else if (name == "time") n.format = G::kFmtTime;
+    else if (name == "date-time") n.format = G::kFmtDateTime;
+    else if (name == "uuid") n.format = G::kFmtUuid;
+    else bad(path, fmt::format("unsupported JSON Schema keyword 'format' value '{}' (supported: date, time, "
+                               "date-time, uuid)", name));
+    if (s.contains("minLength") || s.contains("maxLength"))
+      bad(path, "'format' with 'minLength'/'maxLength' is not supported");
+  }
+
+  // Numbers strata generates have at most kJsonMaxIntDigits integer digits.
+  static constexpr int64_t kMaxMag = 9999999999999999;  // 16 nines
+  static constexpr double kBig = 1e17;
+
+  static void compile_bounds(const SJson& s, JsonGrammar::Node& n, const std::string& path) {
+    using G = JsonGrammar;
+    const bool any = s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+                     s.contains("exclusiveMaximum") || s.contains("multipleOf");
+    if (!any) return;
+    auto num = [&](const char* key) -> const SJson& {
+      const SJson& v = s[key];
+      if (!v.is_number() || (v.is_number_float() && !std::isfinite(v.get<double>())))
+        bad(path, fmt::format("'{}' must be a number", key));
+      return v;
+    };
+    // The smallest integer >= v (or > v when `strict`), the largest <= v (< v).
+    auto ceil_of = [](const SJson& v, bool strict) -> int64_t {
+      if (v.is_number_float()) {
+        const double d = std::clamp(v.get<double>(), -kBig, kBig);
+        return strict ? static_cast<int64_t>(std::floor(d)) + 1 : static_cast<int64_t>(std::ceil(d));
+      }
+      const double d = v.get<double>();
+      if (d > kBig) return static_cast<int64_t>(kBig);
+      if (d < -kBig) return static_cast<int64_t>(-kBig);
+      return v.get<int64_t>() + (strict ? 1 : 0);
+    };
+    auto floor_of = [](const SJson& v, bool strict) -> int64_t {
+      if (v.is_number_float()) {
+        const double d = std::clamp(v.get<double>(), -kBig, kBig);
+        return strict ? static_cast<int64_t>(std::ceil(d)) - 1 : static_cast<int64_t>(std::floor(d));
+      }
+      const double d = v.get<double>();
+      if (d > kBig) return static_cast<int64_t>(kBig);
+      if (d < -kBig) return static_cast<int64_t>(-kBig);
+      return v.get<int64_t>() - (strict ? 1 : 0);
+    };
+    int64_t lo = -kMaxMag, hi = kMaxMag;
+    int64_t frac_pos_max = kMaxMag, frac_neg_min = -kMaxMag;  // no bound: any fraction
+    // Draft-4 form: exclusiveMinimum/exclusiveMaximum booleans modify minimum/maximum.
+    bool ex_min_flag = false, ex_max_flag = false;
+    if (s.contains("exclusiveMinimum") && s["exclusiveMinimum"].is_boolean()) {
+      ex_min_flag = s["exclusiveMinimum"].get<bool>();
+      if (!s.contains("minimum")) bad(path, "'exclusiveMinimum' true needs 'minimum'");
+    }
+    if (s.contains("exclusiveMaximum") && s["exclusiveMaximum"].is_boolean()) {
+      ex_max_flag = s["exclusiveMaximum"].get<bool>();
+      if (!s.contains("maximum")) bad(path, "'exclusiveMaximum' true needs 'maximum'");
+    }
+    auto lower = [&](const SJson& v, bool strict) {
+      lo = std::max(lo, ceil_of(v, strict));
+      // Negative values with a fraction, -(I + f) for f in [0, 1): need -(I+1) >= v.
+      frac_neg_min = std::max(frac_neg_min, ceil_of(v, false) + 1);
+    };
+    auto upper = [&](const SJson& v, bool strict) {
+      hi = std::min(hi, floor_of(v, strict));
+      // Positive values I + f for f in [0, 1): need I + 1 <= v.
+      frac_pos_max = std::min(frac_pos_max, floor_of(v, false) - 1);
+    };
+    if (s.contains("minimum")) lower(num("minimum"), ex_min_flag);
+    if (s.contains("exclusiveMinimum") && !s["exclusiveMinimum"].is_boolean()) lower(num("exclusiveMinimum"), true);
+    if (s.contains("maximum")) upper(num("maximum"), ex_max_flag);
+    if (s.contains("exclusiveMaximum") && !s["exclusiveMaximum"].is_boolean()) upper(num("exclusiveMaximum"), true);
+    int64_t mult = 1;
+    if (s.contains("multipleOf")) {
+      const SJson& m = num("multipleOf");
+      const double d = m.get<double>();
+      if (!(d > 0)) bad(path, "'multipleOf' must be greater than 0");
+      if (n.types & G::kNumber)
+        bad(path, "'multipleOf' is only supported for type 'integer' (not 'number')");
+      if (d != std::floor(d) || d > static_cast<double>(kMaxMag))
+        bad(path, "'multipleOf' is only supported as a whole number up to 16 digits");
+      mult = static_cast<int64_t>(d);
+    }
+    lo = std::max(lo, -kMaxMag);
+    hi = std::min(hi, kMaxMag);
+    auto floor_div = [](int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); };
+    if (lo > hi || floor_div(hi, mult) * mult < lo)
+      bad(path, "the numeric bounds ('minimum'/'maximum'/'exclusiveMinimum'/'exclusiveMaximum'/'multipleOf') "
+                "leave no integer of at most 16 digits (strata generates a bounded number's integer values, and "
+                "fractions only where the whole unit interval is in range)");
+    n.bounded = true;
+    n.int_lo = lo;
+    n.int_hi = hi;
+    n.frac_pos_max = frac_pos_max;
+    n.frac_neg_min = frac_neg_min;
+    n.multiple = mult;
+  }
+
   int32_t add(JsonGrammar::Node n) {
     g.nodes_.push_back(std::move(n));
     return static_cast<int32_t>(g.nodes_.size() - 1);
@@ -129,7 +232,8 @@ struct JsonSchemaCompiler {
                                                       "readOnly", "writeOnly",  "$defs",      "definitions"};
     static const std::set<std::string> kKeywords = {
         "type",  "properties", "required", "additionalProperties", "enum",      "const",
-        "items", "minItems",   "maxItems", "minLength",            "maxLength", "anyOf", "$ref"};
+        "items", "minItems",   "maxItems", "minLength",            "maxLength", "anyOf", "$ref",
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format"};
     bool has_other = false;
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (kAnnotations.count(it.key())) continue;
@@ -182,7 +286,11 @@ struct JsonSchemaCompiler {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
         n.types |= G::kObject;
       if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) n.types |= G::kArray;
-      if (s.contains("minLength") || s.contains("maxLength")) n.types |= G::kString;
+      if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) n.types |= G::kString;
+      if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+          s.contains("exclusiveMaximum"))
+        n.types |= G::kNumber;
+      if (s.contains("multipleOf")) n.types |= G::kInteger;
       if (!n.types) n.types = G::kObject | G::kArray | G::kString | G::kNumber | G::kBoolean | G::kNull;
     }
 
@@ -230,6 +338,8 @@ struct JsonSchemaCompiler {
     if (s.contains("minLength")) n.min_len = get_count(s, "minLength", path);
     if (s.contains("maxLength")) n.max_len = get_count(s, "maxLength", path);
     if (n.min_len > n.max_len) bad(path, "'minLength' is larger than 'maxLength'");
+    if (s.contains("format")) compile_format(s, n, path);
+    compile_bounds(s, n, path);
 
     // Arrays.
     if (s.contains("minItems")) n.min_items = get_count(s, "minItems", path);

@@ -5,7 +5,9 @@
 // Supported keywords: type (one or a list), properties, required,
 // additionalProperties, enum, const, items, minItems/maxItems,
 // minLength/maxLength, anyOf (branches of different JSON types),
-// $defs/definitions + local $ref (not recursive). Annotations (title,
+// $defs/definitions + local $ref (not recursive), minimum/maximum/
+// exclusiveMinimum/exclusiveMaximum (integer and number), multipleOf
+// (integers), format date/time/date-time/uuid. Annotations (title,
 // description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly) are ignored; any other keyword throws strata::Error
 // naming it and where it is.
@@ -53,7 +55,15 @@ class JsonGrammar {
     uint32_t min_items = 0, max_items = UINT32_MAX;
     uint32_t min_len = 0, max_len = UINT32_MAX;
     std::vector<int32_t> any_of;
+    // Numeric bounds (minimum/maximum/exclusive*/multipleOf), as the integers
+    // a number may take, and for `number` the fraction rule: a '.' may follow
+    // integer part I only if every value I.xxx is in range (positive: I in
+    // [int_lo, frac_pos_max]; negative -I in [frac_neg_min, int_hi]).
+    bool bounded = false;
+    int64_t int_lo = 0, int_hi = 0, frac_pos_max = 0, frac_neg_min = 0, multiple = 1;
+    uint8_t format = 0;  // Format (strings)
   };
+  enum Format : uint8_t { kFmtNone, kFmtDate, kFmtTime, kFmtDateTime, kFmtUuid };
 
   // Any JSON object (response_format json_object).
   static std::shared_ptr<const JsonGrammar> any_object();

@@ -16,11 +16,56 @@ enum ArrPhase : uint8_t { A_START, A_NEXT, A_INVAL, A_AFTER };
 enum StrPhase : uint8_t { S_BODY, S_ESC, S_HEX };
 enum NumPhase : uint8_t { N_BEGIN, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
-constexpr uint8_t kStrIsKey = 1, kStrHexD = 2;  // Str flags
-constexpr uint8_t kNumIntOnly = 1;              // Num flags
+constexpr uint8_t kStrIsKey = 1, kStrHexD = 2, kStrFmt = 4;  // Str flags
+constexpr uint8_t kNumIntOnly = 1, kNumBounded = 2, kNumNeg = 4;  // Num flags
 
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
 bool is_hex(uint8_t c) { return is_digit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+int64_t floor_div(int64_t a, int64_t b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0))); }
+
+// Some integer in [a, b] within the node's bounds (and a multiple).
+bool hits(const JsonGrammar::Node& n, int64_t a, int64_t b) {
+  a = std::max(a, n.int_lo);
+  b = std::min(b, n.int_hi);
+  return a <= b && (n.multiple == 1 || floor_div(b, n.multiple) * n.multiple >= a);
+}
+
+// An integer part of magnitude v (k digits; a lone 0 takes no more) can
+// still become an integer within the bounds by appending digits.
+bool int_feasible(const JsonGrammar::Node& n, bool neg, int64_t v, int k) {
+  const int jmax = v == 0 ? 0 : kJsonMaxIntDigits - k;
+  int64_t p = 1;
+  for (int j = 0; j <= jmax; ++j, p *= 10) {
+    const int64_t lo = v * p, hi = v * p + p - 1;
+    if (neg ? hits(n, -hi, -lo) : hits(n, lo, hi)) return true;
+  }
+  return false;
+}
+
+// Strings with a format follow a template, one byte per character:
+// Y year digit, M/m month tens/units, D/d day tens/units, H/h hour (00-23),
+// N minute/second tens (0-5), n any digit, x lowercase hex; others literal.
+// Times end with an optional fraction ('.' and 1-9 digits), then 'Z' or an
+// offset +HH:MM / -HH:MM.
+constexpr std::string_view kTplDate = "YYYY-Mm-Dd", kTplTime = "Hh:Nn:Nn", kTplDateTime = "YYYY-Mm-DdTHh:Nn:Nn",
+                           kTplUuid = "xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", kTplOffset = "Hh:Nn";
+enum FmtTail : uint32_t { F_TPL, F_AFTER_SEC, F_FRAC, F_OFFSET, F_END };
+
+std::string_view fmt_template(uint8_t kind) {
+  switch (kind) {
+    case JsonGrammar::kFmtDate: return kTplDate;
+    case JsonGrammar::kFmtTime: return kTplTime;
+    case JsonGrammar::kFmtDateTime: return kTplDateTime;
+    default: return kTplUuid;
+  }
+}
+
+int days_in_month(uint32_t y, uint32_t m) {
+  static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+  if (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)) return 29;
+  return kDays[(m - 1) % 12];
+}
 
 }  // namespace
 
@@ -70,7 +115,15 @@ bool JsonState::take_ws() {
 }
 
 bool JsonState::scalar_complete(const Frame& f) const {
-  if (f.kind == kNum) return f.phase == N_ZERO || f.phase == N_INT || f.phase == N_FRAC || f.phase == N_EXP;
+  if (f.kind == kNum) {
+    if (f.flags & kNumBounded) {
+      if (f.phase == N_FRAC) return true;  // the '.' was taken only where every fraction is in range
+      if (f.phase != N_ZERO && f.phase != N_INT) return false;
+      const int64_t v = static_cast<int64_t>(f.mask);
+      return (f.flags & kNumNeg) ? hits(g_->node(f.node), -v, -v) : hits(g_->node(f.node), v, v);
+    }
+    return f.phase == N_ZERO || f.phase == N_INT || f.phase == N_FRAC || f.phase == N_EXP;
+  }
   if (f.kind == kLit) return g_->literals(f.node)[f.a].size() == f.mask;
   return false;
 }
@@ -110,11 +163,13 @@ bool JsonState::start_value(int32_t node, uint8_t c) {
     case JsonGrammar::kString:
       f.kind = kStr;
       f.phase = S_BODY;
+      if (n.format) f.flags = kStrFmt, f.small = n.format;
       return push(f);
     case JsonGrammar::kNumber:
       f.kind = kNum;
       f.phase = N_BEGIN;
       f.flags = (n.types & JsonGrammar::kNumber) ? 0 : kNumIntOnly;
+      if (n.bounded) f.flags |= kNumBounded;
       if (!push(f)) return false;
       return num_feed(fr_[static_cast<size_t>(depth_ - 1)], c, redispatch) && !redispatch;
     case JsonGrammar::kBoolean:
@@ -165,6 +220,7 @@ bool JsonState::lit_feed(Frame& f, uint8_t c, bool& redispatch) {
 }
 
 bool JsonState::num_feed(Frame& f, uint8_t c, bool& redispatch) {
+  if (f.flags & kNumBounded) return num_feed_bounded(f, c, redispatch);
   const bool int_only = f.flags & kNumIntOnly;
   const bool d = is_digit(c);
   switch (f.phase) {
@@ -220,7 +276,149 @@ bool JsonState::num_feed(Frame& f, uint8_t c, bool& redispatch) {
   return false;
 }
 
+bool JsonState::fmt_feed(Frame& f, uint8_t c) {
+  // f.a: position in the template, f.b: FmtTail, f.mask: year (bits 0-15),
+  // month (16-23), day tens (24-31), hour tens (32-39), fraction digits (40-47).
+  auto field = [&](int shift) { return static_cast<uint32_t>((f.mask >> shift) & 0xffff); };
+  auto set = [&](int shift, uint64_t bits, uint32_t v) {
+    f.mask = (f.mask & ~(((uint64_t{1} << bits) - 1) << shift)) | (uint64_t{v} << shift);
+  };
+  const bool timed = f.small == JsonGrammar::kFmtTime || f.small == JsonGrammar::kFmtDateTime;
+  switch (f.b) {
+    case F_TPL:
+    case F_OFFSET: {
+      const std::string_view tpl = f.b == F_OFFSET ? kTplOffset : fmt_template(f.small);
+      const char t = tpl[f.a];
+      const uint32_t d = static_cast<uint32_t>(c - '0');
+      bool ok = false;
+      switch (t) {
+        case 'Y':
+          ok = is_digit(c);
+          if (ok) set(0, 16, field(0) * 10 + d);
+          break;
+        case 'M':
+          ok = c == '0' || c == '1';
+          if (ok) set(16, 8, d * 10);
+          break;
+        case 'm': {
+          const uint32_t m = (field(16) & 0xff) + d;
+          ok = is_digit(c) && m >= 1 && m <= 12;
+          if (ok) set(16, 8, m);
+          break;
+        }
+        case 'D': {
+          const uint32_t dim = static_cast<uint32_t>(days_in_month(field(0), field(16) & 0xff));
+          ok = is_digit(c) && d * 10 + (d == 0 ? 1 : 0) <= dim;
+          if (ok) set(24, 8, d);
+          break;
+        }
+        case 'd': {
+          const uint32_t day = (field(24) & 0xff) * 10 + d;
+          ok = is_digit(c) && day >= 1 && day <= static_cast<uint32_t>(days_in_month(field(0), field(16) & 0xff));
+          break;
+        }
+        case 'H':
+          ok = c >= '0' && c <= '2';
+          if (ok) set(32, 8, d);
+          break;
+        case 'h': ok = is_digit(c) && ((field(32) & 0xff) < 2 || c <= '3'); break;
+        case 'N': ok = c >= '0' && c <= '5'; break;
+        case 'n': ok = is_digit(c); break;
+        case 'x': ok = is_digit(c) || (c >= 'a' && c <= 'f'); break;
+        default: ok = c == static_cast<uint8_t>(t);
+      }
+      if (!ok) return false;
+      if (++f.a == tpl.size()) f.b = (f.b == F_TPL && timed) ? F_AFTER_SEC : F_END;
+      return true;
+    }
+    case F_FRAC:
+      if (is_digit(c)) {
+        const uint32_t k = (field(40) & 0xff);
+        if (k >= 9) return false;
+        set(40, 8, k + 1);
+        return true;
+      }
+      if ((field(40) & 0xff) == 0) return false;
+      [[fallthrough]];
+    case F_AFTER_SEC:
+      if (c == '.' && f.b == F_AFTER_SEC) return f.b = F_FRAC, true;
+      if (c == 'Z') return f.b = F_END, true;
+      if (c == '+' || c == '-') return f.b = F_OFFSET, f.a = 0, true;
+      return false;
+    case F_END:
+      if (c != '"') return false;
+      pop_done();
+      return true;
+    default: return false;
+  }
+}
+
+// Bounded numbers: the integer part's magnitude is kept in f.mask; a digit
+// is taken only if the integer part can still end within the bounds, the
+// number ends only there, a '.' only where every fraction is in range, and
+// there is no exponent.
+bool JsonState::num_feed_bounded(Frame& f, uint8_t c, bool& redispatch) {
+  const JsonGrammar::Node& n = g_->node(f.node);
+  const bool neg = f.flags & kNumNeg;
+  const bool d = is_digit(c);
+  switch (f.phase) {
+    case N_BEGIN:
+      if (c == '-') {
+        for (int64_t x = 0; x <= 9; ++x)
+          if (int_feasible(n, true, x, 1)) {
+            f.phase = N_MINUS;
+            f.flags = static_cast<uint8_t>(f.flags | kNumNeg);
+            return true;
+          }
+        return false;
+      }
+      [[fallthrough]];
+    case N_MINUS:
+      if (!d || !int_feasible(n, neg, c - '0', 1)) return false;
+      f.phase = c == '0' ? N_ZERO : N_INT;
+      f.a = 1;
+      f.mask = static_cast<uint64_t>(c - '0');
+      return true;
+    case N_INT:
+      if (d) {
+        if (f.a >= static_cast<uint32_t>(kJsonMaxIntDigits)) return false;
+        const int64_t v = static_cast<int64_t>(f.mask) * 10 + (c - '0');
+        if (!int_feasible(n, neg, v, static_cast<int>(f.a) + 1)) return false;
+        ++f.a;
+        f.mask = static_cast<uint64_t>(v);
+        return true;
+      }
+      [[fallthrough]];
+    case N_ZERO:
+      if (!(f.flags & kNumIntOnly) && c == '.') {
+        const int64_t v = static_cast<int64_t>(f.mask);
+        const bool ok = neg ? (-v >= n.frac_neg_min && -v <= n.int_hi) : (v >= n.int_lo && v <= n.frac_pos_max);
+        if (!ok) return false;
+        return f.phase = N_DOT, true;
+      }
+      break;
+    case N_DOT:
+      if (d) return f.phase = N_FRAC, f.b = 1, true;
+      return false;
+    case N_FRAC:
+      if (d) {
+        if (f.b >= static_cast<uint32_t>(kJsonMaxFracDigits)) return false;
+        ++f.b;
+        return true;
+      }
+      break;
+    default: return false;
+  }
+  if (scalar_complete(f)) {
+    pop_done();
+    redispatch = true;
+    return true;
+  }
+  return false;
+}
+
 bool JsonState::str_feed(Frame& f, uint8_t c) {
+  if (f.flags & kStrFmt) return fmt_feed(f, c);
   const bool key = f.flags & kStrIsKey;
   const JsonGrammar::Node* n = key ? nullptr : &g_->node(f.node);
   switch (f.phase) {
@@ -444,7 +642,7 @@ bool JsonState::accepting() const {
 
 int64_t JsonState::string_room() const {
   const Frame& t = fr_[static_cast<size_t>(depth_ - 1)];
-  if (t.kind != kStr || t.phase != S_BODY || (t.b & 0xff)) return -1;
+  if (t.kind != kStr || t.phase != S_BODY || (t.b & 0xff) || (t.flags & kStrFmt)) return -1;
   if (t.flags & kStrIsKey) return INT64_MAX;
   const uint32_t mx = g_->node(t.node).max_len;
   if (mx == UINT32_MAX) return INT64_MAX;

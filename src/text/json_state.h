@@ -19,6 +19,16 @@
 //   - enum/const values are generated exactly as their compact serialization
 //     (objects with their keys in the order given) and take precedence over
 //     the other keywords of their schema (`type` filters them);
+//   - numbers with minimum/maximum/exclusiveMinimum/exclusiveMaximum: every
+//     digit keeps the integer part completable within the bounds (and a
+//     multiple of an integer multipleOf); the number may end only in range;
+//     no exponent; a fraction only after an integer part I whose whole unit
+//     interval (I to I+1, or -I-1 to -I) is in range. So `number` bounds
+//     are exact for integers and sound (never violated) for fractions, but
+//     a fraction such as 0.5 under minimum 0.2 is not generated;
+//   - strings with a format: date YYYY-MM-DD (days per month, leap years),
+//     time HH:MM:SS[.1-9 digits](Z|+HH:MM|-HH:MM) (no leap second),
+//     date-time DATE'T'TIME, uuid 8-4-4-4-12 lowercase hex;
 //   - nesting at most 32 containers deep.
 // The mask walk (token_mask.h) copies a state per trie depth, so a state is
 // a fixed array of frames and a copy moves only the frames in use.
@@ -79,7 +89,9 @@ class JsonState {
   void pop_done();  // pops the top frame; its parent sees a finished value
   bool lit_feed(Frame& f, uint8_t c, bool& redispatch);
   bool num_feed(Frame& f, uint8_t c, bool& redispatch);
+  bool num_feed_bounded(Frame& f, uint8_t c, bool& redispatch);
   bool str_feed(Frame& f, uint8_t c);
+  bool fmt_feed(Frame& f, uint8_t c);
   bool key_feed(Frame& f, uint8_t c);
   bool obj_feed(Frame& f, uint8_t c);
   bool arr_feed(Frame& f, uint8_t c);

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -92,6 +93,22 @@ bool validate(const Json& s, const Json& v, const Json& root) {
     for (unsigned char c : v.get<std::string>()) n += (c & 0xC0) != 0x80;
     if (s.contains("minLength") && n < s["minLength"].get<size_t>()) return false;
     if (s.contains("maxLength") && n > s["maxLength"].get<size_t>()) return false;
+  }
+  if (v.is_number()) {
+    const double x = v.get<double>();
+    if (s.contains("minimum") && x < s["minimum"].get<double>()) return false;
+    if (s.contains("maximum") && x > s["maximum"].get<double>()) return false;
+    if (s.contains("exclusiveMinimum") && x <= s["exclusiveMinimum"].get<double>()) return false;
+    if (s.contains("exclusiveMaximum") && x >= s["exclusiveMaximum"].get<double>()) return false;
+    if (s.contains("multipleOf") && std::fmod(x, s["multipleOf"].get<double>()) != 0) return false;
+  }
+  if (v.is_string() && s.contains("format")) {
+    const std::string f = s["format"], x = v.get<std::string>();
+    const char* re = f == "date"   ? R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01]))"
+                     : f == "uuid" ? "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+                     : f == "time" ? R"(([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))"
+                                   : R"(\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:[0-5]\d(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d))";
+    if (!std::regex_match(x, std::regex(re))) return false;
   }
   if (v.is_array()) {
     if (s.contains("minItems") && v.size() < s["minItems"].get<size_t>()) return false;
@@ -262,8 +279,8 @@ TEST(JsonConstraint, ArraysEnumConstAnyOfRefs) {
 TEST(JsonConstraint, UnsupportedKeywordsAndBadSchemas) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"({"type":"string","pattern":"a+"})", "'pattern'"},
-      {R"({"type":"string","format":"date"})", "'format'"},
-      {R"({"type":"integer","minimum":0})", "'minimum'"},
+      {R"({"type":"string","format":"email"})", "'format'"},
+      {R"({"type":"number","multipleOf":0.5})", "'multipleOf'"},
       {R"({"oneOf":[{"type":"string"}]})", "'oneOf'"},
       {R"({"allOf":[{"type":"string"}]})", "'allOf'"},
       {R"({"type":"object","properties":{"a":{"not":{}}}})", "'not'"},
@@ -335,6 +352,9 @@ TEST(JsonConstraint, MaskEqualsBruteForce) {
           "ok":{"type":"boolean"},"xs":{"type":"array","items":{"enum":["a","abc"]},"maxItems":3}},
           "required":["name","age"]})"),
       schema(R"({"type":"integer"})"),
+      schema(R"({"type":"object","properties":{"n":{"type":"integer","minimum":-20,"maximum":300,"multipleOf":3},
+          "x":{"type":"number","minimum":-1.5,"maximum":99},"d":{"type":"string","format":"date-time"}},
+          "required":["n","x","d"]})"),
   };
   std::mt19937_64 rng(5);
   int checked = 0;
@@ -389,6 +409,12 @@ TEST(JsonConstraint, RandomGenerationOverModelVocab) {
           "required":["x","y"]}},"type":"object","properties":{"points":{"type":"array","items":{"$ref":"#/$defs/p"},
           "maxItems":2},"label":{"const":"ok"}},"required":["points","label"]})",
       R"({"enum":["alpha","beta",42]})",
+      R"({"type":"object","properties":{"n":{"type":"integer","minimum":-9007199254740991,"maximum":9007199254740991},
+          "pct":{"type":"number","minimum":0,"maximum":100},"k":{"type":"integer","exclusiveMinimum":2,
+          "exclusiveMaximum":40,"multipleOf":4},"when":{"type":"string","format":"date-time"},
+          "day":{"type":"string","format":"date"},"at":{"type":"string","format":"time"},
+          "id":{"type":"string","format":"uuid"}},"required":["n","pct","k","when","day","at","id"],
+          "additionalProperties":false})",
   };
   std::mt19937_64 rng(11);
   std::normal_distribution<float> normal(0.f, 3.f);
@@ -430,7 +456,7 @@ TEST(JsonConstraint, RandomGenerationOverModelVocab) {
       ++finished;
     }
   }
-  EXPECT_EQ(finished, 24);
+  EXPECT_EQ(finished, 30);
 }
 
 // json_object mode to the end, over the bundled model's vocabulary: every
