@@ -28,6 +28,7 @@ LAYERS = {
     "experts": 3,  # the expert store interface and its implementations
     "model": 4,    # model weights and loading, sessions, the forward pass
     "runtime": 5,  # the engine, generation, scoring, statistics
+    "dist": 5,     # experts over MPI: placement, start-up checks, the MPI transport (beside runtime)
     "server": 6,   # the HTTP server and its scheduler
     "cli": 7,      # the front ends
 }

@@ -213,7 +213,9 @@ struct Phase {
 };
 
 int run_bench(const BenchFlags& f) {
-  Engine e(f.engine.options(false));
+  OpenedEngine opened = open_engine(f.engine, false);
+  if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
+  Engine& e = *opened.engine;
   const ModelConfig& c = e.config();
   const std::vector<int32_t> prompt = f.ids.empty() ? fixed_ids(f.prompt_tokens, c.vocab_size, f.seed)
                                                     : parse_ids(f.ids, c.vocab_size, "--ids");

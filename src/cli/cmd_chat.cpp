@@ -472,7 +472,9 @@ void add_chat_command(CLI::App& app, Runner& run) {
         run_chat_loop(chat, sig);
         return 0;
       }
-      Engine e(f->engine.options(false));
+      OpenedEngine opened = open_engine(f->engine, false);
+      if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
+      Engine& e = *opened.engine;
       const TextModel tm = open_text_model(f->engine.model, e.config(), f->text.chat_template, false);
       const int64_t ctx = context_size(e.config(), f->text.ctx);
       LocalChat chat(e, tm, f->text, ctx, sig);

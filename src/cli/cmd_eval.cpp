@@ -71,9 +71,12 @@ void add_eval_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--json", f->json, "Print one JSON object");
   cmd->callback([f, &run] {
     run = [f]() -> int {
-      Engine e(f->engine.options(false));
+      OpenedEngine opened = open_engine(f->engine, false);
+      if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
+      Engine& e = *opened.engine;
       std::unique_ptr<Engine> r;
       if (!f->ref.empty()) {
+        if (f->engine.experts_over == "mpi") fail("eval --ref: not with --experts-over mpi (one model per job)");
         EngineFlags rf = f->engine;
         rf.model = f->ref;
         r = std::make_unique<Engine>(rf.options(false));

@@ -30,7 +30,9 @@ void add_generate_command(CLI::App& app, Runner& run) {
     run = [f]() -> int {
       if (f->temperature != 0.0)
         fail("--temperature {}: sampling is not implemented yet; only --temperature 0 (greedy) works", f->temperature);
-      Engine e(f->engine.options(false));
+      OpenedEngine opened = open_engine(f->engine, false);
+      if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
+      Engine& e = *opened.engine;
       const ModelConfig& c = e.config();
       const std::vector<int32_t> prompt = parse_ids(f->ids, c.vocab_size, "--ids");
       const int64_t P = static_cast<int64_t>(prompt.size());

@@ -75,7 +75,9 @@ void add_run_command(CLI::App& app, Runner& run) {
         f->prompt = read_prompt(f->file);
         if (f->prompt.empty()) fail("{}: the prompt is empty", f->file == "-" ? "stdin" : f->file);
       }
-      Engine e(f->engine.options(false));
+      OpenedEngine opened = open_engine(f->engine, false);
+      if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
+      Engine& e = *opened.engine;
       const ModelConfig& c = e.config();
       const TextModel tm = open_text_model(f->engine.model, c, f->text.chat_template, f->raw);
       const int64_t ctx = context_size(c, f->text.ctx);

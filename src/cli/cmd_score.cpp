@@ -28,7 +28,9 @@ void add_score_command(CLI::App& app, Runner& run) {
   cmd->add_flag("--json", f->json, "Print JSON (the only output format)");
   cmd->callback([f, &run] {
     run = [f]() -> int {
-      Engine e(f->engine.options(f->mtp));
+      OpenedEngine opened = open_engine(f->engine, f->mtp);
+      if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
+      Engine& e = *opened.engine;
       const ModelConfig& c = e.config();
       const std::vector<int32_t> ids = parse_ids(f->ids, c.vocab_size, "--ids");
       const int64_t T = static_cast<int64_t>(ids.size()), V = c.vocab_size;

@@ -148,7 +148,9 @@ void add_serve_command(CLI::App& app, Runner& run) {
           waiter.join();
         }
       } join_waiter{ctl, waiter};
-      Engine e(f->engine.options(false));
+      OpenedEngine opened = open_engine(f->engine, false);
+      if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
+      Engine& e = *opened.engine;
       const TextModel tm = open_text_model(f->engine.model, e.config(), f->chat_template, false);
       o.sched.ctx = context_size(e.config(), f->ctx);
       if (o.model_id == "strata" || o.model_id.empty())

@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 
@@ -45,6 +46,65 @@ void EngineFlags::add(CLI::App* cmd) {
                   "(docs/speculative.md)");
   cmd->add_option("--spec-k", spec_k, "Speculative decoding: most draft tokens per step")
       ->check(CLI::Range(1, kSpecMaxDraft));
+  cmd->add_option("--experts-over", experts_over,
+                  "Where routed experts are computed: local (this process) or mpi (spread over the ranks of an "
+                  "mpirun job; rank 0 runs the rest; docs/distributed.md)")
+      ->check(CLI::IsMember({"local", "mpi"}));
+  cmd->add_option("--mpi-timeout", mpi_timeout,
+                  "With --experts-over mpi: seconds rank 0 waits for a rank's outputs of one layer before it "
+                  "ends the job naming the rank and layer")
+      ->check(CLI::Range(0.1, 86400.0));
+}
+
+OpenedEngine open_engine(const EngineFlags& f, bool load_mtp) {
+  OpenedEngine r;
+  EngineOptions o = f.options(load_mtp);
+  if (f.experts_over != "mpi") {
+    r.engine = std::make_unique<Engine>(o);
+    return r;
+  }
+  MpiOptions mo;
+  mo.timeout_s = f.mpi_timeout;
+  mo.verbose = !f.quiet;
+  r.mpi = join_mpi(mo);
+  MpiJob& job = *r.mpi;
+  if (job.rank() > 0) o.verbose = false;  // rank 0 speaks for the job
+  // Every step that can fail on one rank is followed by a collective check,
+  // so no rank is left waiting for one that gave up.
+  std::shared_ptr<const Model> model;
+  std::string err;
+  try {
+    model = load_engine_model(o);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  job.all_ok(model != nullptr, "open the model", err);
+  o.experts.owned = job.agree(*model, o.experts.ram_bytes);
+  if (job.rank() == 0) o.peers = job.peers();
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = std::make_unique<Engine>(model, o);
+  } catch (const std::exception& e) {
+    err = e.what();
+  }
+  job.all_ok(engine != nullptr, "open the engine", err);
+  if (job.rank() == 0) {
+    r.engine = std::move(engine);
+    return r;
+  }
+  const PeerServeStats st = job.serve(engine->runner());
+  if (f.stats || f.stats_json) {
+    const PhaseStats& ps = engine->runner().stats();
+    std::fprintf(stderr,
+                 "strata: rank %d: %llu layer messages, %llu experts over %llu rows; compute %.3f s (expert store "
+                 "%.3f, matmul %.3f), waiting for rank 0 %.3f s; exchanged %.2f MB; read %.1f MB from disk\n",
+                 job.rank(), static_cast<unsigned long long>(st.layers), static_cast<unsigned long long>(st.experts),
+                 static_cast<unsigned long long>(st.rows), static_cast<double>(st.compute_ns) / 1e9,
+                 static_cast<double>(ps.expert_wait_ns) / 1e9, static_cast<double>(ps.expert_ns) / 1e9,
+                 static_cast<double>(st.idle_ns) / 1e9, static_cast<double>(st.bytes) / 1e6,
+                 static_cast<double>(engine->experts().stats().bytes_read) / 1e6);
+  }
+  return r;
 }
 
 EngineOptions EngineFlags::options(bool load_mtp) const {
@@ -85,7 +145,9 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
 
 void finish_engine(const Engine& e, const EngineFlags& f, bool save_usage) {
   std::fflush(stdout);
-  if (save_usage) e.save_usage();
+  // Over MPI each rank's store saw only its own experts: no rank's usage.json
+  // would be the whole picture, so none is written (docs/distributed.md).
+  if (save_usage && f.experts_over != "mpi") e.save_usage();
   if (!f.stats && !f.stats_json) return;
   const EngineStats s = e.stats();
   if (f.stats_json) std::fprintf(stderr, "%s\n", stats_json(s).dump().c_str());

@@ -4,9 +4,11 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "dist/mpi_job.h"
 #include "runtime/engine.h"
 
 namespace strata::cli {
@@ -27,10 +29,25 @@ struct EngineFlags {
   bool quiet = false;            // no start-up lines (kernel path, expert cache)
   std::string spec = "off";      // speculative decoding: off | auto | mtp | ngram
   int spec_k = 4;                // most drafts per step
+  // Experts over MPI (docs/distributed.md).
+  std::string experts_over = "local";  // local | mpi
+  double mpi_timeout = 120.0;          // seconds rank 0 waits for a rank's outputs of one layer
   void add(CLI::App* cmd);
   // The engine's options from these flags; throws naming the flag that is wrong.
   EngineOptions options(bool load_mtp) const;
 };
+
+// The engine of a model-running subcommand. With --experts-over mpi the
+// process joins the MPI job (dist/mpi_job.h): on rank 0 `engine` is the
+// engine, whose forward has the other ranks compute their experts; on every
+// other rank this serves experts until rank 0 ends, and returns no engine
+// (the subcommand returns `status`). `mpi` outlives the engine.
+struct OpenedEngine {
+  std::unique_ptr<MpiJob> mpi;
+  std::unique_ptr<Engine> engine;
+  int status = 0;
+};
+OpenedEngine open_engine(const EngineFlags& f, bool load_mtp);
 
 // --model's value: a model's config.json or manifest.json stands for its
 // directory; another regular file is a usage error (CLI::ValidationError).

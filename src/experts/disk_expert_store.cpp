@@ -68,7 +68,18 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
       l.fd_direct = try_open_file(l.path, O_RDONLY | O_DIRECT);  // not every filesystem allows it
       l.direct = l.fd_direct.valid();
     }
-    total_bytes_ += l.read_bytes * static_cast<uint64_t>(rec.count);
+    if (!o.owned.empty()) {
+      if (o.owned.size() != static_cast<size_t>(n_layers) || o.owned[static_cast<size_t>(rec.layer)].size() != l.prior.size())
+        fail("expert store: the ownership table does not match layer {} of {}", rec.layer, dir_);
+      l.owned = o.owned[static_cast<size_t>(rec.layer)];
+    } else {
+      l.owned.assign(static_cast<size_t>(rec.count), 1);
+    }
+    for (uint8_t w : l.owned) l.n_owned += w;
+    owned_all_ &= l.n_owned == rec.count;
+    total_bytes_ += l.read_bytes * static_cast<uint64_t>(l.n_owned);
+    n_owned_ += l.n_owned;
+    n_experts_ += rec.count;
     ++moe_layers;
   }
 
@@ -126,7 +137,8 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
   for (int64_t L = 0; L < n_layers; ++L) {
     const Layer& l = layers_[static_cast<size_t>(L)];
     if (!l.rec) continue;
-    for (int32_t e = 0; e < l.rec->count; ++e) cands.push_back({l.prior[static_cast<size_t>(e)], L, e});
+    for (int32_t e = 0; e < l.rec->count; ++e)
+      if (l.owned[static_cast<size_t>(e)]) cands.push_back({l.prior[static_cast<size_t>(e)], L, e});
   }
   std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.usage > b.usage; });
   for (const Cand& cd : cands) {
@@ -149,7 +161,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     for (const Slot& s : l.slots) pinned_here += s.pinned;
     const uint64_t share = moe_layers ? rest / static_cast<uint64_t>(moe_layers) : 0;
     int64_t n = static_cast<int64_t>(share / l.read_bytes);
-    n = std::clamp<int64_t>(n, 1, std::max<int64_t>(1, l.rec->count - pinned_here));
+    n = std::clamp<int64_t>(n, 1, std::max<int64_t>(1, l.n_owned - pinned_here));
     l.lru_slots = n;
     for (int64_t i = 0; i < n; ++i) new_slot(l);
     cache_bytes_ += static_cast<uint64_t>(n) * l.read_bytes;
@@ -384,6 +396,7 @@ std::string DiskExpertStore::describe() const {
   std::string s = fmt::format("expert cache: budget {} of {} experts on disk; {} pinned, {} LRU", gb(budget_),
                               gb(total_bytes_), gb(pinned_bytes_), gb(cache_bytes_));
   if (budget_clamped_) s += " (raised to the minimum of one expert slot per layer)";
+  if (!owned_all_) s += fmt::format(" (this rank serves {} of {} experts)", n_owned_, n_experts_);
   return s;
 }
 

@@ -72,6 +72,8 @@ class DiskExpertStore final : public ExpertStore {
     std::vector<uint64_t> usage;    // this run
     std::vector<uint64_t> prior;    // from usage.json
     int64_t lru_slots = 0;
+    std::vector<uint8_t> owned;     // 1: this process serves the expert (experts over MPI)
+    int64_t n_owned = 0;
   };
 
   // Reads expert `expert` into s.buf and verifies it; returns "" or an error.
@@ -92,6 +94,8 @@ class DiskExpertStore final : public ExpertStore {
   uint64_t tick_ = 0;
   uint64_t budget_ = 0, pinned_bytes_ = 0, total_bytes_ = 0, cache_bytes_ = 0;
   bool budget_clamped_ = false;
+  bool owned_all_ = true;
+  int64_t n_owned_ = 0, n_experts_ = 0;
 
   // The I/O thread and its queue of read-aheads (layer, expert, slot).
   bool prefetch_ = false;

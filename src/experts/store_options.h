@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "experts/expert_store.h"
 #include "format/container.h"
@@ -26,6 +27,10 @@ struct ExpertCacheOptions {
   bool autopin = true;     // without explicit pins, pin the hottest experts of earlier runs
   bool direct_io = true;
   bool prefetch = true;    // read predicted next-layer experts on an I/O thread
+  // Experts over MPI (docs/distributed.md): owned[layer][expert] = 1 for the
+  // experts this process serves; only those count towards the pool, are
+  // pinned or cached. Empty: every expert.
+  std::vector<std::vector<uint8_t>> owned;
 };
 
 // The store for a container's experts: read from disk through a RAM cache

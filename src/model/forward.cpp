@@ -14,7 +14,12 @@
 namespace strata {
 
 ModelRunner::ModelRunner(const Model& model, ExpertStore& store, ThreadPool& pool, const ComputeOptions& compute)
-    : m_(model), store_(store), pool_(pool), compute_(&pool, compute) {
+    : ModelRunner(model, store, pool, compute, nullptr) {}
+
+ModelRunner::ModelRunner(const Model& model, ExpertStore& store, ThreadPool& pool, const ComputeOptions& compute,
+                         ExpertPeers* peers)
+    : m_(model), store_(store), peers_(peers && peers->size() > 1 ? peers : nullptr), pool_(pool),
+      compute_(&pool, compute) {
   ws_.parts.resize(static_cast<size_t>(pool.size()));
 }
 
@@ -196,6 +201,7 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
     pu.assign(pidx, pidx + n * K);
     std::sort(pu.begin(), pu.end());
     pu.erase(std::unique(pu.begin(), pu.end()), pu.end());
+    if (peers_) std::erase_if(pu, [&](int32_t e) { return peers_->owner(next, e) != 0; });
     store_.prefetch(next, pu);
   }
   stats_.router_ns += now_ns() - t_router;
@@ -206,6 +212,8 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   std::sort(uni.begin(), uni.end());
   uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
   float* slot = grow(ws_.slot_out, static_cast<size_t>(n * K * D));
+  // Experts over MPI: other processes compute theirs while we compute ours.
+  const bool exchanging = peers_ && start_peers(L, n, x, idx);
   const int64_t chunk = std::max<int64_t>(1, store_.max_batch(L));
   for (size_t c0 = 0; c0 < uni.size(); c0 += static_cast<size_t>(chunk)) {
     const size_t c1 = std::min(uni.size(), c0 + static_cast<size_t>(chunk));
@@ -227,6 +235,15 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
     }
     store_.release(L);
   }
+  if (exchanging) {
+    {
+      ScopedTimer t{stats_.peer_wait_ns};
+      peers_->wait();
+    }
+    const float* py = ws_.peer_y.data();
+    for (size_t j = 0; j < ws_.peer_slots.size(); ++j)
+      std::memcpy(slot + static_cast<int64_t>(ws_.peer_slots[j]) * D, py + static_cast<int64_t>(j) * D, D * sizeof(float));
+  }
 
   // Per row, in the row's own top-k order: the same sum whatever the batch.
   for (int64_t r = 0; r < n; ++r) {
@@ -242,6 +259,72 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
     float* sh = grow(ws_.ys, static_cast<size_t>(n * D));
     mlp(lw.shared, x, n, sh);
     for (int64_t i = 0; i < n * D; ++i) y[i] += sh[i];
+  }
+}
+
+bool ModelRunner::start_peers(int64_t L, int64_t n, const float* x, const int32_t* idx) {
+  const int64_t K = m_.config.num_experts_per_tok, D = m_.config.hidden_size;
+  const int P = peers_->size();
+  std::vector<int32_t>& uni = ws_.expert_union;
+  std::vector<int32_t>& pe = ws_.peer_experts;
+  std::vector<int32_t>& pr = ws_.peer_rows;
+  std::vector<int32_t>& ps = ws_.peer_slots;
+  std::vector<int64_t>& off = ws_.peer_off;
+  pe.clear();
+  pr.clear();
+  ps.clear();
+  off.assign(static_cast<size_t>(P) + 1, 0);
+  // Peer by peer, each peer's experts in union (ascending) order, each
+  // expert's slots in (row, k) order: the packing the peer computes over.
+  for (int p = 1; p < P; ++p) {
+    off[static_cast<size_t>(p)] = static_cast<int64_t>(pe.size());
+    for (int32_t e : uni) {
+      if (peers_->owner(L, e) != p) continue;
+      const size_t before = ps.size();
+      for (int64_t j = 0; j < n * K; ++j)
+        if (idx[j] == e) ps.push_back(static_cast<int32_t>(j));
+      pe.push_back(e);
+      pr.push_back(static_cast<int32_t>(ps.size() - before));
+    }
+  }
+  off[static_cast<size_t>(P)] = static_cast<int64_t>(pe.size());
+  if (pe.empty()) return false;
+  std::erase_if(uni, [&](int32_t e) { return peers_->owner(L, e) != 0; });
+  const int64_t m = static_cast<int64_t>(ps.size());
+  float* px = grow(ws_.peer_x, static_cast<size_t>(m * D));
+  float* py = grow(ws_.peer_y, static_cast<size_t>(m * D));
+  for (int64_t j = 0; j < m; ++j) std::memcpy(px + j * D, x + (ps[static_cast<size_t>(j)] / K) * D, D * sizeof(float));
+  PeerWork w;
+  w.layer = L;
+  w.hidden = D;
+  w.experts = pe;
+  w.rows = pr;
+  w.expert_off = off;
+  w.x = px;
+  w.y = py;
+  peers_->start(w);
+  stats_.peer_bytes += static_cast<uint64_t>(2 * m * D) * sizeof(float) + pe.size() * 2 * sizeof(int32_t);
+  return true;
+}
+
+void ModelRunner::compute_experts(int64_t L, std::span<const int32_t> experts, std::span<const int32_t> rows,
+                                  const float* x, float* y) {
+  const int64_t D = m_.config.hidden_size;
+  const int64_t chunk = std::max<int64_t>(1, store_.max_batch(L));
+  int64_t row = 0;
+  for (size_t c0 = 0; c0 < experts.size(); c0 += static_cast<size_t>(chunk)) {
+    const size_t c1 = std::min(experts.size(), c0 + static_cast<size_t>(chunk));
+    {
+      ScopedTimer t{stats_.expert_wait_ns};
+      store_.acquire(L, experts.subspan(c0, c1 - c0), ws_.experts);
+    }
+    ScopedTimer t{stats_.expert_ns};
+    for (size_t i = c0; i < c1; ++i) {
+      const int64_t m = rows[i];
+      mlp(*ws_.experts[i - c0], x + row * D, m, y + row * D);
+      row += m;
+    }
+    store_.release(L);
   }
 }
 

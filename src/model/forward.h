@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "experts/expert_store.h"
+#include "model/expert_peers.h"
 #include "kernels/matmul.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
@@ -77,6 +78,12 @@ struct Workspace {
   std::vector<const MlpWeights*> experts;    // what the store handed out for one chunk
   std::vector<float> xs, ys;                 // [m, D]: one expert's input rows, its output (then the shared expert's)
   std::vector<float> slot_out;               // [n, K, D]: each (row, k) expert output
+  // Experts over MPI (model/expert_peers.h): the union's experts other
+  // processes own, packed in peer order, their row counts, and per peer the
+  // first of them; the (row, k) slot of each packed row; the rows and outputs.
+  std::vector<int32_t> peer_experts, peer_rows, peer_slots;
+  std::vector<int64_t> peer_off;             // [peers + 1]
+  std::vector<float> peer_x, peer_y;         // [packed rows, D]
 
   std::vector<std::pair<Session*, int32_t>> seen;  // check_rows: (session, position) of every row
   MatmulScratch mm;                                // every matmul's quantized activations
@@ -102,9 +109,11 @@ struct PhaseStats {
   uint64_t router_ns = 0;       // router matmul and top-k
   uint64_t expert_wait_ns = 0;  // waiting for the expert store (disk reads)
   uint64_t expert_ns = 0;       // routed-expert matmuls
+  uint64_t peer_wait_ns = 0;    // experts over MPI: waiting for other ranks' outputs after computing our own
+  uint64_t peer_bytes = 0;      // experts over MPI: rows sent + outputs received (bytes)
   uint64_t rows = 0;
   uint64_t other_ns() const {
-    const uint64_t parts = attention_ns + router_ns + expert_wait_ns + expert_ns;
+    const uint64_t parts = attention_ns + router_ns + expert_wait_ns + expert_ns + peer_wait_ns;
     return total_ns > parts ? total_ns - parts : 0;
   }
 };
@@ -114,6 +123,10 @@ class ModelRunner {
   // `compute`: the kernel path and activation mode every matmul uses (the
   // best path, int8 activations by default).
   ModelRunner(const Model& model, ExpertStore& store, ThreadPool& pool, const ComputeOptions& compute = {});
+  // Experts over MPI: the routed experts `peers` says other processes own
+  // are computed there (nullptr, or one process: every expert here).
+  ModelRunner(const Model& model, ExpertStore& store, ThreadPool& pool, const ComputeOptions& compute,
+              ExpertPeers* peers);
 
   // Runs the decoder over `rows`, writing their keys into their sessions.
   // logits: [count of rows with want_logits, vocab] in row order (may be
@@ -128,6 +141,12 @@ class ModelRunner {
   // a chained draft feeds back as `hidden` for the position after p_i.
   void forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts, float* logits,
                    float* hidden_out = nullptr);
+
+  // A peer's side of experts over MPI: experts[i] of `layer` over its rows[i]
+  // input rows (packed one expert after another in x, [sum rows, D]); the
+  // outputs to the same place in y. The same store and kernels as forward().
+  void compute_experts(int64_t layer, std::span<const int32_t> experts, std::span<const int32_t> rows, const float* x,
+                       float* y);
 
   const Model& model() const { return m_; }
   const Compute& compute() const { return compute_; }
@@ -145,12 +164,16 @@ class ModelRunner {
   void mm(const Weight& w, const float* x, int64_t n, float* y) { matmul(compute_, w, x, n, y, ws_.mm); }
   void mlp(const MlpWeights& w, const float* x, int64_t n, float* y);
   void moe(int64_t L, int64_t n, const float* x, float* y);
+  // Moves the union's experts other processes own out of ws_.expert_union,
+  // packs their rows and starts the exchange; returns whether it started one.
+  bool start_peers(int64_t L, int64_t n, const float* x, const int32_t* idx);
   // Routes n rows through layer L's router: top-k experts and their weights.
   void route(int64_t L, int64_t n, const float* x, int32_t* idx, float* wts);
   void head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out);
 
   const Model& m_;
   ExpertStore& store_;
+  ExpertPeers* peers_ = nullptr;
   ThreadPool& pool_;
   Compute compute_;
   Workspace ws_;

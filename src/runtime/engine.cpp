@@ -18,15 +18,15 @@ const EngineOptions& checked(const EngineOptions& o) {
   return o;
 }
 
-std::shared_ptr<const Model> load(const EngineOptions& o) {
+}  // namespace
+
+std::shared_ptr<const Model> load_engine_model(const EngineOptions& o) {
   LoadOptions lo;
   lo.load_mtp = o.load_mtp || o.spec.mode == SpecMode::Mtp || o.spec.mode == SpecMode::Auto;
   return load_model(o.model, lo);
 }
 
-}  // namespace
-
-Engine::Engine(const EngineOptions& o) : o_(checked(o)), model_(load(o)) { open(); }
+Engine::Engine(const EngineOptions& o) : o_(checked(o)), model_(load_engine_model(o)) { open(); }
 
 Engine::Engine(std::shared_ptr<const Model> model, const EngineOptions& o) : o_(checked(o)), model_(std::move(model)) {
   open();
@@ -46,7 +46,7 @@ void Engine::open() {
   std::vector<bool> moe(model_->weights.layers.size());
   for (size_t l = 0; l < moe.size(); ++l) moe[l] = c.is_moe(static_cast<int64_t>(l));
   heat_ = std::make_unique<CountingExpertStore>(*store_, moe, c.n_routed_experts);
-  runner_ = std::make_unique<ModelRunner>(*model_, *heat_, *pool_, o.compute);
+  runner_ = std::make_unique<ModelRunner>(*model_, *heat_, *pool_, o.compute, o.peers);
   if (o.spec.mode == SpecMode::Mtp && !has_mtp())
     fail("--spec mtp: {} has no MTP layer loaded (num_nextn_predict_layers = {})", o.model.empty() ? "the model" : o.model,
          c.num_nextn_predict_layers);

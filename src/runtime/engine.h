@@ -29,7 +29,14 @@ struct EngineOptions {
   ExpertCacheOptions experts; // containers: RAM budget, pins, read-ahead, O_DIRECT
   SpecOptions spec;           // speculative decoding (mtp and auto load the MTP layer)
   bool verbose = true;        // start-up lines on stderr (kernel path, expert cache)
+  // Experts over MPI (docs/distributed.md): the routed experts other ranks
+  // compute (rank 0 only; experts.owned names this rank's). Not owned.
+  ExpertPeers* peers = nullptr;
 };
+
+// The model an Engine with these options would load (o.model, the MTP layer
+// when asked for or when speculation may use it).
+std::shared_ptr<const Model> load_engine_model(const EngineOptions& o);
 
 class Engine {
  public:

@@ -39,6 +39,21 @@ std::string spec_text(const SpecStats& sp) {
 }
 }  // namespace
 
+namespace {
+
+// Experts over MPI (rank 0): the exchange with the other ranks, when there was one.
+std::string peer_text(const EngineStats& s) {
+  const PhaseStats& ps = s.phases;
+  if (ps.peer_bytes == 0) return "";
+  const uint64_t tok = s.tokens.prompt_tokens + s.tokens.decode_tokens;
+  return fmt::format("experts over MPI: exchanged {:.2f} MB ({:.1f} KB per token), waited {:.3f} s for other ranks\n",
+                     static_cast<double>(ps.peer_bytes) / 1e6,
+                     tok ? static_cast<double>(ps.peer_bytes) / 1e3 / static_cast<double>(tok) : 0.0,
+                     sec(ps.peer_wait_ns));
+}
+
+}  // namespace
+
 std::string stats_text(const EngineStats& s) {
   const PhaseStats& ps = s.phases;
   return fmt::format(
@@ -48,7 +63,7 @@ std::string stats_text(const EngineStats& s) {
       s.tokens.prompt_tokens, s.prompt_tok_s(), s.tokens.decode_tokens, s.decode_tok_s(), 100.0 * s.experts.hit_rate(),
       static_cast<double>(s.experts.bytes_read) / 1e6, sec(ps.total_ns), sec(ps.attention_ns), sec(ps.router_ns),
       sec(ps.expert_wait_ns), sec(ps.expert_ns), sec(ps.other_ns()), static_cast<double>(s.peak_rss_bytes) / 1e6) +
-         spec_text(s.spec);
+         peer_text(s) + spec_text(s.spec);
 }
 
 Json stats_json(const EngineStats& s) {
@@ -66,6 +81,10 @@ Json stats_json(const EngineStats& s) {
   j["time_s"] = {{"total", sec(ps.total_ns)},         {"attention", sec(ps.attention_ns)},
                  {"router", sec(ps.router_ns)},       {"expert_wait", sec(ps.expert_wait_ns)},
                  {"expert_matmul", sec(ps.expert_ns)}, {"other", sec(ps.other_ns())}};
+  if (ps.peer_bytes > 0) {  // experts over MPI (docs/distributed.md)
+    j["time_s"]["peer_wait"] = sec(ps.peer_wait_ns);
+    j["peer_bytes"] = ps.peer_bytes;
+  }
   j["resident_bytes"] = s.resident_bytes;
   if (s.memory.on_disk) {
     j["ram_budget_bytes"] = s.memory.budget_bytes;
