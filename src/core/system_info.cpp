@@ -64,7 +64,9 @@ MemoryInfo memory_info() {
     }
     const size_t a = line.find(':'), b = a == std::string::npos ? a : line.find(':', a + 1);
     if (b != std::string::npos) {
-      const std::string ctrls = "," + line.substr(a + 1, b - a - 1) + ",";
+      std::string ctrls = ",";  // built in place: GCC 12 warns (-Wrestrict) on "," + substr + ","
+      ctrls.append(line, a + 1, b - a - 1);
+      ctrls.push_back(',');
       if (ctrls.find(",memory,") != std::string::npos) {
         v1 = true;
         v1path = line.substr(b + 1);
