@@ -7,11 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
@@ -22,6 +20,7 @@
 #include "core/error.h"
 #include "core/io.h"
 #include "core/json.h"
+#include "core/system_info.h"
 
 namespace strata::cli {
 
@@ -59,53 +58,6 @@ std::vector<int32_t> fixed_ids(int64_t n, int64_t vocab, uint64_t seed) {
     out[static_cast<size_t>(i)] = static_cast<int32_t>(1 + z % static_cast<uint64_t>(vocab - 1));
   }
   return out;
-}
-
-// Multi-threaded streaming read of a buffer much larger than the LLC, 64-byte
-// vectors with four independent accumulators per thread; best of `tries`, GB/s.
-double memory_read_gb_s(size_t bytes, int threads, int tries) {
-  using V = unsigned long long __attribute__((vector_size(64)));  // wraps, never overflows
-  const size_t nvec = bytes / sizeof(V);
-  V* buf = static_cast<V*>(std::aligned_alloc(4096, nvec * sizeof(V)));
-  if (!buf) fail("bench: cannot allocate {} MiB for the memory-bandwidth test", bytes >> 20);
-  std::memset(buf, 1, nvec * sizeof(V));  // fault every page in first
-  std::atomic<unsigned long long> sink{0};
-  double best = 0.0;
-  for (int t = 0; t < tries; ++t) {
-    std::vector<std::thread> th;
-    std::atomic<int> ready{0};
-    std::atomic<bool> go{false};
-    uint64_t t0 = 0;
-    for (int k = 0; k < threads; ++k)
-      th.emplace_back([&, k] {
-        const size_t per = nvec / static_cast<size_t>(threads) / 4 * 4;
-        const V* p = buf + per * static_cast<size_t>(k);
-        V a0{}, a1{}, a2{}, a3{};
-        ready.fetch_add(1);
-        while (!go.load(std::memory_order_acquire)) {
-        }
-        for (size_t i = 0; i < per; i += 4) {
-          a0 += p[i];
-          a1 += p[i + 1];
-          a2 += p[i + 2];
-          a3 += p[i + 3];
-        }
-        const V s = a0 + a1 + a2 + a3;
-        unsigned long long r = 0;
-        for (int j = 0; j < 8; ++j) r += s[j];
-        sink.fetch_add(r);
-      });
-    while (ready.load() < threads) std::this_thread::yield();
-    t0 = now_ns();
-    go.store(true, std::memory_order_release);
-    for (auto& x : th) x.join();
-    const uint64_t dt = now_ns() - t0;
-    const size_t read = nvec / static_cast<size_t>(threads) / 4 * 4 * static_cast<size_t>(threads) * sizeof(V);
-    best = std::max(best, static_cast<double>(read) / static_cast<double>(dt));
-  }
-  std::free(buf);
-  if (sink.load() == 42) std::fprintf(stderr, " ");  // keep the reads
-  return best;
 }
 
 struct DiskResult {

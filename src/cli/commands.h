@@ -22,5 +22,7 @@ void add_run_command(CLI::App& app, Runner& run);
 void add_chat_command(CLI::App& app, Runner& run);
 void add_serve_command(CLI::App& app, Runner& run);
 void add_bench_command(CLI::App& app, Runner& run);
+void add_doctor_command(CLI::App& app, Runner& run);
+void add_plan_command(CLI::App& app, Runner& run);
 
 }  // namespace strata::cli

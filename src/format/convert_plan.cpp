@@ -64,14 +64,18 @@ std::string scale_name_of(const std::string& name) {
 
 class Planner {
  public:
-  Planner(const Checkpoint& ck, const ModelConfig& c) : ck_(ck), c_(c) {}
+  // `ck` null: sizes from config.json alone (make_plan_from_config), no
+  // source tensor is checked or counted.
+  Planner(const Checkpoint* ck, const ModelConfig& c) : ck_(ck), c_(c) {}
 
   // Checks a source tensor's presence, shape and dtype; returns its bytes
   // (with the FP8 scale tensor) and marks both as used.
   uint64_t source(const std::string& name, const std::vector<int64_t>& shape, bool matrix) {
-    const TensorEntry& e = ck_.entry(name);
+    if (!ck_) return 0;
+    const Checkpoint& ck = *ck_;
+    const TensorEntry& e = ck.entry(name);
     if (e.shape != shape)
-      fail("{}: tensor \"{}\" has shape {}, expected {} (from config.json)", ck_.file_of(name).path(), name,
+      fail("{}: tensor \"{}\" has shape {}, expected {} (from config.json)", ck.file_of(name).path(), name,
            shape_str(e.shape), shape_str(shape));
     used_.insert(name);
     uint64_t bytes = e.bytes();
@@ -82,14 +86,14 @@ class Planner {
       case DType::F8_E4M3:
         if (matrix) {
           const std::string s = scale_name_of(name);
-          if (!ck_.has(s)) fail("{}: FP8 tensor \"{}\" has no scale tensor \"{}\"", ck_.file_of(name).path(), name, s);
+          if (!ck.has(s)) fail("{}: FP8 tensor \"{}\" has no scale tensor \"{}\"", ck.file_of(name).path(), name, s);
           used_.insert(s);
-          bytes += ck_.entry(s).bytes();
+          bytes += ck.entry(s).bytes();
           break;
         }
         [[fallthrough]];
       default:
-        fail("{}: tensor \"{}\" has dtype {}, expected BF16, F16, F32{}", ck_.file_of(name).path(), name,
+        fail("{}: tensor \"{}\" has dtype {}, expected BF16, F16, F32{}", ck.file_of(name).path(), name,
              dtype_name(e.dtype), matrix ? " or F8_E4M3" : "");
     }
     return bytes;
@@ -153,7 +157,7 @@ class Planner {
   std::vector<ExpertItem> expert_items;
 
  private:
-  const Checkpoint& ck_;
+  const Checkpoint* ck_;
   const ModelConfig& c_;
   uint64_t cursor_ = 0;
   std::set<std::string> used_;
@@ -183,23 +187,26 @@ Json source_identity(const Checkpoint& ck, const std::string& in_dir, const std:
 
 }  // namespace
 
-Plan make_plan(const Checkpoint& ck, const ConvertOptions& o) {
+namespace {
+
+// The plan's layout from config.json (and the checkpoint when there is one).
+Plan layout(const Checkpoint* ckp, const ConvertOptions& o) {
   Plan plan;
   const std::string cfg_path = (fs::path(o.in_dir) / "config.json").string();
   const std::string cfg_text = read_small_file(cfg_path, 16u << 20);
   plan.config_json = parse_json(cfg_text, cfg_path);
   plan.cfg = parse_model_config(plan.config_json, cfg_path);
   plan.options = o.to_json();
-  plan.source = source_identity(ck, o.in_dir, cfg_text);
+  if (ckp) plan.source = source_identity(*ckp, o.in_dir, cfg_text);
   const ModelConfig& c = plan.cfg;
 
   const int64_t nh = c.num_hidden_layers;
-  if (c.num_nextn_predict_layers > 0 && !ck.has("model.layers." + std::to_string(nh) + ".eh_proj.weight"))
+  if (ckp && c.num_nextn_predict_layers > 0 && !ckp->has("model.layers." + std::to_string(nh) + ".eh_proj.weight"))
     fail("{}: config has num_nextn_predict_layers={} but the checkpoint has no MTP layer tensors "
          "(model.layers.{}.eh_proj.weight)",
          o.in_dir, c.num_nextn_predict_layers, nh);
 
-  Planner P(ck, c);
+  Planner P(ckp, c);
   const int64_t g = o.group_size, D = c.hidden_size, H = c.num_attention_heads;
   P.matrix("model.embed_tokens.weight", c.vocab_size, D, format_of_bits(o.embed_bits), g);
   for (int64_t L = 0; L < c.num_weight_layers(); ++L) {
@@ -228,7 +235,8 @@ Plan make_plan(const Checkpoint& ck, const ConvertOptions& o) {
     const std::string mp = p + ".mlp";
     if (c.is_moe(L)) {
       P.matrix(mp + ".gate.weight", c.n_routed_experts, D, WeightFormat::F32, 0);
-      if (ck.has(mp + ".gate.e_score_correction_bias")) P.vector(mp + ".gate.e_score_correction_bias", c.n_routed_experts);
+      // Without a checkpoint, assume the bias (every glm_moe_dsa checkpoint has it).
+      if (!ckp || ckp->has(mp + ".gate.e_score_correction_bias")) P.vector(mp + ".gate.e_score_correction_bias", c.n_routed_experts);
       if (c.n_shared_experts > 0) {
         const int64_t w = c.moe_intermediate_size * c.n_shared_experts;
         const WeightFormat f = fmt_for(o.shared_bits);
@@ -255,8 +263,9 @@ Plan make_plan(const Checkpoint& ck, const ConvertOptions& o) {
 
   plan.dense = std::move(P.dense);
   plan.experts = std::move(P.expert_items);
-  for (const std::string& n : ck.names())
-    if (!P.used().count(n)) plan.unused.push_back(n);
+  if (ckp)
+    for (const std::string& n : ckp->names())
+      if (!P.used().count(n)) plan.unused.push_back(n);
 
   FileItem dense{kDenseFile, FileKind::Dense, 0, P.dense_bytes(), 0};
   for (const DenseItem& d : plan.dense) dense.src_bytes += d.src_bytes;
@@ -278,5 +287,12 @@ Plan make_plan(const Checkpoint& ck, const ConvertOptions& o) {
   for (const FileItem& f : plan.files) plan.total_src += f.src_bytes;
   return plan;
 }
+
+
+}  // namespace
+
+Plan make_plan(const Checkpoint& ck, const ConvertOptions& o) { return layout(&ck, o); }
+
+Plan make_plan_from_config(const ConvertOptions& o) { return layout(nullptr, o); }
 
 }  // namespace strata::conversion

@@ -64,5 +64,11 @@ inline bool is_int(WeightFormat f) { return f == WeightFormat::INT8 || f == Weig
 // Reads DIR/config.json and the checkpoint's headers; throws strata::Error
 // naming the file and tensor when the checkpoint does not fit the config.
 Plan make_plan(const Checkpoint& ck, const ConvertOptions& o);
+// The same layout from DIR/config.json alone (no weights needed: `strata
+// plan`): every file's size and every record's place are those make_plan
+// gives for a checkpoint of that config; nothing is checked against source
+// tensors, source byte counts are 0, and each MoE layer is assumed to have
+// its e_score_correction_bias (as every glm_moe_dsa checkpoint does).
+Plan make_plan_from_config(const ConvertOptions& o);
 
 }  // namespace strata::conversion

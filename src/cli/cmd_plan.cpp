@@ -1,0 +1,306 @@
+// strata plan: before downloading or converting, how big a model's container
+// is and how fast it would decode here at a range of RAM budgets
+// (docs/plan.md). Sizes come from the converter's own layout
+// (format/convert_plan.h) computed from config.json alone; speed from a
+// routing trace replayed through a model of the expert cache
+// (experts/cache_model.h), the memory bandwidth and the disk throughput.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "core/error.h"
+#include "core/io.h"
+#include "core/json.h"
+#include "core/system_info.h"
+#include "experts/cache_model.h"
+#include "experts/disk_probe.h"
+#include "format/container.h"
+#include "format/convert_plan.h"
+
+namespace strata::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct PlanFlags {
+  std::string model;
+  double ram_gb = 0.0;  // memory this machine can give strata (0: available memory / cgroup limit)
+  std::string disk_dir;
+  double disk_gbps = 0.0;
+  double mem_gbps = 0.0;
+  double headroom_gb = 1.0;  // memory beyond weights: KV cache, activations, the OS
+  std::string experts;  // "", int4 or int8: the recommendation considers both when empty
+  std::string usage;    // routing popularity (usage.json or an eval routing file)
+  int trace_tokens = 512;
+  uint64_t seed = 1;
+  bool json = false;
+};
+
+// One precision's sizes, from the converter's layout.
+struct Sizes {
+  int bits = 4;
+  uint64_t dense_file = 0, expert_pool = 0, container = 0;
+  uint64_t dense_per_token = 0;  // resident bytes one decoded token reads
+  uint64_t expert_blob = 0, expert_read = 0;
+  int64_t moe_layers = 0, n_experts = 0, k = 0;
+};
+
+Sizes sizes_for(const std::string& dir, int bits) {
+  ConvertOptions o;
+  o.in_dir = dir;
+  o.expert_bits = bits;
+  const conversion::Plan p = conversion::make_plan_from_config(o);
+  const ModelConfig& c = p.cfg;
+  Sizes s;
+  s.bits = bits;
+  s.n_experts = c.n_routed_experts;
+  s.k = c.num_experts_per_tok;
+  for (const conversion::FileItem& f : p.files) {
+    s.container += f.bytes;
+    if (f.kind == conversion::FileKind::Dense) s.dense_file += f.bytes;
+    if (f.kind == conversion::FileKind::Experts) s.expert_pool += f.bytes;
+  }
+  const std::string mtp_prefix = "model.layers." + std::to_string(c.num_hidden_layers) + ".";
+  for (const conversion::DenseItem& d : p.dense) {
+    if (d.name.rfind(mtp_prefix, 0) == 0) continue;  // the MTP layer runs only with --spec mtp
+    const uint64_t b = d.rec.bytes + d.rec.scales_bytes;
+    s.dense_per_token += d.name == "model.embed_tokens.weight" ? b / static_cast<uint64_t>(std::max<int64_t>(1, c.vocab_size)) : b;
+  }
+  for (const conversion::ExpertItem& e : p.experts) {
+    if (e.rec.layer >= c.num_hidden_layers) continue;
+    ++s.moe_layers;
+    s.expert_blob = e.rec.blob_bytes;
+    s.expert_read = e.rec.stride;  // blob rounded up to 4096: one read
+  }
+  return s;
+}
+
+// Per-layer popularity from a container's usage.json ({"format":
+// "strata-usage", "layers": {"L": [counts]}}) or an eval routing file
+// ({"layers": {"L": {"usage_fraction": [...]}}}).
+std::vector<std::vector<double>> read_popularity(const std::string& path) {
+  const Json j = parse_json(read_small_file(path, 64u << 20), path);
+  if (!j.is_object() || !j.contains("layers") || !j["layers"].is_object())
+    fail("{}: expected an object with \"layers\" (a container's usage.json or an eval routing file)", path);
+  std::map<long long, std::vector<double>> by_layer;
+  for (auto it = j["layers"].begin(); it != j["layers"].end(); ++it) {
+    const Json& v = it.value().is_object() && it.value().contains("usage_fraction") ? it.value()["usage_fraction"] : it.value();
+    if (!v.is_array() || v.empty()) fail("{}: layers.{}: expected an array of usage numbers", path, it.key());
+    std::vector<double> p;
+    for (const Json& x : v) {
+      if (!x.is_number() || !(x.get<double>() >= 0)) fail("{}: layers.{}: usage values must be numbers >= 0", path, it.key());
+      p.push_back(x.get<double>());
+    }
+    by_layer[std::atoll(it.key().c_str())] = std::move(p);
+  }
+  std::vector<std::vector<double>> out;
+  for (auto& [L, p] : by_layer) out.push_back(std::move(p));
+  return out;
+}
+
+double gb(double b) { return b / 1e9; }
+
+int run_plan(const PlanFlags& f) {
+  const std::string dir = f.model;
+  if (!fs::is_regular_file(fs::path(dir) / "config.json"))
+    fail("--model {}: no config.json there (give a checkpoint or container directory, or its config.json)", dir);
+  const bool container = is_container(dir);
+  uint64_t container_actual = 0;
+  int container_bits = 0;
+  if (container) {
+    const Manifest m = read_manifest(dir);
+    for (const FileRecord& r : m.files) container_actual += r.bytes;
+    container_bits = m.options.value("experts", "int4") == "int8" ? 8 : 4;
+  }
+  std::vector<int> precisions;
+  if (f.experts == "int4" || f.experts == "int8") precisions = {f.experts == "int8" ? 8 : 4};
+  else precisions = {4, 8};
+  std::vector<Sizes> sizes;
+  for (int b : {4, 8}) sizes.push_back(sizes_for(dir, b));
+
+  // The machine: given, or measured here.
+  const MemoryInfo mi = memory_info();
+  double ram = f.ram_gb > 0 ? f.ram_gb * 1e9 : static_cast<double>(mi.cgroup_limit_bytes ? std::min(mi.cgroup_limit_bytes, mi.available_bytes) : mi.available_bytes);
+  const double mem_gbps = f.mem_gbps > 0 ? f.mem_gbps : memory_read_gb_s(512u << 20, usable_cores(), 3);
+  double disk_gbps = f.disk_gbps;
+  std::string disk_source = "--disk-gbps";
+  if (disk_gbps <= 0) {
+    DiskProbeOptions po;
+    po.dir = f.disk_dir.empty() ? "." : f.disk_dir;
+    po.read_bytes = std::max<uint64_t>(4096, sizes[0].expert_read);
+    po.depths = {1};
+    const DiskProbe d = probe_disk(po);
+    if (d.reads.empty()) fail("--disk {}: could not measure reads ({}); pass --disk-gbps", po.dir, d.error);
+    disk_gbps = d.reads[0].gb_s;
+    disk_source = fmt::format("measured under {} (queue depth 1, {} KiB reads{})", d.dir, po.read_bytes >> 10,
+                              d.reads_direct ? ", O_DIRECT" : ", buffered: may include page-cache hits");
+  }
+
+  // The routing trace: independent draws from the learned popularity.
+  const std::vector<std::vector<double>> pop = f.usage.empty() ? std::vector<std::vector<double>>{} : read_popularity(f.usage);
+  const Sizes& s0 = sizes[0];
+  if (s0.moe_layers < 1) fail("{}: the config has no MoE layers", dir);
+  const RoutingTrace trace = independent_trace(pop, s0.moe_layers, s0.n_experts, s0.k, f.trace_tokens, f.seed);
+  const int64_t warmup = f.trace_tokens / 4;
+
+  // Rows: the total memory strata may use, from the dense part plus a
+  // fraction of each precision's expert pool (and round sizes in GB between),
+  // plus this machine's.
+  const uint64_t headroom = static_cast<uint64_t>(f.headroom_gb * 1e9);  // KV cache, activations, the OS
+  const double lo = static_cast<double>(sizes[0].dense_file + headroom);
+  const double hi = static_cast<double>(sizes.back().dense_file + sizes.back().expert_pool + headroom);
+  std::vector<double> rams{ram};
+  for (int b : precisions) {
+    const Sizes& s = sizes[b == 8 ? 1 : 0];
+    for (double fr : {0.0, 1.0 / 32, 1.0 / 16, 1.0 / 8, 1.0 / 4, 3.0 / 8, 1.0 / 2, 5.0 / 8, 3.0 / 4, 7.0 / 8, 1.0})
+      rams.push_back(static_cast<double>(s.dense_file + headroom) + fr * static_cast<double>(s.expert_pool));
+  }
+  for (double g : {8.0, 16.0, 24.0, 32.0, 48.0, 64.0, 96.0, 128.0, 192.0, 256.0, 384.0, 512.0, 768.0, 1024.0})
+    if (g * 1e9 > lo && g * 1e9 < hi) rams.push_back(g * 1e9);
+  std::sort(rams.begin(), rams.end());
+  rams.erase(std::unique(rams.begin(), rams.end(), [](double a, double b) { return std::fabs(a - b) <= 1e-9 * b; }),
+             rams.end());
+  auto is_here = [ram](double r) { return std::fabs(r - ram) <= 1e-9 * ram; };
+
+  struct Row {
+    double ram;
+    int bits;
+    uint64_t budget;
+    int64_t slots;
+    DecodePrediction p;
+    bool fits;
+  };
+  std::vector<Row> rows;
+  const StackDistances dist = lru_stack_distances(trace, warmup);
+  for (double r : rams)
+    for (int b : precisions) {
+      const Sizes& s = sizes[b == 8 ? 1 : 0];
+      const double left = r - static_cast<double>(s.dense_file) - static_cast<double>(headroom);
+      const bool fits = left >= 0;
+      const uint64_t budget = fits ? std::min<uint64_t>(static_cast<uint64_t>(left), s.expert_pool) : 0;
+      const int64_t slots = lru_slots_for_budget(budget, s.moe_layers, s.expert_read, s.n_experts);
+      DecodeCost c{s.dense_per_token, s.expert_blob, s.expert_read, s.moe_layers, s.k, mem_gbps, disk_gbps};
+      rows.push_back({r, b, budget, slots, predict_decode(c, dist.at(slots).hit_rate()), fits});
+    }
+  // Recommendation at `ram`: the precision with the higher predicted speed
+  // that fits (int8 is the more accurate; prefer it on a tie within 5%).
+  const Row* best = nullptr;
+  for (const Row& row : rows)
+    if (is_here(row.ram) && row.fits)
+      if (!best || row.p.tok_s > best->p.tok_s * (row.bits == 8 ? 0.95 : 1.05)) best = &row;
+
+  const std::string trace_desc = fmt::format(
+      "{} tokens drawn independently from {} (first {} warm the cache), top-{} of {} per layer", f.trace_tokens,
+      f.usage.empty() ? std::string("uniform expert popularity") : "the popularity in " + f.usage, warmup, s0.k,
+      s0.n_experts);
+  if (f.json) {
+    Json js = Json::object();
+    for (const Sizes& s : sizes)
+      js[s.bits == 8 ? "int8" : "int4"] = {{"dense_bytes", s.dense_file},
+                                           {"expert_pool_bytes", s.expert_pool},
+                                           {"container_bytes", s.container},
+                                           {"expert_blob_bytes", s.expert_blob},
+                                           {"expert_read_bytes", s.expert_read},
+                                           {"dense_bytes_per_token", s.dense_per_token},
+                                           {"expert_bytes_per_token", s.expert_blob * static_cast<uint64_t>(s.k * s.moe_layers)}};
+    Json jr = Json::array();
+    for (const Row& row : rows)
+      jr.push_back({{"ram_bytes", static_cast<uint64_t>(row.ram)},
+                    {"experts", row.bits == 8 ? "int8" : "int4"},
+                    {"fits", row.fits},
+                    {"expert_budget_bytes", row.budget},
+                    {"lru_slots_per_layer", row.slots},
+                    {"hit_rate", row.p.hit_rate},
+                    {"disk_bytes_per_token", row.p.disk_bytes_per_token},
+                    {"compute_ms", row.p.compute_s * 1e3},
+                    {"disk_ms", row.p.disk_s * 1e3},
+                    {"tok_s", row.fits ? row.p.tok_s : 0.0}});
+    Json out{{"schema", 1},
+             {"model", dir},
+             {"container", container},
+             {"model_shape", {{"moe_layers", s0.moe_layers}, {"experts", s0.n_experts}, {"top_k", s0.k}}},
+             {"sizes", js},
+             {"machine", {{"ram_bytes", static_cast<uint64_t>(ram)}, {"mem_gb_s", mem_gbps}, {"disk_gb_s", disk_gbps}, {"disk_source", disk_source}}},
+             {"trace", trace_desc},
+             {"rows", jr}};
+    if (container) out["container_bytes_actual"] = container_actual;
+    if (best)
+      out["recommendation"] = {{"experts", best->bits == 8 ? "int8" : "int4"},
+                               {"ram_flag_gb", static_cast<double>(best->budget) / 1e9},
+                               {"tok_s", best->p.tok_s},
+                               {"hit_rate", best->p.hit_rate}};
+    std::printf("%s\n", out.dump(1).c_str());
+    return 0;
+  }
+  std::printf("model %s: %lld MoE layers x %lld experts, top-%lld\n", dir.c_str(), static_cast<long long>(s0.moe_layers),
+              static_cast<long long>(s0.n_experts), static_cast<long long>(s0.k));
+  std::printf("%-6s %12s %14s %14s %12s %14s %14s\n", "", "dense (GB)", "expert pool", "container", "one expert",
+              "dense B/token", "expert B/token");
+  for (const Sizes& s : sizes)
+    std::printf("%-6s %12.4g %14.4g %14.4g %9.4g MiB %14.3g %14.3g\n", s.bits == 8 ? "int8" : "int4", gb(s.dense_file),
+                gb(s.expert_pool), gb(s.container), static_cast<double>(s.expert_read) / (1 << 20),
+                static_cast<double>(s.dense_per_token), static_cast<double>(s.expert_blob * static_cast<uint64_t>(s.k * s.moe_layers)));
+  if (container)
+    std::printf("this container: %.3f GB on disk (experts %s)\n", gb(static_cast<double>(container_actual)),
+                container_bits == 8 ? "int8" : "int4");
+  std::printf("machine: memory %.1f GB/s, disk %.2f GB/s (%s), RAM for strata %.1f GB\n", mem_gbps, disk_gbps,
+              disk_source.c_str(), gb(ram));
+  std::printf("trace: %s\n\n", trace_desc.c_str());
+  std::printf("%9s %6s %12s %6s %7s %12s %10s %9s %9s\n", "RAM (GB)", "prec", "--ram (GB)", "slots", "hit", "disk MB/tok",
+              "compute ms", "disk ms", "tok/s");
+  for (const Row& row : rows) {
+    if (!row.fits) {
+      std::printf("%9.4g %6s %12s  dense part does not fit\n", gb(row.ram), row.bits == 8 ? "int8" : "int4", "-");
+      continue;
+    }
+    std::printf("%9.4g %6s %12.4g %6lld %6.1f%% %12.4g %10.4g %9.4g %9.4g%s\n", gb(row.ram), row.bits == 8 ? "int8" : "int4",
+                gb(static_cast<double>(row.budget)), static_cast<long long>(row.slots), 100.0 * row.p.hit_rate,
+                row.p.disk_bytes_per_token / 1e6, row.p.compute_s * 1e3, row.p.disk_s * 1e3, row.p.tok_s,
+                is_here(row.ram) ? "  <- this machine" : "");
+  }
+  if (best)
+    std::printf("\nrecommended here: convert with --experts %s, run with --ram %.1f: about %.3g tok/s (%.0f%% hits)\n",
+                best->bits == 8 ? "int8" : "int4", static_cast<double>(best->budget) / 1e9, best->p.tok_s,
+                100.0 * best->p.hit_rate);
+  else
+    std::printf("\nthe dense part does not fit in %.1f GB at any precision\n", gb(ram));
+  std::printf("(a model, not a measurement: docs/plan.md states its assumptions)\n");
+  return 0;
+}
+
+}  // namespace
+
+void add_plan_command(CLI::App& app, Runner& run) {
+  auto f = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand("plan", "Predict a model's sizes and decode speed here at a range of RAM budgets");
+  cmd->add_option("--model", f->model, "A checkpoint or container directory, or just its config.json (no weights needed)")
+      ->required()
+      ->transform(model_dir_of, "", "");
+  cmd->add_option("--ram", f->ram_gb, "Memory strata may use here in GB (default: available memory, or the cgroup limit)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--disk", f->disk_dir, "Directory whose disk would hold the container (measured; default: .)");
+  cmd->add_option("--disk-gbps", f->disk_gbps, "Expert-read throughput in GB/s instead of measuring --disk")
+      ->check(CLI::Range(1e-6, 1e4));
+  cmd->add_option("--mem-gbps", f->mem_gbps, "Memory read bandwidth in GB/s instead of measuring it")->check(CLI::Range(1e-6, 1e5));
+  cmd->add_option("--headroom", f->headroom_gb,
+                  "GB of memory kept beyond the weights (KV cache, activations, the OS; default 1)")
+      ->check(CLI::Range(0.0, 1e4));
+  cmd->add_option("--experts", f->experts, "Only this precision of routed experts: int4 or int8 (default: both)")
+      ->check(CLI::IsMember({"int4", "int8"}));
+  cmd->add_option("--usage", f->usage,
+                  "Routing popularity: a container's usage.json or an eval routing file (default: uniform)");
+  cmd->add_option("--trace-tokens", f->trace_tokens, "Tokens of the synthetic routing trace (default 512)")
+      ->check(CLI::Range(8, 1 << 16));
+  cmd->add_option("--seed", f->seed, "Seed of the routing trace (default 1)");
+  cmd->add_flag("--json", f->json, "One JSON object (schema 1, docs/plan.md)");
+  cmd->callback([f, &run] { run = [f] { return run_plan(*f); }; });
+}
+
+}  // namespace strata::cli

@@ -1,0 +1,39 @@
+// Facts about the machine that decide how fast strata runs (`strata doctor`,
+// `strata plan`, `strata bench`): the CPU's name and cores, memory (RAM,
+// a cgroup limit, swap, transparent huge pages) and a short bounded
+// measurement of memory read bandwidth. Everything is read from /proc and
+// /sys when asked; nothing is cached.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace strata {
+
+struct MemoryInfo {
+  uint64_t total_bytes = 0;      // MemTotal
+  uint64_t available_bytes = 0;  // MemAvailable
+  uint64_t swap_total_bytes = 0, swap_free_bytes = 0;
+  // The tightest memory limit of this process's cgroup (v2 memory.max or v1
+  // memory.limit_in_bytes); 0 when there is none (or it is above the RAM).
+  uint64_t cgroup_limit_bytes = 0;
+  std::string cgroup_version;  // "v2", "v1" or "none"
+  // /sys/kernel/mm/transparent_hugepage/enabled, the selected word
+  // ("always", "madvise", "never"), or "unknown".
+  std::string thp;
+};
+
+MemoryInfo memory_info();
+
+// The CPU's model name (/proc/cpuinfo "model name", or the AArch64 "CPU
+// part" line), "unknown" when absent; and the cores this process may run on.
+std::string cpu_model_name();
+int usable_cores();
+
+// Multi-threaded streaming read of a `bytes` buffer (much larger than the
+// last-level cache), best of `tries`, in GB/s (1e9 bytes per second). Each
+// try reads the buffer once; the buffer is allocated, faulted in and freed
+// here.
+double memory_read_gb_s(size_t bytes, int threads, int tries);
+
+}  // namespace strata

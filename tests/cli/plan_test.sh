@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# `strata plan` on a fixture's config.json (no weights read): the JSON's
+# sizes match the converter (int4 pool below int8), predictions are sane and
+# rise with RAM, and the human table and the recommendation print.
+# Usage: plan_test.sh STRATA_BINARY
+set -euo pipefail
+strata=$1
+here=$(cd "$(dirname "$0")/../.." && pwd)
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+cfg=$here/tests/fixtures/glm5-tiny-bf16/config.json
+"$strata" plan --model "$cfg" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 200 --json >"$tmp/plan.json"
+/usr/bin/python3 - "$tmp/plan.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["schema"] == 1 and p["container"] is False
+s4, s8 = p["sizes"]["int4"], p["sizes"]["int8"]
+for s in (s4, s8):
+    assert set(s) == {"dense_bytes", "expert_pool_bytes", "container_bytes", "expert_blob_bytes", "expert_read_bytes",
+                      "dense_bytes_per_token", "expert_bytes_per_token"}, s
+    assert s["container_bytes"] > s["dense_bytes"] + s["expert_pool_bytes"] - 1
+    assert s["expert_read_bytes"] % 4096 == 0 and s["expert_read_bytes"] >= s["expert_blob_bytes"]
+assert s4["expert_pool_bytes"] < s8["expert_pool_bytes"] and s4["dense_bytes"] == s8["dense_bytes"]
+assert p["machine"]["disk_gb_s"] == 2 and p["machine"]["mem_gb_s"] == 20
+for prec in ("int4", "int8"):
+    rows = [r for r in p["rows"] if r["experts"] == prec and r["fits"]]
+    assert len(rows) >= 3, rows
+    for a, b in zip(rows, rows[1:]):
+        assert a["ram_bytes"] < b["ram_bytes"] and a["tok_s"] <= b["tok_s"] + 1e-9 and a["hit_rate"] <= b["hit_rate"] + 1e-9
+    for r in rows:
+        assert 0 <= r["hit_rate"] <= 1 and r["tok_s"] > 0
+        t = r["compute_ms"] + r["disk_ms"]
+        assert abs(1000 / t - r["tok_s"]) < 1e-6 * r["tok_s"], r
+    assert rows[-1]["hit_rate"] == 1.0 or rows[-1]["expert_budget_bytes"] < (s4 if prec == "int4" else s8)["expert_pool_bytes"]
+rec = p["recommendation"]
+assert rec["experts"] in ("int4", "int8") and rec["tok_s"] > 0
+PY
+"$strata" plan --model "$(dirname "$cfg")" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --experts int4 --trace-tokens 100 >"$tmp/plan.txt"
+grep -q "recommended here: convert with --experts int4" "$tmp/plan.txt"
+grep -q "this machine" "$tmp/plan.txt"
+if "$strata" plan --model "$tmp" --disk-gbps 1 --mem-gbps 1 >/dev/null 2>"$tmp/err.txt"; then echo "plan accepted a dir without config.json"; exit 1; fi
+grep -q "no config.json" "$tmp/err.txt"
+echo "plan ok"
