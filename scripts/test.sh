@@ -31,9 +31,10 @@ npm_packages() {
 }
 
 # ninja -k 0: build every target that can be built, so a test phase after a
-# failed build still runs the tests of the targets that did build.
+# failed build still runs the tests of the targets that did build. Warnings
+# are errors here (STRATA_WERROR), never in a user's build (scripts/setup.sh).
 release_build() {
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null && ninja -C build -k 0
+  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON >/dev/null && ninja -C build -k 0
 }
 
 # A test that fails is run once more before the run fails: the server tests

@@ -1,13 +1,10 @@
 #include "cli/chat_loop.h"
 
-#include <poll.h>
-#include <unistd.h>
-
 #include <cctype>
-#include <cerrno>
 #include <cstdio>
 #include <string_view>
 
+#include "cli/line_input.h"
 #include "cli/text_common.h"
 #include "core/clock.h"
 
@@ -15,50 +12,7 @@ namespace strata::cli {
 
 namespace {
 
-// Lines from a file descriptor, without stdio: a Ctrl-C while waiting must
-// wake us (poll() returns EINTR even under SA_RESTART).
-class LineReader {
- public:
-  enum class Result { Line, Eof, Interrupted };
-  explicit LineReader(int fd) : fd_(fd) {}
-  Result next(std::string& line, const std::function<bool()>& interrupted) {
-    for (;;) {
-      const size_t nl = buf_.find('\n');
-      if (nl != std::string::npos) {
-        line = buf_.substr(0, nl);
-        buf_.erase(0, nl + 1);
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        return Result::Line;
-      }
-      if (eof_) {
-        if (buf_.empty()) return Result::Eof;
-        line = std::move(buf_);
-        buf_.clear();
-        return Result::Line;
-      }
-      if (interrupted()) return Result::Interrupted;
-      pollfd p{fd_, POLLIN, 0};
-      const int r = ::poll(&p, 1, -1);
-      if (r < 0) {
-        if (errno == EINTR) continue;  // interrupted() decides
-        eof_ = true;
-        continue;
-      }
-      char tmp[4096];
-      const ssize_t n = ::read(fd_, tmp, sizeof tmp);
-      if (n > 0) {
-        buf_.append(tmp, static_cast<size_t>(n));
-      } else if (n == 0 || errno != EINTR) {
-        eof_ = true;
-      }
-    }
-  }
-
- private:
-  int fd_;
-  std::string buf_;
-  bool eof_ = false;
-};
+constexpr std::string_view kBlockQuote = "\"\"\"";
 
 void out(std::string_view s) {
   std::fwrite(s.data(), 1, s.size(), stdout);
@@ -81,18 +35,41 @@ void split_set(const std::string& line, std::string& key, std::string& val) {
 bool ChatSignals::interrupted() const { return sigint_count() != seen; }
 
 void run_chat_loop(ChatMode& mode, ChatSignals& sig) {
-  const bool tty_in = ::isatty(STDIN_FILENO) == 1;
-  LineReader reader(STDIN_FILENO);
+  const std::unique_ptr<LineInput> input = open_line_input();
+  const bool tty_in = input->terminal();
+  const auto interrupted = [&] { return sig.interrupted(); };
   std::string line;
   bool armed = false;  // one Ctrl-C seen while idle
   while (!sig.quit) {
-    if (tty_in) out("> ");
-    const LineReader::Result r = reader.next(line, [&] { return sig.interrupted(); });
-    if (r == LineReader::Result::Eof) {
+    LineInput::Result r = input->next("> ", line, interrupted);
+    // On a terminal, a line starting with """ opens a block that ends with a
+    // line ending in """ (as in ollama): one turn of several lines.
+    if (tty_in && r == LineInput::Result::Line && line.rfind(kBlockQuote, 0) == 0) {
+      std::string block = line.substr(3), more;
+      bool closed = block.size() >= 3 && block.compare(block.size() - 3, 3, kBlockQuote) == 0;
+      while (!closed) {
+        r = input->next("... ", more, interrupted);
+        if (r != LineInput::Result::Line) break;
+        closed = more.size() >= 3 && more.compare(more.size() - 3, 3, kBlockQuote) == 0;
+        block += "\n" + more;
+      }
+      if (closed) block.resize(block.size() - 3);
+      if (r == LineInput::Result::Line) {
+        input->remember(line.substr(0, 3) + block + std::string(kBlockQuote));
+        line = block;
+        if (line.empty()) continue;
+        armed = false;
+        mode.turn(line);
+        continue;
+      }
+    } else if (tty_in && r == LineInput::Result::Line && !line.empty()) {
+      input->remember(line);
+    }
+    if (r == LineInput::Result::Eof) {
       if (tty_in) out("\n");
       break;
     }
-    if (r == LineReader::Result::Interrupted) {
+    if (r == LineInput::Result::Interrupted) {
       sig.seen = sigint_count();
       const uint64_t t = now_ns();
       const bool quick = mode.quick_double_quits() && sig.last_ns && t - sig.last_ns < 1000000000ull;

@@ -14,6 +14,8 @@
 // the same loop, each turn one streamed /v1/chat/completions request with the
 // whole history (the server keeps the shared prefix in its KV cache).
 #include <httplib.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cctype>
@@ -22,12 +24,14 @@
 #include <cstring>
 #include <optional>
 
+#include "cli/answer_view.h"
 #include "cli/chat_loop.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/text_common.h"
 #include "core/clock.h"
 #include "core/error.h"
+#include "server/glm_output.h"
 
 namespace strata::cli {
 
@@ -36,6 +40,44 @@ namespace {
 void out(std::string_view s) {
   std::fwrite(s.data(), 1, s.size(), stdout);
   std::fflush(stdout);
+}
+
+// Why connecting to http://HOST[:PORT] failed (httplib says only
+// "Connection"): one plain connect() to the same address, named for a person.
+std::string connect_failure(const std::string& base) {
+  std::string hp = base.substr(std::string("http://").size());
+  hp = hp.substr(0, hp.find('/'));
+  std::string host = hp, port = "80";
+  if (!hp.empty() && hp[0] == '[') {  // [v6]:port
+    const size_t e = hp.find(']');
+    host = hp.substr(1, e == std::string::npos ? std::string::npos : e - 1);
+    if (e != std::string::npos && e + 1 < hp.size() && hp[e + 1] == ':') port = hp.substr(e + 2);
+  } else if (const size_t c = hp.rfind(':'); c != std::string::npos) {
+    host = hp.substr(0, c);
+    port = hp.substr(c + 1);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (const int g = ::getaddrinfo(host.c_str(), port.c_str(), &hints, &res); g != 0)
+    return fmt::format("cannot resolve {} ({})", host, ::gai_strerror(g));
+  int err = 0;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    const int r = ::connect(fd, a->ai_addr, a->ai_addrlen);
+    err = r == 0 ? 0 : errno;
+    ::close(fd);
+    if (err == 0) break;
+  }
+  ::freeaddrinfo(res);
+  if (err == ECONNREFUSED) return "connection refused at " + base + " (is `strata serve` running there?)";
+  if (err == 0) return "cannot connect to " + base + " (it accepts connections now: try again)";
+  return fmt::format("cannot connect to {}: {}", base, std::strerror(err));
 }
 
 bool parse_bool(const std::string& v, bool& b) {
@@ -53,7 +95,7 @@ class LocalChat final : public ChatMode {
     so_ = tf.sampler_options(tm.gen);
     seq_.set_sampling(so_);
     n_max_ = tf.n;
-    think_ = !tf.no_think;
+    think_ = tf.thinking();
     ignore_eos_ = tf.ignore_eos;
     if (!tf.system.empty()) history_.push_back({.role = "system", .content = tf.system});
     base_ = history_.size();
@@ -142,7 +184,8 @@ class LocalChat final : public ChatMode {
     gp.ban_stops_first = last_reason_ == StopReason::Eos;
     seq_.resume(gp);
     TurnStats st;
-    last_text_ += answer(false, st).value_or("");
+    const bool in_reasoning = !raw_ && !parse_glm_output(last_text_, opened_reasoning_).reasoning_complete;
+    last_text_ += answer(in_reasoning, st).value_or("");
     last_reason_ = st.reason;
     history_.back() = assistant_message(last_text_);
     return true;
@@ -179,23 +222,28 @@ class LocalChat final : public ChatMode {
   }
 
   // Runs one answer (begun or resumed): prefill, then tokens as they come;
-  // prints the footer. `opens_think`: print <think> once the prompt is in
-  // (the generation prompt opened a reasoning block). nullopt: Ctrl-C came
-  // during the prompt.
+  // prints the footer. `opens_think`: the output starts inside a reasoning
+  // block (the generation prompt opened one, or :more continues one).
+  // nullopt: Ctrl-C came during the prompt.
   std::optional<std::string> answer(bool opens_think, TurnStats& st) {
     const ExpertStoreStats before = e_.experts().stats();
     std::string shown;
-    bool opened = false;
-    auto open = [&] {
-      if (opens_think && !opened) out("<think>");
-      opened = true;
+    // Reasoning and content split as the server splits them, so that the
+    // attached chat prints the same (cli/answer_view.h).
+    AnswerView view(stdout, ::isatty(STDOUT_FILENO) == 1, /*safe=*/true);
+    server::GlmStreamSplit split(opens_think);
+    const auto show = [&](const std::string& text, bool final) {
+      if (raw_) return view.content(text);
+      std::string r, c;
+      split.push(text, r, c, final);
+      view.reasoning(r);
+      view.content(c);
     };
     st = run_turn(
         e_, seq_,
         [&](const StepOutput& o) {
-          open();
           shown += o.text;
-          if (!o.text.empty()) out(terminal_safe(o.text));
+          if (!o.text.empty()) show(o.text, false);
         },
         [this] { return sig_.interrupted(); });
     if (st.reason == StopReason::Interrupted && seq_.prefilling()) {
@@ -204,7 +252,8 @@ class LocalChat final : public ChatMode {
       std::fprintf(stderr, "[interrupted during the prompt]\n");
       return std::nullopt;
     }
-    open();
+    show("", true);
+    view.finish();
     const uint64_t t_decode = st.first_token_ns ? st.first_token_ns : st.end_ns;
     const uint64_t sig_now = sigint_count();
     if (sig_now != sig_.seen) {
@@ -265,6 +314,7 @@ class AttachedChat final : public ChatMode {
     cli_->set_read_timeout(3600, 0);
     if (!api_key.empty()) headers_.emplace("Authorization", "Bearer " + api_key);
     auto r = cli_->Get("/v1/models", headers_);
+    if (!r && r.error() == httplib::Error::Connection) fail("chat --attach: {}", connect_failure(base_));
     if (!r) fail("--attach {}: cannot connect ({})", url, httplib::to_string(r.error()));
     if (r->status != 200) fail("--attach {}: /v1/models answered HTTP {}: {}", url, r->status, r->body);
     try {
@@ -274,7 +324,7 @@ class AttachedChat final : public ChatMode {
       fail("--attach {}: /v1/models did not answer an OpenAI model list", url);
     }
     n_max_ = tf.n;
-    think_ = !tf.no_think;
+    think_ = tf.thinking();
     if (!tf.system.empty()) history_.push_back({{"role", "system"}, {"content", tf.system}});
     base_len_ = history_.size();
     if (tf.temperature >= 0) sampling_["temperature"] = tf.temperature;
@@ -337,7 +387,7 @@ class AttachedChat final : public ChatMode {
     if (n_max > 0) req["max_tokens"] = n_max;
 
     std::string buf, content, reasoning, finish, error_body;
-    bool in_reasoning = false;
+    AnswerView view(stdout, ::isatty(STDOUT_FILENO) == 1, /*safe=*/true);
     Json usage;
     const uint64_t t0 = now_ns();
     uint64_t t_first = 0;
@@ -374,17 +424,15 @@ class AttachedChat final : public ChatMode {
         const Json& d = ch.value("delta", Json::object());
         if (d.contains("reasoning_content") && d["reasoning_content"].is_string()) {
           if (!t_first) t_first = now_ns();
-          if (!in_reasoning) out("<think>"), in_reasoning = true;
           const std::string t = d["reasoning_content"].get<std::string>();
           reasoning += t;
-          out(terminal_safe(t));
+          view.reasoning(t);
         }
         if (d.contains("content") && d["content"].is_string()) {
           if (!t_first) t_first = now_ns();
-          if (in_reasoning) out("</think>"), in_reasoning = false;
           const std::string t = d["content"].get<std::string>();
           content += t;
-          out(terminal_safe(t));
+          view.content(t);
         }
         if (ch.contains("finish_reason") && ch["finish_reason"].is_string()) finish = ch["finish_reason"];
       }
@@ -395,7 +443,7 @@ class AttachedChat final : public ChatMode {
     const bool sent = cli.send(hreq, hres, herr);
     const bool interrupted = sigint_count() != sig_.seen;
     sig_.seen = sigint_count();
-    if (in_reasoning) out("</think>");
+    view.finish();
     out("\n");
     if (status != 200 && status != 0) {
       std::string msg = error_body.empty() ? hres.body : error_body;
@@ -454,8 +502,9 @@ void add_chat_command(CLI::App& app, Runner& run) {
   f->engine.add(cmd);
   f->text.add(cmd);
   cmd->get_option("--model")->required(false);
-  cmd->add_option("--attach", f->attach, "Chat with a running `strata serve` (http://HOST:PORT) instead of loading --model");
-  cmd->add_option("--api-key", f->api_key, "With --attach: the server's API key");
+  cmd->add_option("--attach", f->attach, "Chat with a running `strata serve` (http://HOST:PORT) instead of loading --model")
+      ->group(kGroupAttach);
+  cmd->add_option("--api-key", f->api_key, "With --attach: the server's API key")->group(kGroupAttach);
   cmd->callback([f, &run] {
     if (f->attach.empty() && f->engine.model.empty()) throw CLI::RequiredError("--model (or --attach URL)");
     if (!f->attach.empty() && !f->engine.model.empty()) throw CLI::ValidationError("--attach", "use either --model or --attach");
@@ -472,10 +521,11 @@ void add_chat_command(CLI::App& app, Runner& run) {
         run_chat_loop(chat, sig);
         return 0;
       }
-      OpenedEngine opened = open_engine(f->engine, false);
+      OpenedEngine opened = open_engine(f->engine, false, /*deferred=*/true);
       if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
       Engine& e = *opened.engine;
       const TextModel tm = open_text_model(f->engine.model, e.config(), f->text.chat_template, false);
+      f->engine.announce(e);
       const int64_t ctx = context_size(e.config(), f->text.ctx);
       LocalChat chat(e, tm, f->text, ctx, sig);
       install_sigint_counter(/*once=*/false);

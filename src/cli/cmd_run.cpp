@@ -4,12 +4,14 @@
 
 #include <cstdio>
 
+#include "cli/answer_view.h"
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "cli/text_common.h"
 #include "cli/usage.h"
 #include "core/error.h"
 #include "core/io.h"
+#include "server/glm_output.h"
 
 namespace strata::cli {
 
@@ -50,16 +52,18 @@ void add_run_command(CLI::App& app, Runner& run) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("run", "Answer one prompt, streaming the text as it is generated");
-  f->engine.add(cmd);
-  f->text.add(cmd);
-  CLI::Option* p = cmd->add_option("-p,--prompt", f->prompt, "The prompt (a user message, or plain text with --raw)");
+  CLI::Option* p = cmd->add_option("-p,--prompt", f->prompt, "The prompt (a user message, or plain text with --raw)")
+                       ->group(kGroupInput);
   CLI::Option* w = cmd->add_option("prompt", f->words,
                                    "The prompt as arguments (joined by spaces); or --prompt, -f FILE, or stdin when it "
                                    "is not a terminal");
-  CLI::Option* fo = cmd->add_option("-f,--file", f->file, "Read the prompt from FILE ('-': stdin)");
+  CLI::Option* fo =
+      cmd->add_option("-f,--file", f->file, "Read the prompt from FILE ('-': stdin)")->group(kGroupInput);
   p->excludes(w)->excludes(fo);
   w->excludes(fo);
-  cmd->add_flag("--raw", f->raw, "No chat template: the prompt is the model's input text as is");
+  cmd->add_flag("--raw", f->raw, "No chat template: the prompt is the model's input text as is")->group(kGroupInput);
+  f->engine.add(cmd);
+  f->text.add(cmd);
   cmd->callback([f, p, w, fo, &run] {
     if (w->count() > 0) {
       f->prompt.clear();
@@ -75,18 +79,19 @@ void add_run_command(CLI::App& app, Runner& run) {
         f->prompt = read_prompt(f->file);
         if (f->prompt.empty()) fail("{}: the prompt is empty", f->file == "-" ? "stdin" : f->file);
       }
-      OpenedEngine opened = open_engine(f->engine, false);
+      OpenedEngine opened = open_engine(f->engine, false, /*deferred=*/true);
       if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
       Engine& e = *opened.engine;
       const ModelConfig& c = e.config();
       const TextModel tm = open_text_model(f->engine.model, c, f->text.chat_template, f->raw);
+      f->engine.announce(e);
       const int64_t ctx = context_size(c, f->text.ctx);
 
       std::vector<ChatMessage> msgs;
       if (!f->text.system.empty()) msgs.push_back({.role = "system", .content = f->text.system});
       msgs.push_back({.role = "user", .content = f->prompt});
       ChatRenderOptions ro;
-      ro.enable_thinking = !f->text.no_think;
+      ro.enable_thinking = f->text.thinking();
       // Raw text gets the tokenizer's post-processor (a BOS, if it has one);
       // a template writes its own prefix ([gMASK]<sop>).
       const std::vector<int32_t> prompt = tm.tok.encode(tm.tmpl.render(msgs, nullptr, ro), /*add_special=*/tm.raw());
@@ -101,16 +106,27 @@ void add_run_command(CLI::App& app, Runner& run) {
 
       Sequence seq(c, ctx, &tm.tok, tm.stop_ids, &e.speculator());
       seq.begin(prompt, f->text.params(f->text.sampler_options(tm.gen)));
+      // On a terminal the reasoning shows dimmed between markers, as in chat
+      // (cli/answer_view.h); piped, the model's text goes out as it is.
       const bool tty = ::isatty(STDOUT_FILENO) == 1;
+      const bool split = tty && !tm.raw();
+      AnswerView view(stdout, tty, /*safe=*/tty);
+      server::GlmStreamSplit splitter(tm.tmpl.opens_reasoning(ro));
+      const auto show = [&](const std::string& text, bool final) {
+        if (!split) return view.content(text);
+        std::string r, t;
+        splitter.push(text, r, t, final);
+        view.reasoning(r);
+        view.content(t);
+      };
       const TurnStats st = run_turn(
           e, seq,
-          [tty](const StepOutput& o) {
-            if (o.text.empty()) return;
-            const std::string s = tty ? terminal_safe(o.text) : o.text;
-            std::fwrite(s.data(), 1, s.size(), stdout);
-            std::fflush(stdout);
+          [&](const StepOutput& o) {
+            if (!o.text.empty()) show(o.text, false);
           },
           interrupted);
+      show("", true);
+      view.finish();
       std::fputs("\n", stdout);
       std::fflush(stdout);
       if (st.reason == StopReason::Context)

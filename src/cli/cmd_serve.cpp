@@ -81,52 +81,92 @@ void add_serve_command(CLI::App& app, Runner& run) {
     std::string kv_dir;
     int kv_max_files = 64;
     std::string api_key_file;
+    std::string think = "on";
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
   f->engine.add(cmd);
   server::ServerOptions& so = f->server;
-  cmd->add_option("--host", so.host, "Address to listen on (default 127.0.0.1: this machine only)");
-  cmd->add_option("--port", so.port, "Port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
+  cmd->add_option("--host", so.host, "Address to listen on (127.0.0.1: this machine only)")
+      ->capture_default_str()
+      ->group(kGroupServer);
+  cmd->add_option("--port", so.port, "Port (0: any free port, printed at start)")->check(CLI::Range(0, 65535))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--api-key", so.api_key,
                   "Require 'Authorization: Bearer KEY' (default: no key; visible to local users: prefer "
-                  "--api-key-file or STRATA_API_KEY)");
-  cmd->add_option("--api-key-file", f->api_key_file, "Read the API key from the first line of this file");
+                  "--api-key-file or STRATA_API_KEY)")
+      ->group(kGroupServer);
+  cmd->add_option("--api-key-file", f->api_key_file, "Read the API key from the first line of this file")
+      ->group(kGroupServer);
   cmd->add_option("--allow-host", so.allowed_hosts,
                   "A DNS name clients use to reach the server, accepted in Host and Origin besides addresses, "
-                  "localhost and --host (repeatable; '*': any; docs/security.md)");
+                  "localhost and --host (repeatable; '*': any; docs/security.md)")
+      ->group(kGroupServer);
   cmd->add_option("--max-tokens-ceiling", so.max_tokens_ceiling, "Largest max_tokens honoured; larger ones are clamped")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--max-body", so.max_body, "Largest request body in bytes (413 above)")
-      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--queue", so.sched.queue, "Requests that may wait beyond --parallel (429 above)")
-      ->check(CLI::Range(0, 4096));
+      ->check(CLI::Range(0, 4096))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--parallel", so.sched.parallel, "Requests generated together (continuous batching)")
-      ->check(CLI::Range(1, 256));
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--keep-sessions", so.sched.keep_sessions, "Idle sessions kept for prefix reuse (LRU)")
-      ->check(CLI::Range(0, 256));
+      ->check(CLI::Range(0, 256))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--prefill-chunk", so.sched.prefill_chunk, "Prefill rows per step (interleaved with decodes)")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16));
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 16))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--timeout", so.timeout_s, "Per-request timeout in seconds, queueing included (0: none)")
-      ->check(CLI::Range(0.0, 1e7));
+      ->check(CLI::Range(0.0, 1e7))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--ctx", f->ctx, "Context per request in tokens (default: min(4096, max_position_embeddings))")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->group(kGroupGeneration);
   cmd->add_option("--kv-dir", f->kv_dir,
-                  "Save each finished turn's KV state here and resume conversations from it after a restart");
+                  "Save each finished turn's KV state here and resume conversations from it after a restart")
+      ->group(kGroupServer);
   cmd->add_option("--kv-max-files", f->kv_max_files, "Conversations kept in --kv-dir (least recently used removed)")
-      ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--model-id", so.model_id, "Model name reported by /v1/models (default: the directory name)");
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str()
+      ->group(kGroupServer);
+  cmd->add_option("--model-id", so.model_id, "Model name reported by /v1/models (default: the model directory's name)")
+      ->group(kGroupServer);
   cmd->add_option("--chat-template", f->chat_template, "auto, glm or raw (no template)")
-      ->check(CLI::IsMember({"auto", "glm", "raw"}));
+      ->check(CLI::IsMember({"auto", "glm", "raw"}))
+      ->capture_default_str()
+      ->group(kGroupTemplate);
+  cmd->add_option("--think", f->think,
+                  "Thinking when a request does not say (enable_thinking): on, or off (the template's no-think "
+                  "prompt: short answers land in content, not all in reasoning_content)")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str()
+      ->group(kGroupTemplate);
   cmd->add_option("--log-format", so.log_format,
-                  "One line per request on stderr: text (default), json (one object per line) or off")
+                  "One line per request on stderr: text, json (one object per line) or off")
       ->transform(CLI::CheckedTransformer(std::map<std::string, server::LogFormat>{{"text", server::LogFormat::Text},
                                                                                   {"json", server::LogFormat::Json},
-                                                                                  {"off", server::LogFormat::Off}}));
+                                                                                  {"off", server::LogFormat::Off}})
+                     .description(""))
+      ->type_name("TEXT:{text,json,off}")
+      ->default_str("text")
+      ->group(kGroupOutput);
   cmd->callback([f, &run] {
     run = [f]() -> int {
       server::ServerOptions o = f->server;
       o.api_key = api_key_of(o.api_key, f->api_key_file);
+      o.think = f->think == "on";
       // Blocked first, so every thread started below inherits the mask; the
       // waiter starts before the model loads.
       sigset_t set;
@@ -148,7 +188,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
           waiter.join();
         }
       } join_waiter{ctl, waiter};
-      OpenedEngine opened = open_engine(f->engine, false);
+      OpenedEngine opened = open_engine(f->engine, false, /*deferred=*/true);
       if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
       Engine& e = *opened.engine;
       const TextModel tm = open_text_model(f->engine.model, e.config(), f->chat_template, false);
@@ -189,6 +229,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
         }
       } listed{ctl, srv};
       const int port = srv.bind();
+      f->engine.announce(e);  // once the model, its template and the port are all there
       const uint64_t start_ns = now_ns();
       if (o.api_key.empty() && !loopback_host(o.host))
         std::fprintf(stderr,

@@ -21,44 +21,67 @@ std::string model_dir_of(std::string path) {
 
 void EngineFlags::add(CLI::App* cmd) {
   cmd->add_option("--model", model,
-                  "Model directory: a Hugging Face checkpoint or a strata container (its config.json or "
-                  "manifest.json stands for the directory)")
+                  "The model: a Hugging Face checkpoint directory, a strata container (strata convert), or the "
+                  "config.json (or manifest.json) in either")
       ->required()
-      ->transform(model_dir_of, "", "");
-  cmd->add_option("--threads", threads, "Compute threads (0 = all cores)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--attn", attn, "Attention form: absorbed (decode form) or naive (prefill form)")
-      ->check(CLI::IsMember({"absorbed", "naive"}));
-  cmd->add_flag("--dense-attention", dense_attention, "Keep every causal key (disable DSA top-k selection)");
-  cmd->add_option("--ram", ram_gb, "Containers: RAM budget in GB for routed experts (default: available memory)")
-      ->check(CLI::Range(0.0, 1e6));
-  cmd->add_option("--pin", pin, "Containers: pin experts in RAM: a size in GB, or 'all' (clamped to --ram)");
-  cmd->add_flag("--no-autopin", no_autopin, "Containers: do not pin the experts that earlier runs used most");
-  cmd->add_flag("--no-direct-io", no_direct_io, "Containers: read experts through the page cache");
-  cmd->add_flag("--no-prefetch", no_prefetch, "Containers: do not read the predicted next-layer experts ahead");
-  cmd->add_flag("--stats", stats, "Print speed, expert-cache and time-split statistics at the end (stderr)");
-  cmd->add_flag("--stats-json", stats_json, "Print the statistics as one JSON line (stderr)");
+      ->transform(model_dir_of, "", "")
+      ->group(kGroupModel);
+  cmd->add_option("--threads", threads, "Compute threads (0 = all cores)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str()
+      ->group(kGroupModel);
   cmd->add_option("--kernels", kernels,
-                  "Kernel path: auto (the best this CPU runs), scalar, avx2, avx512, avx512vnni (docs/kernels.md)");
-  cmd->add_flag("-q,--quiet", quiet, "No start-up lines on stderr (kernel path, expert cache)");
+                  "Kernel path: auto (the best this CPU runs), scalar, avx2, avx512, avx512vnni (docs/kernels.md)")
+      ->capture_default_str()
+      ->group(kGroupModel);
+  cmd->add_option("--attn", attn, "Attention form: absorbed (decode form) or naive (prefill form)")
+      ->check(CLI::IsMember({"absorbed", "naive"}))
+      ->capture_default_str()
+      ->group(kGroupModel);
+  cmd->add_flag("--dense-attention", dense_attention, "Keep every causal key (disable DSA top-k selection)")
+      ->group(kGroupModel);
+  cmd->add_option("--ram", ram_gb, "Containers: RAM budget in GB for routed experts (default: available memory)")
+      ->check(CLI::Range(0.0, 1e6))
+      ->group(kGroupCache);
+  cmd->add_option("--pin", pin, "Containers: pin experts in RAM: a size in GB, or 'all' (clamped to --ram; default: "
+                                "the experts earlier runs used most)")
+      ->group(kGroupCache);
+  cmd->add_flag("--no-autopin", no_autopin, "Containers: do not pin the experts that earlier runs used most")
+      ->group(kGroupCache);
+  cmd->add_flag("--no-direct-io", no_direct_io, "Containers: read experts through the page cache")->group(kGroupCache);
+  cmd->add_flag("--no-prefetch", no_prefetch, "Containers: do not read the predicted next-layer experts ahead")
+      ->group(kGroupCache);
   cmd->add_option("--spec", spec,
                   "Speculative decoding: off, auto (every draft source, only while it pays), mtp (the MTP layer's "
                   "chain), ngram (prompt lookup); forced tokens of a constraint in every mode but off "
-                  "(docs/speculative.md)");
+                  "(docs/speculative.md)")
+      ->capture_default_str()
+      ->group(kGroupSpec);
   cmd->add_option("--spec-k", spec_k, "Speculative decoding: most draft tokens per step")
-      ->check(CLI::Range(1, kSpecMaxDraft));
+      ->check(CLI::Range(1, kSpecMaxDraft))
+      ->capture_default_str()
+      ->group(kGroupSpec);
+  cmd->add_flag("--stats", stats, "Print speed, expert-cache and time-split statistics at the end (stderr)")
+      ->group(kGroupOutput);
+  cmd->add_flag("--stats-json", stats_json, "Print the statistics as one JSON line (stderr)")->group(kGroupOutput);
+  cmd->add_flag("-q,--quiet", quiet, "No start-up lines on stderr (kernel path, expert cache)")->group(kGroupOutput);
   cmd->add_option("--experts-over", experts_over,
                   "Where routed experts are computed: local (this process) or mpi (spread over the ranks of an "
                   "mpirun job; rank 0 runs the rest; docs/distributed.md)")
-      ->check(CLI::IsMember({"local", "mpi"}));
+      ->check(CLI::IsMember({"local", "mpi"}))
+      ->capture_default_str()
+      ->group(kGroupModel);
   cmd->add_option("--mpi-timeout", mpi_timeout,
                   "With --experts-over mpi: seconds rank 0 waits for a rank's outputs of one layer before it "
                   "ends the job naming the rank and layer")
-      ->check(CLI::Range(0.1, 86400.0));
+      ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str()
+      ->group(kGroupModel);
 }
 
-OpenedEngine open_engine(const EngineFlags& f, bool load_mtp) {
+OpenedEngine open_engine(const EngineFlags& f, bool load_mtp, bool deferred) {
   OpenedEngine r;
-  EngineOptions o = f.options(load_mtp);
+  EngineOptions o = deferred ? f.options_deferred(load_mtp) : f.options(load_mtp);
   if (f.experts_over != "mpi") {
     r.engine = std::make_unique<Engine>(o);
     return r;
@@ -141,6 +164,10 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   o.spec.mode = *sm;
   o.spec.k = spec_k;
   return o;
+}
+
+void EngineFlags::announce(const Engine& e) const {
+  if (!quiet) std::fputs(e.startup_lines().c_str(), stderr);
 }
 
 void finish_engine(const Engine& e, const EngineFlags& f, bool save_usage) {

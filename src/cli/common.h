@@ -13,6 +13,18 @@
 
 namespace strata::cli {
 
+// --help's option groups (CLI11 groups), in the order a subcommand shows them.
+inline constexpr const char* kGroupInput = "Input";
+inline constexpr const char* kGroupModel = "Model";
+inline constexpr const char* kGroupCache = "Cache and streaming (containers)";
+inline constexpr const char* kGroupGeneration = "Generation";
+inline constexpr const char* kGroupSampling = "Sampling";
+inline constexpr const char* kGroupTemplate = "Chat template";
+inline constexpr const char* kGroupSpec = "Speculative decoding";
+inline constexpr const char* kGroupServer = "Server";
+inline constexpr const char* kGroupAttach = "Attach to a server";
+inline constexpr const char* kGroupOutput = "Output";
+
 struct EngineFlags {
   std::string model;
   int threads = 0;  // 0: all cores
@@ -35,6 +47,15 @@ struct EngineFlags {
   void add(CLI::App* cmd);
   // The engine's options from these flags; throws naming the flag that is wrong.
   EngineOptions options(bool load_mtp) const;
+  // The same, for a front end that loads more after the engine (a tokenizer,
+  // a chat template): the engine stays silent, and announce() prints its
+  // start-up lines once all of it loaded (never before a failure).
+  EngineOptions options_deferred(bool load_mtp) const {
+    EngineOptions o = options(load_mtp);
+    o.verbose = false;
+    return o;
+  }
+  void announce(const Engine& e) const;
 };
 
 // The engine of a model-running subcommand. With --experts-over mpi the
@@ -47,7 +68,7 @@ struct OpenedEngine {
   std::unique_ptr<Engine> engine;
   int status = 0;
 };
-OpenedEngine open_engine(const EngineFlags& f, bool load_mtp);
+OpenedEngine open_engine(const EngineFlags& f, bool load_mtp, bool deferred = false);
 
 // --model's value: a model's config.json or manifest.json stands for its
 // directory; another regular file is a usage error (CLI::ValidationError).

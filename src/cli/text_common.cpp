@@ -28,36 +28,60 @@ uint64_t sigint_count() { return g_sigint.load(std::memory_order_relaxed); }
 
 void TextFlags::add(CLI::App* cmd) {
   cmd->add_option("-n", n, "Tokens to generate per answer (default: until end of turn or the context is full)")
-      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30));
+      ->check(CLI::Range(int64_t{-1}, int64_t{1} << 30))
+      ->group(kGroupGeneration);
   cmd->add_option("--ctx", ctx, "Context size in tokens (default: min(4096, max_position_embeddings))")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 24))
+      ->group(kGroupGeneration);
+  cmd->add_option("--stop", stop, "Stop string (repeatable); the text stops before it")->group(kGroupGeneration);
+  cmd->add_flag("--ignore-eos", ignore_eos, "Never end at end-of-turn tokens (they are banned from sampling)")
+      ->group(kGroupGeneration);
   cmd->add_option("--temperature", temperature,
                   "Sampling temperature, 0 = greedy (default: generation_config.json, else 1)")
-      ->check(CLI::Range(0.0, 1e4));
+      ->check(CLI::Range(0.0, 1e4))
+      ->group(kGroupSampling);
   cmd->add_option("--top-k", top_k,
                   "Keep the k most probable tokens, 0 = off (default: generation_config.json, else 0)")
-      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31));
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 31))
+      ->group(kGroupSampling);
   cmd->add_option("--top-p", top_p, "Nucleus sampling mass, 1 = off (default: generation_config.json, else 1)")
-      ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--min-p", min_p, "Drop tokens below min-p x the top probability, 0 = off")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(kGroupSampling);
+  cmd->add_option("--min-p", min_p,
+                  "Drop tokens below min-p x the top probability, 0 = off (default: generation_config.json, else 0)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->group(kGroupSampling);
   cmd->add_option("--repeat-penalty", repeat_penalty,
-                  "Repetition penalty over prompt and generated tokens (CTRL/vLLM), 1 = off")
-      ->check(CLI::Range(1e-3, 1e3));
+                  "Repetition penalty over prompt and generated tokens (CTRL/vLLM), 1 = off (default: "
+                  "generation_config.json, else 1)")
+      ->check(CLI::Range(1e-3, 1e3))
+      ->group(kGroupSampling);
   cmd->add_option("--presence-penalty", presence_penalty, "Subtracted once from tokens already generated (OpenAI/vLLM)")
-      ->check(CLI::Range(-100.0, 100.0));
+      ->check(CLI::Range(-100.0, 100.0))
+      ->capture_default_str()
+      ->group(kGroupSampling);
   cmd->add_option("--frequency-penalty", frequency_penalty,
                   "Subtracted per occurrence of a generated token (OpenAI/vLLM)")
-      ->check(CLI::Range(-100.0, 100.0));
-  cmd->add_option("--seed", seed, "Sampling seed (default: random)")->check(CLI::Range(int64_t{0}, INT64_MAX));
-  cmd->add_option("--stop", stop, "Stop string (repeatable); the text stops before it");
-  cmd->add_flag("--no-think", no_think, "Disable thinking: the generation prompt closes the reasoning block");
-  cmd->add_flag("--ignore-eos", ignore_eos, "Never end at end-of-turn tokens (they are banned from sampling)");
+      ->check(CLI::Range(-100.0, 100.0))
+      ->capture_default_str()
+      ->group(kGroupSampling);
+  cmd->add_option("--seed", seed, "Sampling seed (default: random)")
+      ->check(CLI::Range(int64_t{0}, INT64_MAX))
+      ->group(kGroupSampling);
   cmd->add_option("--chat-template", chat_template,
                   "auto: detect the model's template (refuses unknown ones); glm: force the GLM-4.7/GLM-5 dialect; "
                   "raw: no template")
-      ->check(CLI::IsMember({"auto", "glm", "raw"}));
-  cmd->add_option("--system", system, "System message");
+      ->check(CLI::IsMember({"auto", "glm", "raw"}))
+      ->capture_default_str()
+      ->group(kGroupTemplate);
+  cmd->add_option("--system", system, "System message (default: none)")->group(kGroupTemplate);
+  CLI::Option* t = cmd->add_option("--think", think,
+                                   "Thinking: on (the model reasons first, shown dimmed) or off (the template's "
+                                   "no-think switch: the generation prompt closes the reasoning block)")
+                       ->check(CLI::IsMember({"on", "off"}))
+                       ->capture_default_str()
+                       ->group(kGroupTemplate);
+  cmd->add_flag("--no-think", no_think, "The same as --think off")->excludes(t)->group(kGroupTemplate);
 }
 
 SamplerOptions TextFlags::sampler_options(const GenerationConfig& g) const {

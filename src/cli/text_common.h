@@ -26,7 +26,9 @@ struct TextFlags {
   std::vector<std::string> stop;
   int64_t n = -1;   // tokens per answer; -1: until a stop or the context is full
   int64_t ctx = 0;  // 0: min(4096, max_position_embeddings)
+  std::string think = "on";  // on | off (--think)
   bool no_think = false, ignore_eos = false;
+  bool thinking() const { return !no_think && think != "off"; }
   std::string chat_template = "auto";
   std::string system;
   void add(CLI::App* cmd);

@@ -10,11 +10,9 @@ namespace strata {
 
 namespace {
 
-// The kernel path is checked (and announced) before anything loads.
+// The kernel path is checked before anything loads (announced once all loaded).
 const EngineOptions& checked(const EngineOptions& o) {
-  const KernelPath path = o.compute.path.value_or(best_kernel_path());
   { Compute check(nullptr, o.compute); }
-  if (o.verbose) std::fprintf(stderr, "strata: %s\n", kernel_description(path).c_str());
   return o;
 }
 
@@ -38,7 +36,6 @@ void Engine::open() {
   pool_ = std::make_unique<ThreadPool>(threads);
   if (model_->experts_on_disk) {
     store_ = open_disk_expert_store(model_->expert_files(), o.experts);
-    if (o.verbose) std::fprintf(stderr, "strata: %s\n", store_->describe().c_str());
   } else {
     store_ = std::make_unique<ResidentExpertStore>(model_->weights.experts);
   }
@@ -53,9 +50,15 @@ void Engine::open() {
   if (o.spec.k < 1 || o.spec.k > kSpecMaxDraft) fail("--spec-k {}: expected 1..{}", o.spec.k, kSpecMaxDraft);
   // An MTP row costs about one layer of the main model's.
   spec_ = std::make_unique<Speculator>(o.spec, has_mtp(), 1.0 / static_cast<double>(std::max<int64_t>(1, c.num_hidden_layers)));
-  if (o.verbose && o.spec.mode != SpecMode::Off)
-    std::fprintf(stderr, "strata: speculative decoding %s, up to %d drafts per step%s\n", spec_mode_name(o.spec.mode),
-                 spec_->options().k, spec_->uses_mtp() ? " (n-gram, forced, MTP)" : o.spec.mode == SpecMode::Auto ? " (n-gram, forced; no MTP layer)" : "");
+  startup_ = "strata: " + kernel_description(o.compute.path.value_or(best_kernel_path())) + "\n";
+  if (model_->experts_on_disk) startup_ += "strata: " + store_->describe() + "\n";
+  if (o.spec.mode != SpecMode::Off)
+    startup_ += fmt::format("strata: speculative decoding {}, up to {} drafts per step{}\n", spec_mode_name(o.spec.mode),
+                            spec_->options().k,
+                            spec_->uses_mtp()                  ? " (n-gram, forced, MTP)"
+                            : o.spec.mode == SpecMode::Auto ? " (n-gram, forced; no MTP layer)"
+                                                              : "");
+  if (o.verbose) std::fputs(startup_.c_str(), stderr);
 }
 
 bool Engine::has_mtp() const {

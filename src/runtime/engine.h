@@ -28,7 +28,7 @@ struct EngineOptions {
   ComputeOptions compute;     // kernel path, activation mode
   ExpertCacheOptions experts; // containers: RAM budget, pins, read-ahead, O_DIRECT
   SpecOptions spec;           // speculative decoding (mtp and auto load the MTP layer)
-  bool verbose = true;        // start-up lines on stderr (kernel path, expert cache)
+  bool verbose = true;        // start-up lines on stderr once everything loaded (kernel path, expert cache)
   // Experts over MPI (docs/distributed.md): the routed experts other ranks
   // compute (rank 0 only; experts.owned names this rank's). Not owned.
   ExpertPeers* peers = nullptr;
@@ -68,6 +68,11 @@ class Engine {
   void forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out = nullptr);
   // Whether the MTP layer is loaded (forward_mtp works).
   bool has_mtp() const;
+  // The start-up lines (kernel path, expert cache, speculative decoding),
+  // each "strata: ...\n": printed at the end of a successful load when
+  // EngineOptions::verbose, else for a front end to print once whatever it
+  // loads after the engine has loaded too.
+  const std::string& startup_lines() const { return startup_; }
   // Speculative decoding's options, counters and controller (Sequences that
   // draft are given it).
   Speculator& speculator() { return *spec_; }
@@ -91,6 +96,7 @@ class Engine {
   std::unique_ptr<ModelRunner> runner_;
   std::unique_ptr<Speculator> spec_;
   TokenCounts counts_;
+  std::string startup_;
 };
 
 }  // namespace strata

@@ -3,6 +3,11 @@
 #include <httplib.h>
 
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <cerrno>
+#include <cstring>
 
 #include <algorithm>
 #include <atomic>
@@ -306,7 +311,7 @@ struct Server::Impl {
 
   void chat(const httplib::Request& req, httplib::Response& res) {
     const Json j = parse_request_body(req.body, o.max_body);
-    ChatRequest r = parse_chat_request(j, req.body, gen, tmpl.dialect);
+    ChatRequest r = parse_chat_request(j, req.body, gen, tmpl.dialect, o.think);
     std::string prompt_text;
     try {
       prompt_text = tmpl.render(r.messages, r.tools, r.render);
@@ -485,11 +490,58 @@ Server::~Server() {
   stop();
 }
 
+namespace {
+
+// Why httplib could not bind (it keeps no errno): the same bind once more on
+// a socket of our own (SO_REUSEADDR, as the server's), named for a person.
+[[noreturn]] void fail_bind(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int g = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); g != 0)
+    fail("serve: cannot listen on {}:{}: --host {} does not resolve ({})", host, port, host, ::gai_strerror(g));
+  int err = 0;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    const int r = ::bind(fd, a->ai_addr, a->ai_addrlen);
+    err = r == 0 ? 0 : errno;
+    ::close(fd);
+    if (err != 0) break;
+  }
+  ::freeaddrinfo(res);
+  switch (err) {
+    case EADDRINUSE:
+      fail("serve: port {} on {} is in use (EADDRINUSE); choose another with --port", port, host);
+    case EACCES:
+      fail("serve: cannot listen on {}:{}: permission denied (EACCES; ports below 1024 need privileges); choose "
+           "another with --port",
+           host, port);
+    case EADDRNOTAVAIL:
+      fail("serve: cannot listen on {}:{}: {} is not an address of this machine (EADDRNOTAVAIL); check --host", host,
+           port, host);
+    case 0:
+      fail("serve: cannot listen on {}:{} (the address is free now: it was taken in between; try again)", host, port);
+    default:
+      fail("serve: cannot listen on {}:{}: {} (errno {})", host, port, std::strerror(err), err);
+  }
+}
+
+}  // namespace
+
 int Server::bind() {
   Impl& i = *impl_;
   if (i.o.port == 0) i.bound_port = i.http.bind_to_any_port(i.o.host);
   else i.bound_port = i.http.bind_to_port(i.o.host, i.o.port) ? i.o.port : -1;
-  if (i.bound_port <= 0) fail("serve: cannot listen on {}:{}", i.o.host, i.o.port);
+  if (i.bound_port <= 0) fail_bind(i.o.host, i.o.port);
   // httplib listens with a backlog of 5: a burst of clients overflows it and
   // some connections fail to read. Listening again only widens the queue.
   if (i.listen_fd >= 0) ::listen(i.listen_fd, 1024);

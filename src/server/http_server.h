@@ -32,6 +32,7 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;
   std::string model_id = "strata";  // what /v1/models lists
   LogFormat log_format = LogFormat::Text;  // one line per request on stderr (request_log.h)
+  bool think = true;  // enable_thinking when a request does not say (false: the template's no-think prompt)
   SchedulerOptions sched;
 };
 

@@ -345,8 +345,9 @@ std::shared_ptr<const ToolCallGrammar> forced_call_grammar(const OrderedJson& to
   }
 }
 
-ChatRenderOptions parse_render_options(const Json& j) {
+ChatRenderOptions parse_render_options(const Json& j, bool default_thinking) {
   ChatRenderOptions ro;
+  ro.enable_thinking = default_thinking;
   if (auto e = get_bool(j, "enable_thinking")) ro.enable_thinking = *e;
   if (const Json* kw = field(j, "chat_template_kwargs")) {
     if (!kw->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object", "invalid_type");
@@ -358,7 +359,8 @@ ChatRenderOptions parse_render_options(const Json& j) {
 
 }  // namespace
 
-ChatRequest parse_chat_request(const Json& j, std::string_view body, const GenerationConfig& gen, ChatDialect dialect) {
+ChatRequest parse_chat_request(const Json& j, std::string_view body, const GenerationConfig& gen, ChatDialect dialect,
+                               bool default_thinking) {
   OrderedBody ordered(body);
   ChatRequest r;
   r.common = parse_common(j, gen, /*chat=*/true, ordered);
@@ -367,7 +369,7 @@ ChatRequest parse_chat_request(const Json& j, std::string_view body, const Gener
   std::string forced_name;
   const bool forced = parse_tool_choice(j, r.tools, forced_name);
   if (forced) r.tool_grammar = forced_call_grammar(r.tools, forced_name, r.common, dialect);
-  r.render = parse_render_options(j);
+  r.render = parse_render_options(j, default_thinking);
   // A JSON answer or a forced tool call is the whole answer: no reasoning block before it.
   if (r.common.json || forced) r.render.enable_thinking = false;
   return r;

@@ -91,7 +91,9 @@ struct ChatRequest {
 };
 
 // `dialect`: a forced tool call needs the GLM template.
-ChatRequest parse_chat_request(const Json& j, std::string_view body, const GenerationConfig& gen, ChatDialect dialect);
+// `default_thinking`: enable_thinking when the request does not say (serve --think).
+ChatRequest parse_chat_request(const Json& j, std::string_view body, const GenerationConfig& gen, ChatDialect dialect,
+                               bool default_thinking = true);
 
 struct CompletionRequest {
   CommonRequest common;

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Terminal test of `strata chat`: drives it in a real terminal (tmux send-keys /
 # capture-pane) and asserts on the screen: two turns (the second re-using the
-# KV cache), :reset, Ctrl-C in the middle of an answer (the turn ends, the
+# KV cache; with the GLM template, thinking on: the reasoning dimmed between
+# marker lines, no literal <think>), :reset, Ctrl-C in the middle of an answer (the turn ends, the
 # engine stays up), a further turn that still answers, then two Ctrl-C while
-# idle quit with status 0. Every wait is bounded; the tmux session is removed
-# on exit.
+# idle quit with status 0; then line editing (libedit): an edited line, a
+# """ block as one turn, the history file and its recall by a second session.
+# Every wait is bounded; the tmux session is removed on exit.
 #
 # Models:
 #   * the tiny fixture tests/fixtures/glm5-tiny-bf16 with the byte-level
@@ -83,8 +85,8 @@ type_line() {
 last_footer() { screen | grep -- "tok/s" | tail -n 1; }
 
 chat_test() {
-  local model=$1 name=$2
-  shift 2
+  local model=$1 name=$2 think=$3
+  shift 3
   echo "== chat on $name"
   tmux new-session -d -s "$SESSION" -x 160 -y 50 \
     "'$STRATA' chat --model '$model' --ctx $CTX --temperature 0 --ignore-eos -n 24 --threads 2 $*; echo CHAT-EXITED rc=\$?; sleep 600"
@@ -93,6 +95,12 @@ chat_test() {
   type_line "hello there"
   wait_count "tok/s" 1
   last_footer | grep -q "\[24 tokens" || fail "turn 1 did not answer 24 tokens: $(last_footer)"
+  if [ "$think" = 1 ]; then  # the reasoning between marker lines, dimmed (SGR 2), no literal tags
+    screen | grep -q '^Thinking\.\.\.$' || fail "no 'Thinking...' line with thinking on"
+    screen | grep -q '<think>\|</think>' && fail "a literal think tag on the screen"
+    tmux capture-pane -p -e -J -t "$SESSION" -S - | grep -q $'\e\[2mThinking\.\.\.' ||
+      fail "the reasoning is not dimmed"
+  fi
   type_line "and a second turn"
   wait_count "tok/s" 2
   last_footer | grep -q "\[24 tokens" || fail "turn 2 did not answer 24 tokens: $(last_footer)"
@@ -154,7 +162,7 @@ fi
 grep -q "special token" "$WORK/err" || fail "unexpected refusal message: $(cat "$WORK/err")"
 echo "ok: run --raw"
 
-chat_test "$FIX" "the fixture (byte tokenizer, raw template)" --chat-template raw
+chat_test "$FIX" "the fixture (byte tokenizer, raw template)" 0 --chat-template raw
 
 # ---- the trained default model, through its GLM chat template
 TM="$WORK/trained"
@@ -176,5 +184,46 @@ greedy=$(sample --temperature 0) || fail "strata run --temperature 0 failed: $(c
 [ "$s6" != "$greedy" ] || fail "seed 6 at temperature 1 gave the greedy text: '$s6'"
 echo "ok: seeds (5: '${s5:0:40}...', 6: '${s6:0:40}...', greedy: '${greedy:0:40}...')"
 
-chat_test "$TM" "$(basename "$TRAINED") (GLM template)"
+chat_test "$TM" "$(basename "$TRAINED") (GLM template)" 1
+
+# ---- line editing (libedit): an edited line, a """ block as one turn, the
+# history saved (bounded, mode 600) and recalled by a second session.
+echo "== line editing and history"
+STATE="$WORK/state"
+edit_session() {
+  tmux new-session -d -s "$SESSION" -x 160 -y 50 \
+    "XDG_STATE_HOME='$STATE' '$STRATA' chat --model '$TM' --temperature 0 --think off -n 4 --threads 2 -q; echo CHAT-EXITED rc=\$?; sleep 600"
+  wait_count "Ctrl-C stops an answer" 1
+}
+edit_session
+type_line '"""first line'
+wait_count "^\.\.\. " 1  # the continuation prompt
+type_line 'second line"""'
+wait_count "tok/s" 1
+last_footer | grep -Eq "prompt 1[0-9] new" || fail "the two-line block was not one turn: $(last_footer)"
+tmux send-keys -t "$SESSION" -l "helo"
+tmux send-keys -t "$SESSION" Left
+tmux send-keys -t "$SESSION" -l "l"
+tmux send-keys -t "$SESSION" Enter
+wait_count "tok/s" 2
+type_line ":q"
+wait_count "CHAT-EXITED" 1
+H="$STATE/strata/chat_history"
+[ -f "$H" ] || fail "no history file at $H"
+grep -qx "hello" "$H" || fail "the edited line is not 'hello' in the history: $(cat "$H")"
+grep -q 'first.040line.012second.040line' "$H" || fail "the block is not one history entry: $(cat "$H")"
+[ "$(stat -c %a "$H")" = 600 ] || fail "the history file is not mode 600"
+tmux kill-session -t "$SESSION"
+edit_session
+tmux send-keys -t "$SESSION" Up  # :q
+tmux send-keys -t "$SESSION" Up  # hello
+tmux send-keys -t "$SESSION" Enter
+wait_count "tok/s" 1
+screen | grep -q "^> hello" || fail "Up did not recall the previous session's line"
+tmux send-keys -t "$SESSION" C-c
+wait_count "Ctrl-C again or :q to quit" 1
+tmux send-keys -t "$SESSION" C-c
+wait_count "CHAT-EXITED rc=0" 1
+tmux kill-session -t "$SESSION"
+echo "ok: line editing and history"
 echo "PASS"

@@ -21,6 +21,21 @@ expect help 0 'Subcommands:' -- help
 expect help-usage 0 '^Usage: strata \[OPTIONS\] SUBCOMMAND' -- help
 expect run-usage 0 '^Usage: strata run \[OPTIONS\] \[prompt...\]' -- run --help
 expect help-run 0 '--model' -- help run
+# --help in groups, every default shown, --model says what it takes.
+for g in 'Input' 'Model' 'Cache and streaming \(containers\)' 'Generation' 'Sampling' 'Chat template' 'Output'; do
+  expect "run-group-$g" 0 "^$g:\$" -- run --help
+done
+expect run-model-help 0 '--model.*checkpoint directory, a strata container.*config\.json' -- run --help
+expect run-think 0 '--think TEXT:\{on,off\}=on' -- run --help
+expect chat-group 0 '^Attach to a server:$' -- chat --help
+expect serve-group 0 '^Server:$' -- serve --help
+expect serve-port 0 '--port INT:INT in \[0 - 65535\]=8080' -- serve --help
+expect serve-host 0 '--host TEXT=127\.0\.0\.1 ' -- serve --help
+expect serve-parallel 0 '--parallel INT:INT in \[1 - 256\]=4' -- serve --help
+expect serve-queue 0 '--queue INT:INT in \[0 - 4096\]=16' -- serve --help
+expect serve-ceiling 0 '--max-tokens-ceiling INT:INT in \[1 - 16777216\]=4096' -- serve --help
+expect serve-think 0 '--think TEXT:\{on,off\}=on' -- serve --help
+expect serve-log 0 '--log-format [^ ]*=text' -- serve --help
 expect no-args 2 'Subcommands:' --
 expect typo-run 2 "unknown subcommand 'runn'; did you mean 'run'\?" -- runn
 expect typo-help 2 "unknown subcommand 'chta'; did you mean 'chat'\?" -- help chta

@@ -308,7 +308,7 @@ TEST(ConfigTest, MissingRequiredFields) {
     j.erase(field);
     EXPECT_THAT(config_error(j), AllOf(HasSubstr(kOrigin), HasSubstr("missing required field \"" + std::string(field) + "\"")));
     j[field] = nullptr;  // null is as good as absent
-    EXPECT_THAT(config_error(j), AllOf(HasSubstr(kOrigin), HasSubstr("\"" + std::string(field) + "\"")));
+    EXPECT_THAT(config_error(j), AllOf(HasSubstr(kOrigin), HasSubstr(std::string("\"").append(field).append("\""))));
   }
 }
 
@@ -374,7 +374,7 @@ TEST(ConfigTest, HugeNegativeAndZeroDimsRejectedWithFieldName) {
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(c.field) + " = " + c.value.dump());
-    EXPECT_THAT(error_with(c.field, c.value), AllOf(HasSubstr(kOrigin), HasSubstr("\"" + std::string(c.field) + "\"")));
+    EXPECT_THAT(error_with(c.field, c.value), AllOf(HasSubstr(kOrigin), HasSubstr(std::string("\"").append(c.field).append("\""))));
   }
 }
 
