@@ -65,7 +65,7 @@ asan_tests() {
 # need. The campaign itself is bench/fuzz/run.py --runs 1000000
 # (docs/security.md "Fuzzing").
 fuzz_smoke() {
-  python3 bench/fuzz/run.py --seconds 15
+  python3 bench/fuzz/run.py --seconds 12
 }
 
 phase "dependencies (scripts/setup.sh --test-deps)" scripts/setup.sh --test-deps --no-build
@@ -74,7 +74,7 @@ phase "Release build" release_build
 phase "Release tests" release_tests
 phase "ASan/UBSan build" asan_build
 phase "ASan/UBSan tests (every gtest, the HTTP server's included; chat_attach, chat_template_jinja, bench_json)" asan_tests
-phase "Fuzz targets (clang + libFuzzer + ASan/UBSan, 15 s each: bench/fuzz/run.py)" fuzz_smoke
+phase "Fuzz targets (clang + libFuzzer + ASan/UBSan, 12 s each: bench/fuzz/run.py)" fuzz_smoke
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== FAILED: ${#failed[@]} phase(s):"
