@@ -24,6 +24,9 @@ if [ "$want_test" = 1 ]; then
   pkgs+=(python3 python3-torch python3-numpy libopenblas0-pthread python3-jinja2 tmux)
   # The dashboard test drives Debian's Chromium with npm playwright-core.
   pkgs+=(chromium)
+  # The fuzz targets (tests/fuzz, bench/fuzz/run.py): clang with libFuzzer and
+  # its sanitizer runtimes (-fsanitize=fuzzer,address,undefined).
+  pkgs+=(clang libclang-rt-14-dev libfuzzer-14-dev)
   # The AArch64 NEON kernels: cross-compiled and run under qemu-user
   # (tests/kernels/aarch64_qemu.sh; qemu 7.2's -cpu max has dotprod and i8mm).
   if [ "$(uname -m)" = x86_64 ]; then pkgs+=(g++-aarch64-linux-gnu qemu-user); fi

@@ -60,12 +60,22 @@ asan_tests() {
     ctest --output-on-failure -j2 --repeat until-pass:2 -E "chat_tmux")
 }
 
+# Every libFuzzer target (tests/fuzz) for a short bounded time from its
+# committed corpus, so a regression in a file reader or the request parser
+# shows; clang + sanitizers in build-fuzz, only the sources the harnesses
+# need. The campaign itself is bench/fuzz/run.py --runs 1000000
+# (docs/security.md "Fuzzing").
+fuzz_smoke() {
+  python3 bench/fuzz/run.py --seconds 12
+}
+
 phase "dependencies (scripts/setup.sh --test-deps)" scripts/setup.sh --test-deps --no-build
 phase "npm packages for the cross-checks" npm_packages
 phase "Release build" release_build
 phase "Release tests" release_tests
 phase "ASan/UBSan build" asan_build
 phase "ASan/UBSan tests (every gtest, the HTTP server's included; chat_attach, chat_template_jinja, bench_json)" asan_tests
+phase "Fuzz targets (clang + libFuzzer + ASan/UBSan, 12 s each: bench/fuzz/run.py)" fuzz_smoke
 
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== FAILED: ${#failed[@]} phase(s):"

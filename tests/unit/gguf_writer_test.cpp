@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "gguf_reader.h"
 #include "format/checkpoint_tensors.h"
 #include "format/safetensors.h"
 #include "core/numeric.h"
@@ -29,115 +30,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct ParsedTensor {
-  std::string name;
-  std::vector<uint64_t> dims;  // GGUF order (innermost first)
-  uint32_t type = 0;
-  uint64_t offset = 0;
-};
-
-using Scalar = std::variant<uint64_t, int64_t, double, bool, std::string>;
-struct ParsedKv {
-  uint32_t type = 0;
-  uint32_t elem_type = 0;  // arrays
-  std::vector<Scalar> values;  // one for scalars
-};
-
-struct ParsedFile {
-  uint32_t version = 0;
-  std::vector<std::string> key_order;
-  std::map<std::string, ParsedKv> kv;
-  std::vector<ParsedTensor> tensors;
-  uint64_t header_end = 0;
-  uint64_t data_start = 0;
-  std::vector<uint8_t> bytes;
-};
-
-class Reader {
- public:
-  explicit Reader(const std::vector<uint8_t>& b) : b_(b) {}
-  template <typename T>
-  T get() {
-    if (pos_ + sizeof(T) > b_.size()) throw std::runtime_error("truncated");
-    T v;
-    std::memcpy(&v, b_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return v;
-  }
-  std::string str() {
-    uint64_t n = get<uint64_t>();
-    if (pos_ + n > b_.size()) throw std::runtime_error("truncated string");
-    std::string s(reinterpret_cast<const char*>(b_.data() + pos_), n);
-    pos_ += n;
-    return s;
-  }
-  Scalar scalar(uint32_t type) {
-    switch (static_cast<GgufType>(type)) {
-      case GgufType::U8: return uint64_t{get<uint8_t>()};
-      case GgufType::I8: return int64_t{get<int8_t>()};
-      case GgufType::U16: return uint64_t{get<uint16_t>()};
-      case GgufType::I16: return int64_t{get<int16_t>()};
-      case GgufType::U32: return uint64_t{get<uint32_t>()};
-      case GgufType::I32: return int64_t{get<int32_t>()};
-      case GgufType::F32: return double{get<float>()};
-      case GgufType::BOOL: {
-        uint8_t v = get<uint8_t>();
-        if (v > 1) throw std::runtime_error("bad bool");
-        return v == 1;
-      }
-      case GgufType::STRING: return str();
-      case GgufType::U64: return get<uint64_t>();
-      case GgufType::I64: return get<int64_t>();
-      case GgufType::F64: return get<double>();
-      default: throw std::runtime_error("bad type " + std::to_string(type));
-    }
-  }
-  size_t pos() const { return pos_; }
-
- private:
-  const std::vector<uint8_t>& b_;
-  size_t pos_ = 0;
-};
-
-ParsedFile parse(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  ParsedFile f;
-  f.bytes.assign(std::istreambuf_iterator<char>(in), {});
-  Reader r(f.bytes);
-  if (r.get<uint32_t>() != 0x46554747u) throw std::runtime_error("bad magic");  // "GGUF"
-  f.version = r.get<uint32_t>();
-  uint64_t n_tensors = r.get<uint64_t>();
-  uint64_t n_kv = r.get<uint64_t>();
-  for (uint64_t i = 0; i < n_kv; ++i) {
-    std::string key = r.str();
-    ParsedKv kv;
-    kv.type = r.get<uint32_t>();
-    if (kv.type == static_cast<uint32_t>(GgufType::ARRAY)) {
-      kv.elem_type = r.get<uint32_t>();
-      uint64_t n = r.get<uint64_t>();
-      for (uint64_t j = 0; j < n; ++j) kv.values.push_back(r.scalar(kv.elem_type));
-    } else {
-      kv.values.push_back(r.scalar(kv.type));
-    }
-    if (f.kv.count(key)) throw std::runtime_error("duplicate key " + key);
-    f.key_order.push_back(key);
-    f.kv[key] = kv;
-  }
-  for (uint64_t i = 0; i < n_tensors; ++i) {
-    ParsedTensor t;
-    t.name = r.str();
-    uint32_t nd = r.get<uint32_t>();
-    for (uint32_t d = 0; d < nd; ++d) t.dims.push_back(r.get<uint64_t>());
-    t.type = r.get<uint32_t>();
-    t.offset = r.get<uint64_t>();
-    f.tensors.push_back(t);
-  }
-  uint64_t align = 32;
-  if (auto it = f.kv.find("general.alignment"); it != f.kv.end()) align = std::get<uint64_t>(it->second.values[0]);
-  f.header_end = r.pos();
-  f.data_start = (r.pos() + align - 1) / align * align;
-  return f;
-}
+using namespace gguf_test;
 
 class GgufWriterTest : public ::testing::Test {
  protected:
@@ -535,6 +428,50 @@ TEST_F(ExportGgufTest, RejectsADenseLayerAfterMoeLayers) {
   EXPECT_NE(run_export(model.string(), out), 0);
   EXPECT_NE(stderr_text().find("leading dense"), std::string::npos) << stderr_text();
   EXPECT_FALSE(fs::exists(out));
+}
+
+// The test reader itself (tests/unit/gguf_reader.h) refuses bad files with an
+// error instead of reading past its buffer or dividing by zero: inputs found
+// by tests/fuzz/fuzz_gguf (tests/fuzz/corpus/gguf/crash-*).
+std::vector<uint8_t> gguf_bytes(const std::string& key, uint32_t type, const std::vector<uint8_t>& value) {
+  std::vector<uint8_t> b;
+  auto put = [&b](const void* p, size_t n) { b.insert(b.end(), static_cast<const uint8_t*>(p), static_cast<const uint8_t*>(p) + n); };
+  const uint32_t magic = 0x46554747u, version = 3;
+  const uint64_t n_tensors = 0, n_kv = 1, key_len = key.size();
+  put(&magic, 4), put(&version, 4), put(&n_tensors, 8), put(&n_kv, 8), put(&key_len, 8), put(key.data(), key.size());
+  put(&type, 4), put(value.data(), value.size());
+  return b;
+}
+
+TEST(GgufReader, RefusesAStringLengthThatWrapsPastTheBuffer) {
+  // A string value whose length is 2^64 - 1: pos + n wraps to a small number.
+  std::vector<uint8_t> v(24, 'x');
+  std::memset(v.data(), 0xff, 8);
+  EXPECT_THROW(parse_bytes(gguf_bytes("k", static_cast<uint32_t>(GgufType::STRING), v)), std::runtime_error);
+  // The committed fuzzer input.
+  const std::string crash = std::string(STRATA_SOURCE_DIR) + "/tests/fuzz/corpus/gguf/crash-string-length-wraps";
+  ASSERT_TRUE(fs::exists(crash));
+  EXPECT_THROW(parse(crash), std::runtime_error);
+}
+
+TEST(GgufReader, RefusesAnAlignmentThatIsZeroOrNotAPowerOfTwoOrNotUnsigned) {
+  for (const uint32_t a : {0u, 3u, 48u}) {
+    std::vector<uint8_t> v(4);
+    std::memcpy(v.data(), &a, 4);
+    EXPECT_THROW(parse_bytes(gguf_bytes("general.alignment", static_cast<uint32_t>(GgufType::U32), v)),
+                 std::runtime_error)
+        << a;
+  }
+  const int32_t neg = 32;
+  std::vector<uint8_t> v(4);
+  std::memcpy(v.data(), &neg, 4);
+  EXPECT_THROW(parse_bytes(gguf_bytes("general.alignment", static_cast<uint32_t>(GgufType::I32), v)),
+               std::runtime_error);
+  const uint32_t ok = 64;
+  std::memcpy(v.data(), &ok, 4);
+  const ParsedFile f = parse_bytes(gguf_bytes("general.alignment", static_cast<uint32_t>(GgufType::U32), v));
+  EXPECT_EQ(f.data_start % 64, 0u);
+  EXPECT_GE(f.data_start, f.header_end);
 }
 
 }  // namespace
