@@ -139,7 +139,9 @@ Out run(const Model& m, ExpertStore& store, ExpertPeers* peers, const std::vecto
     for (int64_t p = p0; p < std::min(T - 1, p0 + chunk); ++p) rows.push_back({&s, static_cast<int32_t>(p), ids[p + 1], true});
     r.forward_mtp(rows, hidden.data() + p0 * D, {}, out.mtp.data() + p0 * V);
   }
-  if (peers) EXPECT_GT(r.stats().peer_bytes, 0u);
+  if (peers) {
+    EXPECT_GT(r.stats().peer_bytes, 0u);
+  }
   return out;
 }
 
