@@ -15,7 +15,7 @@ for a in "$@"; do
 done
 
 # Build: compiler, CMake, Ninja, and the libraries (see README "Dependencies").
-pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libxxhash-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libbenchmark-dev)
+pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libxxhash-dev liburing-dev libpcre2-dev libutf8proc-dev libcpp-httplib-dev libbenchmark-dev)
 # Tests: the PyTorch reference oracle (Debian's torch; there is no pip here),
 # OpenBLAS so it runs at a useful speed, Node.js for the llama.cpp cross-check,
 # Jinja2 for the chat-template test, tmux for the terminal chat test.

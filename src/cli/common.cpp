@@ -34,6 +34,14 @@ void EngineFlags::add(CLI::App* cmd) {
   cmd->add_flag("--no-autopin", no_autopin, "Containers: do not pin the experts that earlier runs used most");
   cmd->add_flag("--no-direct-io", no_direct_io, "Containers: read experts through the page cache");
   cmd->add_flag("--no-prefetch", no_prefetch, "Containers: do not read the predicted next-layer experts ahead");
+  cmd->add_option("--io", io,
+                  "Containers: how experts are read: uring (io_uring, several reads in flight; the pread pool where "
+                  "the kernel refuses it), pread (a pool of pread threads), mmap (map the files; the page cache is "
+                  "the cache) (docs/streaming.md)")
+      ->check(CLI::IsMember({"uring", "pread", "mmap"}));
+  cmd->add_option("--io-depth", io_depth,
+                  fmt::format("Containers: expert reads in flight (uring, pread; default {})", kDefaultIoDepth))
+      ->check(CLI::Range(1, 4096));
   cmd->add_flag("--stats", stats, "Print speed, expert-cache and time-split statistics at the end (stderr)");
   cmd->add_flag("--stats-json", stats_json, "Print the statistics as one JSON line (stderr)");
   cmd->add_option("--kernels", kernels,
@@ -75,6 +83,11 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   o.experts.autopin = !no_autopin;
   o.experts.direct_io = !no_direct_io;
   o.experts.prefetch = !no_prefetch;
+  if (io == "uring") o.experts.io = IoMode::Uring;
+  else if (io == "pread") o.experts.io = IoMode::Pread;
+  else if (io == "mmap") o.experts.io = IoMode::Mmap;
+  else fail("--io {}: expected uring, pread or mmap", io);
+  if (io_depth > 0) o.experts.io_depth = io_depth;
   o.verbose = !quiet;
   const std::optional<SpecMode> sm = parse_spec_mode(spec);
   if (!sm) fail("--spec {}: expected off, auto, mtp or ngram", spec);

@@ -1,6 +1,8 @@
 #include "experts/disk_expert_store.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -33,6 +35,15 @@ std::string gb(uint64_t b) {
 
 }  // namespace
 
+const char* io_mode_name(IoMode m) {
+  switch (m) {
+    case IoMode::Uring: return "uring";
+    case IoMode::Pread: return "pread";
+    case IoMode::Mmap: return "mmap";
+  }
+  return "?";
+}
+
 std::unique_ptr<ExpertStore> open_disk_expert_store(const ExpertFiles& files, const ExpertCacheOptions& o) {
   return std::make_unique<DiskExpertStore>(files, o);
 }
@@ -48,10 +59,18 @@ uint64_t available_memory_bytes() {
 }
 
 DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOptions& o)
-    : manifest_(files.manifest), dir_(files.dir) {
+    : manifest_(files.manifest), dir_(files.dir), io_mode_(o.io), fault_(o.fault), chunk_(o.io_chunk) {
   const int64_t n_layers = files.n_layers;
+  if (o.io_depth < 1 || o.io_depth > 4096) fail("--io-depth {}: expected 1 to 4096 reads in flight", o.io_depth);
+  if (chunk_ < kExpertAlign || chunk_ % kExpertAlign != 0 || chunk_ > (1u << 30))
+    fail("expert read chunk of {} bytes: expected a multiple of {} up to 1 GiB", chunk_, kExpertAlign);
   try {
   if (!manifest_) fail("{}: the expert store needs a strata container", dir_);
+  if (io_mode_ == IoMode::Mmap) {
+    open_mapped(files);
+    prefetch_ = o.prefetch;
+    return;
+  }
   layers_.resize(static_cast<size_t>(n_layers));
   int64_t moe_layers = 0;
   for (const auto& rec : manifest_->expert_layers) {
@@ -71,6 +90,10 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     total_bytes_ += l.read_bytes * static_cast<uint64_t>(rec.count);
     ++moe_layers;
   }
+
+  // The caller's reader, before the pins are read through it.
+  int64_t max_lru = 1;  // sized below, once the slots are known; pins read one at a time
+  open_reader(demand_, 1, o);
 
   // Routing usage of earlier runs.
   const std::string upath = dir_ + "/usage.json";
@@ -155,17 +178,87 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     cache_bytes_ += static_cast<uint64_t>(n) * l.read_bytes;
   }
   budget_clamped_ = pinned_bytes_ + cache_bytes_ > budget_;
+  for (const Layer& l : layers_) max_lru = std::max(max_lru, l.lru_slots);
+  demand_.loads.resize(static_cast<size_t>(max_lru));
+  size_t slots = 0;
+  for (const Layer& l : layers_) slots += l.slots.size();
+  prefetch_ = o.prefetch;
+  if (prefetch_) {
+    open_reader(ahead_, std::max<size_t>(1, slots), o);
+    jobs_.resize(std::max<size_t>(1, slots));
+  }
+  bool direct = false, buffered = false;
+  for (const Layer& l : layers_)
+    if (l.rec) (l.direct ? direct : buffered) = true;
+  io_desc_ = fmt::format("reads: {}, {} MiB chunks, {}", demand_.engine->describe(),
+                         static_cast<double>(chunk_) / (1u << 20),
+                         direct && !buffered ? "O_DIRECT"
+                         : direct            ? "O_DIRECT where the filesystem allows"
+                         : o.direct_io       ? "buffered (the filesystem refuses O_DIRECT)"
+                                             : "buffered");
+  if (o.io == IoMode::Uring && io_desc_.find("io_uring") == std::string::npos)
+    io_desc_ += fmt::format(" (io_uring unavailable: {})", uring_why_);
   } catch (...) {
     release_files();  // the destructor does not run for a throwing constructor
     throw;
   }
-  prefetch_ = o.prefetch;
-  if (prefetch_) {
-    size_t slots = 0;
-    for (const Layer& l : layers_) slots += l.slots.size();
-    jobs_.resize(std::max<size_t>(1, slots));
-    io_ = std::thread([this] { io_loop(); });
+  if (prefetch_) io_ = std::thread([this] { io_loop(); });
+}
+
+void DiskExpertStore::open_reader(Reader& r, size_t max_loads, const ExpertCacheOptions& o) {
+  if (o.io == IoMode::Uring) {
+    std::string why;
+    r.engine = open_uring_engine(o.io_depth, &why);
+    if (!r.engine) uring_why_ = why;
   }
+  if (!r.engine) r.engine = open_pread_engine(o.io_depth);
+  const size_t d = static_cast<size_t>(o.io_depth);
+  r.loads.resize(max_loads);
+  r.chunks.resize(d);
+  r.free.reserve(d);
+  r.retry.reserve(d);
+  r.ops.reserve(d);
+  r.done.resize(d);
+}
+
+void DiskExpertStore::open_mapped(const ExpertFiles& files) {
+  layers_.resize(static_cast<size_t>(files.n_layers));
+  size_t max_pages = 0;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (const auto& rec : manifest_->expert_layers) {
+    if (rec.layer >= files.n_layers) continue;
+    Layer& l = layers_[static_cast<size_t>(rec.layer)];
+    l.rec = &rec;
+    l.path = dir_ + "/" + rec.file;
+    l.read_bytes = (rec.blob_bytes + kExpertAlign - 1) / kExpertAlign * kExpertAlign;
+    l.usage.assign(static_cast<size_t>(rec.count), 0);
+    l.prior.assign(static_cast<size_t>(rec.count), 0);
+    l.verified.assign(static_cast<size_t>(rec.count), 0);
+    l.predicted.assign(static_cast<size_t>(rec.count), 0);
+    l.fd = open_file(l.path, O_RDONLY);
+    struct stat st {};
+    if (::fstat(l.fd.get(), &st) != 0) fail("{}: cannot stat: {}", l.path, std::strerror(errno));
+    const uint64_t need = rec.count > 0 ? rec.stride * static_cast<uint64_t>(rec.count - 1) + rec.blob_bytes : 0;
+    if (static_cast<uint64_t>(st.st_size) < need)
+      fail("{}: {} bytes, but its {} experts of layer {} need {} (file truncated?)", l.path, st.st_size, rec.count,
+           rec.layer, need);
+    l.map_len = static_cast<size_t>(st.st_size);
+    void* p = l.map_len ? ::mmap(nullptr, l.map_len, PROT_READ, MAP_SHARED, l.fd.get(), 0) : nullptr;
+    if (p == MAP_FAILED) fail("{}: cannot map {} bytes: {}", l.path, l.map_len, std::strerror(errno));
+    l.map = static_cast<uint8_t*>(p);
+    for (int32_t e = 0; e < rec.count; ++e) {
+      const uint8_t* base = l.map + rec.stride * static_cast<uint64_t>(e);
+      MlpWeights w;
+      w.gate = weight_view(rec.gate, base, "gate");
+      w.up = weight_view(rec.up, base, "up");
+      w.down = weight_view(rec.down, base, "down");
+      l.mapped.push_back(std::move(w));
+    }
+    total_bytes_ += l.read_bytes * static_cast<uint64_t>(rec.count);
+    max_pages = std::max<size_t>(max_pages, l.read_bytes / page + 2);
+  }
+  mincore_.resize(max_pages);
+  io_desc_ = "reads: mmap (the page cache is the cache; the RAM budget and pins do not apply)";
 }
 
 DiskExpertStore::~DiskExpertStore() {
@@ -182,6 +275,8 @@ void DiskExpertStore::release_files() {
   for (Layer& l : layers_) {
     l.fd.reset();
     l.fd_direct.reset();
+    if (l.map) ::munmap(l.map, l.map_len);
+    l.map = nullptr;
     for (Slot& s : l.slots) {
       std::free(s.buf);
       s.buf = nullptr;
@@ -200,31 +295,93 @@ DiskExpertStore::Slot& DiskExpertStore::new_slot(Layer& l) {
   return l.slots.back();
 }
 
-std::string DiskExpertStore::read_expert(Layer& l, int64_t layer, int32_t expert, Slot& s) {
-  const uint64_t off = l.rec->stride * static_cast<uint64_t>(expert);
-  uint64_t done = 0;
-  bool direct;
+int64_t DiskExpertStore::injected(const Load& ld, const Chunk& c, int64_t res) const {
+  if (fault_.kind == IoFault::Kind::None || fault_.layer != ld.layer || fault_.expert != ld.expert) return res;
+  if (fault_.kind == IoFault::Kind::Eio) return -EIO;
+  // ShortRead: the file seems to end half-way through the expert.
+  const uint64_t half = ld.l->read_bytes / 2;
+  if (c.pos >= half) return 0;
+  return std::min<int64_t>(res, static_cast<int64_t>(half - c.pos));
+}
+
+void DiskExpertStore::read_batch(Reader& r) {
+  ReadEngine& eng = *r.engine;
+  const size_t depth = static_cast<size_t>(eng.depth());
+  r.free.clear();
+  for (size_t t = depth; t-- > 0;) r.free.push_back(static_cast<uint32_t>(t));
+  r.retry.clear();
   {
     std::lock_guard<std::mutex> lk(mu_);  // both threads read; either may turn O_DIRECT off
-    direct = l.direct;
-  }
-  while (done < l.read_bytes) {
-    const IoResult r = try_pread_full(direct ? l.fd_direct.get() : l.fd.get(), s.buf + done, l.read_bytes - done,
-                                      off + done);
-    done += r.bytes;
-    if (r.error == EINVAL && direct) {  // the filesystem refuses O_DIRECT reads
-      std::lock_guard<std::mutex> lk(mu_);
-      l.direct = direct = false;
-      continue;
+    for (size_t i = 0; i < r.n_loads; ++i) {
+      Load& ld = r.loads[i];
+      ld.next = 0;
+      ld.error.clear();
+      ld.direct = ld.l->direct;
     }
-    if (done < l.read_bytes)
-      return fmt::format("{}: reading expert {} of layer {} ({} bytes at offset {}) failed: {}", l.path, expert, layer,
-                         l.read_bytes, off + done, r.error ? std::strerror(r.error) : "unexpected end of file");
   }
-  if (XXH3_64bits(s.buf, l.rec->blob_bytes) != l.rec->xxh[static_cast<size_t>(expert)])
-    return fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)", l.path, expert,
-                       layer, off);
-  return "";
+  size_t cur = 0, in_flight = 0;
+  auto issue = [&](const Chunk& c) {
+    Load& ld = r.loads[c.load];
+    const uint32_t tag = r.free.back();
+    r.free.pop_back();
+    r.chunks[tag] = c;
+    r.ops.push_back(ReadOp{ld.direct ? ld.l->fd_direct.get() : ld.l->fd.get(), ld.slot->buf + c.pos,
+                           ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos, c.len, tag});
+    ++in_flight;
+  };
+  for (;;) {
+    r.ops.clear();
+    while (!r.free.empty() && !r.retry.empty()) {
+      const Chunk c = r.retry.back();
+      r.retry.pop_back();
+      issue(c);
+    }
+    while (!r.free.empty() && cur < r.n_loads) {
+      Load& ld = r.loads[cur];
+      if (!ld.error.empty() || ld.next >= ld.l->read_bytes) {
+        ++cur;
+        continue;
+      }
+      const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(chunk_, ld.l->read_bytes - ld.next));
+      issue(Chunk{static_cast<uint32_t>(cur), ld.next, len});
+      ld.next += len;
+    }
+    if (!r.ops.empty()) eng.submit(r.ops);
+    if (in_flight == 0) break;
+    const size_t n = eng.wait(r.done);
+    for (size_t i = 0; i < n; ++i) {
+      const Chunk c = r.chunks[r.done[i].tag];
+      r.free.push_back(r.done[i].tag);
+      --in_flight;
+      Load& ld = r.loads[c.load];
+      const int64_t res = injected(ld, c, r.done[i].res);
+      const uint64_t at = ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos;
+      if (res == -EINVAL && ld.direct) {  // the filesystem refuses O_DIRECT reads: buffered from now on
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          ld.l->direct = false;
+        }
+        for (size_t j = 0; j < r.n_loads; ++j)
+          if (r.loads[j].l == ld.l) r.loads[j].direct = false;
+        r.retry.push_back(c);
+      } else if (res < 0 || res == 0) {
+        if (ld.error.empty())
+          ld.error = fmt::format("{}: reading expert {} of layer {} ({} bytes at offset {}) failed at offset {}: {}",
+                                 ld.l->path, ld.expert, ld.layer, ld.l->read_bytes,
+                                 ld.l->rec->stride * static_cast<uint64_t>(ld.expert), at,
+                                 res < 0 ? std::strerror(static_cast<int>(-res))
+                                         : "unexpected end of file (short read; file truncated?)");
+      } else if (static_cast<uint64_t>(res) < c.len) {  // a short read: continue where it stopped
+        r.retry.push_back(Chunk{c.load, c.pos + static_cast<uint64_t>(res), c.len - static_cast<uint32_t>(res)});
+      }
+    }
+  }
+  for (size_t i = 0; i < r.n_loads; ++i) {
+    Load& ld = r.loads[i];
+    if (ld.error.empty() && XXH3_64bits(ld.slot->buf, ld.l->rec->blob_bytes) != ld.l->rec->xxh[static_cast<size_t>(ld.expert)])
+      ld.error = fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)",
+                             ld.l->path, ld.expert, ld.layer, ld.l->rec->stride * static_cast<uint64_t>(ld.expert));
+  }
 }
 
 void DiskExpertStore::assign(Layer& l, int32_t expert, Slot& s) {
@@ -234,14 +391,17 @@ void DiskExpertStore::assign(Layer& l, int32_t expert, Slot& s) {
   l.slot_of[static_cast<size_t>(expert)] = idx;
 }
 
+// One expert into `s` through the caller's reader (pins at start).
 void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
   const uint64_t t0 = now_ns();
-  const std::string err = read_expert(l, layer, expert, s);
-  if (!err.empty()) {
+  demand_.loads[0] = Load{&l, layer, expert, &s, 0, false, {}};
+  demand_.n_loads = 1;
+  read_batch(demand_);
+  if (!demand_.loads[0].error.empty()) {
     if (s.expert >= 0 && l.slot_of[static_cast<size_t>(s.expert)] == static_cast<int32_t>(&s - l.slots.data()))
       l.slot_of[static_cast<size_t>(s.expert)] = -1;
     s.expert = -1;
-    fail("{}", err);
+    fail("{}", demand_.loads[0].error);
   }
   assign(l, expert, s);
   s.prefetched = false;
@@ -276,9 +436,19 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
   if (!prefetch_) return;
   Layer& l = layers_[static_cast<size_t>(layer)];
   if (!l.rec) return;
+  if (l.map) {  // the kernel reads ahead into the page cache
+    for (int32_t e : experts) {
+      ::madvise(l.map + l.rec->stride * static_cast<uint64_t>(e), l.read_bytes, MADV_WILLNEED);
+      if (!l.predicted[static_cast<size_t>(e)]) ++l.prefetched;
+      l.predicted[static_cast<size_t>(e)] = 1;
+    }
+    return;
+  }
   const uint64_t tick = ++tick_;
   for (int32_t e : experts) {
     if (l.slot_of[static_cast<size_t>(e)] >= 0) continue;  // resident or already on its way
+    // Only a free or least recently used cache slot: read-ahead never goes
+    // past the budget, and never evicts what this layer just asked for.
     Slot* v = victim(l, tick, false);
     if (!v) break;  // every slot is busy: the rest loads on demand
     v->last_used = tick;
@@ -294,76 +464,167 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
   }
 }
 
+// Takes every queued read-ahead at once and reads them together.
 void DiskExpertStore::io_loop() {
   for (;;) {
-    Job job;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || jobs_count_ > 0; });
       if (stop_) return;
-      job = jobs_[jobs_head_];
-      jobs_head_ = (jobs_head_ + 1) % jobs_.size();
-      --jobs_count_;
+      ahead_.n_loads = 0;
+      while (jobs_count_ > 0 && ahead_.n_loads < ahead_.loads.size()) {
+        const Job job = jobs_[jobs_head_];
+        jobs_head_ = (jobs_head_ + 1) % jobs_.size();
+        --jobs_count_;
+        Load& ld = ahead_.loads[ahead_.n_loads++];
+        ld.l = &layers_[static_cast<size_t>(job.layer)];
+        ld.layer = job.layer;
+        ld.expert = job.expert;
+        ld.slot = job.slot;
+      }
     }
-    Layer& l = layers_[static_cast<size_t>(job.layer)];
     const uint64_t t0 = now_ns();
-    std::string err = read_expert(l, job.layer, job.expert, *job.slot);
+    read_batch(ahead_);
     {
       std::lock_guard<std::mutex> lk(mu_);
-      job.slot->loading = false;
-      job.slot->error = std::move(err);
-      io_bytes_ += l.read_bytes;
+      for (size_t i = 0; i < ahead_.n_loads; ++i) {
+        Load& ld = ahead_.loads[i];
+        ld.slot->loading = false;
+        ld.slot->error = std::move(ld.error);
+        ld.error.clear();
+        io_bytes_ += ld.l->read_bytes;
+        ++io_count_;
+        ++ld.l->prefetched;
+      }
       io_ns_ += now_ns() - t0;
-      ++io_count_;
     }
     cv_.notify_all();
   }
 }
 
-int64_t DiskExpertStore::max_batch(int64_t layer) const { return layers_[static_cast<size_t>(layer)].lru_slots; }
+int64_t DiskExpertStore::max_batch(int64_t layer) const {
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  return l.map ? INT64_MAX : l.lru_slots;
+}
+
+void DiskExpertStore::acquire_mapped(Layer& l, int64_t layer, std::span<const int32_t> experts,
+                                     std::vector<const MlpWeights*>& out) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (int32_t e : experts) {
+    const size_t ei = static_cast<size_t>(e);
+    ++stats_.requests;
+    ++l.requests;
+    ++l.usage[ei];
+    const uint64_t off = l.rec->stride * static_cast<uint64_t>(e);
+    // A hit when every page of the expert is in the page cache.
+    uint64_t absent = 0;
+    const size_t pages = (l.read_bytes + page - 1) / page;
+    if (pages <= mincore_.size() && ::mincore(l.map + off, l.read_bytes, mincore_.data()) == 0)
+      for (size_t i = 0; i < pages; ++i) absent += (mincore_[i] & 1) ? 0 : page;
+    if (absent == 0) {
+      ++stats_.hits;
+      if (l.predicted[ei]) {
+        ++stats_.prefetch_hits;
+        ++l.prefetch_hits;
+      }
+    } else {
+      ++stats_.misses;
+      ++l.misses;
+      stats_.bytes_read += absent;
+    }
+    l.predicted[ei] = 0;
+    if (!l.verified[ei]) {  // checked once, when first used (a page fault reads what is missing)
+      const uint64_t t0 = now_ns();
+      if (XXH3_64bits(l.map + off, l.rec->blob_bytes) != l.rec->xxh[ei])
+        fail("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)", l.path, e, layer, off);
+      l.verified[ei] = 1;
+      stats_.read_ns += now_ns() - t0;
+    }
+    out.push_back(&l.mapped[ei]);
+  }
+}
 
 void DiskExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
   Layer& l = layers_[static_cast<size_t>(layer)];
-  const uint64_t tick = ++tick_;
   out.clear();
+  if (l.map) return acquire_mapped(l, layer, experts, out);
+  const uint64_t tick = ++tick_;
+  // 1. Hits keep their slots: mark them used before any victim is chosen.
   for (int32_t e : experts) {
     ++stats_.requests;
+    ++l.requests;
     ++l.usage[static_cast<size_t>(e)];
-    int32_t si = l.slot_of[static_cast<size_t>(e)];
-    if (si >= 0) {
-      Slot& s = l.slots[static_cast<size_t>(si)];
-      std::string err;
-      {
-        std::unique_lock<std::mutex> lk(mu_);
-        if (s.loading) {
-          const uint64_t t0 = now_ns();
-          cv_.wait(lk, [&] { return !s.loading; });
-          stats_.prefetch_wait_ns += now_ns() - t0;
-        }
-        err.swap(s.error);
-      }
-      if (!err.empty()) {  // the read-ahead failed: read again here, which reports the error
-        l.slot_of[static_cast<size_t>(e)] = -1;
-        s.expert = -1;
-        s.prefetched = false;
-        si = -1;
-      } else {
-        ++stats_.hits;
-        if (s.prefetched) ++stats_.prefetch_hits;
-        s.prefetched = false;
-      }
-    }
-    if (si < 0) {
+    const int32_t si = l.slot_of[static_cast<size_t>(e)];
+    if (si >= 0) l.slots[static_cast<size_t>(si)].last_used = tick;
+  }
+  // 2. Every miss gets a slot, and all of them are read together.
+  const uint64_t t0 = now_ns();
+  demand_.n_loads = 0;
+  for (int32_t e : experts) {
+    if (l.slot_of[static_cast<size_t>(e)] >= 0) continue;
+    Slot* v = victim(l, tick, true);
+    if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
+    v->last_used = tick;
+    if (v->expert >= 0 && l.slot_of[static_cast<size_t>(v->expert)] == static_cast<int32_t>(v - l.slots.data()))
+      l.slot_of[static_cast<size_t>(v->expert)] = -1;
+    v->expert = -1;
+    v->prefetched = false;
+    demand_.loads[demand_.n_loads++] = Load{&l, layer, e, v, 0, false, {}};
+  }
+  if (demand_.n_loads > 0) {
+    read_batch(demand_);
+    const std::string* first_error = nullptr;
+    for (size_t i = 0; i < demand_.n_loads; ++i) {
+      Load& ld = demand_.loads[i];
       ++stats_.misses;
-      // Least recently used unpinned slot not already handed out by this call.
-      Slot* v = victim(l, tick, true);
-      if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
-      load(l, layer, e, *v);
-      si = static_cast<int32_t>(v - l.slots.data());
+      ++l.misses;
+      if (!ld.error.empty()) {
+        if (!first_error) first_error = &ld.error;
+        continue;
+      }
+      stats_.bytes_read += l.read_bytes;
+      assign(l, ld.expert, *ld.slot);
+      ld.slot->read_at = tick;
+      std::lock_guard<std::mutex> lk(mu_);
+      ld.slot->error.clear();
     }
-    Slot& s = l.slots[static_cast<size_t>(si)];
-    s.last_used = tick;
-    out.push_back(&s.w);
+    stats_.read_ns += now_ns() - t0;
+    if (first_error) fail("{}", *first_error);
+  }
+  // 3. Hand out the slots, waiting for read-aheads still in flight; a failed
+  // one is read again here, which reports the error.
+  for (int32_t e : experts) {
+    int32_t si = l.slot_of[static_cast<size_t>(e)];
+    Slot* s = &l.slots[static_cast<size_t>(si)];
+    std::string err;
+    {
+      std::unique_lock<std::mutex> lk(mu_);
+      if (s->loading) {
+        const uint64_t tw = now_ns();
+        cv_.wait(lk, [&] { return !s->loading; });
+        stats_.prefetch_wait_ns += now_ns() - tw;
+      }
+      err.swap(s->error);
+    }
+    if (s->read_at == tick) {
+      // read just now: counted as a miss above
+    } else if (!err.empty()) {
+      l.slot_of[static_cast<size_t>(e)] = -1;
+      s->expert = -1;
+      s->prefetched = false;
+      ++stats_.misses;
+      ++l.misses;
+      load(l, layer, e, *s);  // throws with the error (or succeeds if the disk recovered)
+    } else {
+      ++stats_.hits;
+      if (s->prefetched) {
+        ++stats_.prefetch_hits;
+        ++l.prefetch_hits;
+      }
+    }
+    s->prefetched = false;
+    s->last_used = tick;
+    out.push_back(&s->w);
   }
 }
 
@@ -372,7 +633,13 @@ ExpertStoreStats DiskExpertStore::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   s.bytes_read += io_bytes_;
   s.read_ns += io_ns_;
-  s.prefetched = io_count_;
+  if (io_mode_ != IoMode::Mmap) s.prefetched = io_count_;
+  for (size_t L = 0; L < layers_.size(); ++L) {
+    const Layer& l = layers_[L];
+    if (!l.rec) continue;
+    s.layers.push_back({static_cast<int64_t>(L), l.requests, l.misses, l.prefetched, l.prefetch_hits});
+    if (io_mode_ == IoMode::Mmap) s.prefetched += l.prefetched;
+  }
   return s;
 }
 
@@ -381,10 +648,11 @@ ExpertMemory DiskExpertStore::memory() const {
 }
 
 std::string DiskExpertStore::describe() const {
+  if (io_mode_ == IoMode::Mmap) return fmt::format("expert cache: {} experts on disk; {}", gb(total_bytes_), io_desc_);
   std::string s = fmt::format("expert cache: budget {} of {} experts on disk; {} pinned, {} LRU", gb(budget_),
                               gb(total_bytes_), gb(pinned_bytes_), gb(cache_bytes_));
   if (budget_clamped_) s += " (raised to the minimum of one expert slot per layer)";
-  return s;
+  return s + "; " + io_desc_;
 }
 
 bool DiskExpertStore::save_usage() const {

@@ -11,6 +11,21 @@
 
 namespace strata {
 
+// One MoE layer's read-ahead, for its precision and recall.
+struct ExpertLayerStats {
+  int64_t layer = 0;
+  uint64_t requests = 0, misses = 0;
+  uint64_t prefetched = 0;     // experts read ahead (completed)
+  uint64_t prefetch_hits = 0;  // requests served by a read-ahead
+  // Read-ahead reads that were then asked for; of the requests that needed a
+  // read, the share a read-ahead had already made.
+  double precision() const { return prefetched ? static_cast<double>(prefetch_hits) / static_cast<double>(prefetched) : 0.0; }
+  double recall() const {
+    const uint64_t needed = prefetch_hits + misses;
+    return needed ? static_cast<double>(prefetch_hits) / static_cast<double>(needed) : 0.0;
+  }
+};
+
 // What a store counted since it opened.
 struct ExpertStoreStats {
   uint64_t requests = 0;  // experts asked for (per layer per batch)
@@ -21,6 +36,7 @@ struct ExpertStoreStats {
   uint64_t prefetched = 0;        // experts read ahead
   uint64_t prefetch_hits = 0;     // requests served by a read-ahead (counted in hits too)
   uint64_t prefetch_wait_ns = 0;  // time acquire() waited for an in-flight read-ahead
+  std::vector<ExpertLayerStats> layers;  // MoE layers, in order (empty for a resident store)
   double hit_rate() const { return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 1.0; }
 };
 
