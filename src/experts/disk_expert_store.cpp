@@ -180,6 +180,8 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
   budget_clamped_ = pinned_bytes_ + cache_bytes_ > budget_;
   for (const Layer& l : layers_) max_lru = std::max(max_lru, l.lru_slots);
   demand_.loads.resize(static_cast<size_t>(max_lru));
+  demand_.landed.reserve(static_cast<size_t>(max_lru));
+  pend_.reserve(static_cast<size_t>(max_lru));
   size_t slots = 0;
   for (const Layer& l : layers_) slots += l.slots.size();
   prefetch_ = o.prefetch;
@@ -219,6 +221,7 @@ void DiskExpertStore::open_reader(Reader& r, size_t max_loads, const ExpertCache
   r.retry.reserve(d);
   r.ops.reserve(d);
   r.done.resize(d);
+  r.landed.reserve(max_loads);
 }
 
 void DiskExpertStore::open_mapped(const ExpertFiles& files) {
@@ -258,6 +261,10 @@ void DiskExpertStore::open_mapped(const ExpertFiles& files) {
     max_pages = std::max<size_t>(max_pages, l.read_bytes / page + 2);
   }
   mincore_.resize(max_pages);
+  int64_t most = 0;
+  for (const Layer& l : layers_)
+    if (l.rec) most = std::max<int64_t>(most, l.rec->count);
+  pend_.reserve(static_cast<size_t>(most));
   io_desc_ = "reads: mmap (the page cache is the cache; the RAM budget and pins do not apply)";
 }
 
@@ -305,83 +312,107 @@ int64_t DiskExpertStore::injected(const Load& ld, const Chunk& c, int64_t res) c
 }
 
 void DiskExpertStore::read_batch(Reader& r) {
-  ReadEngine& eng = *r.engine;
-  const size_t depth = static_cast<size_t>(eng.depth());
+  start_batch(r);
+  while (r.in_flight > 0) step_batch(r);
+}
+
+void DiskExpertStore::start_batch(Reader& r) {
+  const size_t depth = static_cast<size_t>(r.engine->depth());
   r.free.clear();
   for (size_t t = depth; t-- > 0;) r.free.push_back(static_cast<uint32_t>(t));
   r.retry.clear();
+  r.landed.clear();
+  r.cur = 0;
+  r.in_flight = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);  // both threads read; either may turn O_DIRECT off
     for (size_t i = 0; i < r.n_loads; ++i) {
       Load& ld = r.loads[i];
       ld.next = 0;
+      ld.open = 0;
+      ld.done = false;
       ld.error.clear();
       ld.direct = ld.l->direct;
     }
   }
-  size_t cur = 0, in_flight = 0;
-  auto issue = [&](const Chunk& c) {
+  issue(r);
+}
+
+// Fills the free queue slots: retries first, then the next chunks in load
+// order, and submits them.
+void DiskExpertStore::issue(Reader& r) {
+  r.ops.clear();
+  auto put = [&](const Chunk& c) {
     Load& ld = r.loads[c.load];
     const uint32_t tag = r.free.back();
     r.free.pop_back();
     r.chunks[tag] = c;
     r.ops.push_back(ReadOp{ld.direct ? ld.l->fd_direct.get() : ld.l->fd.get(), ld.slot->buf + c.pos,
                            ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos, c.len, tag});
-    ++in_flight;
+    ++r.in_flight;
   };
-  for (;;) {
-    r.ops.clear();
-    while (!r.free.empty() && !r.retry.empty()) {
-      const Chunk c = r.retry.back();
-      r.retry.pop_back();
-      issue(c);
+  while (!r.free.empty() && !r.retry.empty()) {
+    const Chunk c = r.retry.back();
+    r.retry.pop_back();
+    put(c);
+  }
+  while (!r.free.empty() && r.cur < r.n_loads) {
+    Load& ld = r.loads[r.cur];
+    if (!ld.error.empty() || ld.next >= ld.l->read_bytes) {
+      ++r.cur;
+      continue;
     }
-    while (!r.free.empty() && cur < r.n_loads) {
-      Load& ld = r.loads[cur];
-      if (!ld.error.empty() || ld.next >= ld.l->read_bytes) {
-        ++cur;
-        continue;
+    const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(chunk_, ld.l->read_bytes - ld.next));
+    put(Chunk{static_cast<uint32_t>(r.cur), ld.next, len});
+    ld.next += len;
+    ++ld.open;
+  }
+  if (!r.ops.empty()) r.engine->submit(r.ops);
+}
+
+void DiskExpertStore::step_batch(Reader& r) {
+  r.landed.clear();
+  if (r.in_flight == 0) return;
+  const size_t n = r.engine->wait(r.done);
+  for (size_t i = 0; i < n; ++i) {
+    const Chunk c = r.chunks[r.done[i].tag];
+    r.free.push_back(r.done[i].tag);
+    --r.in_flight;
+    Load& ld = r.loads[c.load];
+    const int64_t res = injected(ld, c, r.done[i].res);
+    const uint64_t at = ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos;
+    bool again = false;
+    if (res == -EINVAL && ld.direct) {  // the filesystem refuses O_DIRECT reads: buffered from now on
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        ld.l->direct = false;
       }
-      const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(chunk_, ld.l->read_bytes - ld.next));
-      issue(Chunk{static_cast<uint32_t>(cur), ld.next, len});
-      ld.next += len;
+      for (size_t j = 0; j < r.n_loads; ++j)
+        if (r.loads[j].l == ld.l) r.loads[j].direct = false;
+      r.retry.push_back(c);
+      again = true;
+    } else if (res <= 0) {
+      if (ld.error.empty())
+        ld.error = fmt::format("{}: reading expert {} of layer {} ({} bytes at offset {}) failed at offset {}: {}",
+                               ld.l->path, ld.expert, ld.layer, ld.l->read_bytes,
+                               ld.l->rec->stride * static_cast<uint64_t>(ld.expert), at,
+                               res < 0 ? std::strerror(static_cast<int>(-res))
+                                       : "unexpected end of file (short read; file truncated?)");
+    } else if (static_cast<uint64_t>(res) < c.len) {  // a short read: continue where it stopped
+      r.retry.push_back(Chunk{c.load, c.pos + static_cast<uint64_t>(res), c.len - static_cast<uint32_t>(res)});
+      again = true;
     }
-    if (!r.ops.empty()) eng.submit(r.ops);
-    if (in_flight == 0) break;
-    const size_t n = eng.wait(r.done);
-    for (size_t i = 0; i < n; ++i) {
-      const Chunk c = r.chunks[r.done[i].tag];
-      r.free.push_back(r.done[i].tag);
-      --in_flight;
-      Load& ld = r.loads[c.load];
-      const int64_t res = injected(ld, c, r.done[i].res);
-      const uint64_t at = ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos;
-      if (res == -EINVAL && ld.direct) {  // the filesystem refuses O_DIRECT reads: buffered from now on
-        {
-          std::lock_guard<std::mutex> lk(mu_);
-          ld.l->direct = false;
-        }
-        for (size_t j = 0; j < r.n_loads; ++j)
-          if (r.loads[j].l == ld.l) r.loads[j].direct = false;
-        r.retry.push_back(c);
-      } else if (res < 0 || res == 0) {
-        if (ld.error.empty())
-          ld.error = fmt::format("{}: reading expert {} of layer {} ({} bytes at offset {}) failed at offset {}: {}",
-                                 ld.l->path, ld.expert, ld.layer, ld.l->read_bytes,
-                                 ld.l->rec->stride * static_cast<uint64_t>(ld.expert), at,
-                                 res < 0 ? std::strerror(static_cast<int>(-res))
-                                         : "unexpected end of file (short read; file truncated?)");
-      } else if (static_cast<uint64_t>(res) < c.len) {  // a short read: continue where it stopped
-        r.retry.push_back(Chunk{c.load, c.pos + static_cast<uint64_t>(res), c.len - static_cast<uint32_t>(res)});
-      }
+    if (again) continue;  // the chunk stays open
+    if (--ld.open == 0 && (ld.next >= ld.l->read_bytes || !ld.error.empty())) {
+      if (ld.error.empty() &&
+          XXH3_64bits(ld.slot->buf, ld.l->rec->blob_bytes) != ld.l->rec->xxh[static_cast<size_t>(ld.expert)])
+        ld.error = fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)",
+                               ld.l->path, ld.expert, ld.layer, ld.l->rec->stride * static_cast<uint64_t>(ld.expert));
+      ld.done = true;
+      r.landed.push_back(c.load);
     }
   }
-  for (size_t i = 0; i < r.n_loads; ++i) {
-    Load& ld = r.loads[i];
-    if (ld.error.empty() && XXH3_64bits(ld.slot->buf, ld.l->rec->blob_bytes) != ld.l->rec->xxh[static_cast<size_t>(ld.expert)])
-      ld.error = fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)",
-                             ld.l->path, ld.expert, ld.layer, ld.l->rec->stride * static_cast<uint64_t>(ld.expert));
-  }
+  issue(r);
 }
 
 void DiskExpertStore::assign(Layer& l, int32_t expert, Slot& s) {
@@ -545,10 +576,24 @@ void DiskExpertStore::acquire_mapped(Layer& l, int64_t layer, std::span<const in
 }
 
 void DiskExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
+  begin(layer, experts, out);
+  for (size_t i = 0; i < experts.size(); ++i) next();
+}
+
+void DiskExpertStore::begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
   Layer& l = layers_[static_cast<size_t>(layer)];
   out.clear();
-  if (l.map) return acquire_mapped(l, layer, experts, out);
+  pend_.clear();
+  pend_l_ = &l;
+  pend_layer_ = layer;
+  pend_left_ = experts.size();
+  if (l.map) {  // mapped: every expert is "ready" (a page fault reads what is missing)
+    acquire_mapped(l, layer, experts, out);
+    for (int32_t e : experts) pend_.push_back(Pending{e, nullptr, From::Slot, 0, false});
+    return;
+  }
   const uint64_t tick = ++tick_;
+  pend_tick_ = tick;
   // 1. Hits keep their slots: mark them used before any victim is chosen.
   for (int32_t e : experts) {
     ++stats_.requests;
@@ -558,10 +603,13 @@ void DiskExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, s
     if (si >= 0) l.slots[static_cast<size_t>(si)].last_used = tick;
   }
   // 2. Every miss gets a slot, and all of them are read together.
-  const uint64_t t0 = now_ns();
   demand_.n_loads = 0;
   for (int32_t e : experts) {
-    if (l.slot_of[static_cast<size_t>(e)] >= 0) continue;
+    const int32_t si = l.slot_of[static_cast<size_t>(e)];
+    if (si >= 0) {
+      pend_.push_back(Pending{e, &l.slots[static_cast<size_t>(si)], From::Slot, 0, false});
+      continue;
+    }
     Slot* v = victim(l, tick, true);
     if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
     v->last_used = tick;
@@ -569,62 +617,124 @@ void DiskExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, s
       l.slot_of[static_cast<size_t>(v->expert)] = -1;
     v->expert = -1;
     v->prefetched = false;
-    demand_.loads[demand_.n_loads++] = Load{&l, layer, e, v, 0, false, {}};
+    pend_.push_back(Pending{e, v, From::Read, static_cast<uint32_t>(demand_.n_loads), false});
+    demand_.loads[demand_.n_loads++] = Load{&l, layer, e, v, 0, false, {}, 0, false};
+    ++stats_.misses;
+    ++l.misses;
   }
-  if (demand_.n_loads > 0) {
-    read_batch(demand_);
-    const std::string* first_error = nullptr;
-    for (size_t i = 0; i < demand_.n_loads; ++i) {
-      Load& ld = demand_.loads[i];
-      ++stats_.misses;
-      ++l.misses;
-      if (!ld.error.empty()) {
-        if (!first_error) first_error = &ld.error;
+  for (const Pending& p : pend_) out.push_back(&p.slot->w);
+  if (demand_.n_loads > 0) start_batch(demand_);
+}
+
+// A demand read that landed: the slot now holds the expert.
+void DiskExpertStore::land(Pending& p) {
+  Load& ld = demand_.loads[p.load];
+  assign(*pend_l_, p.expert, *p.slot);
+  p.slot->read_at = pend_tick_;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    p.slot->error.clear();
+  }
+  stats_.bytes_read += ld.l->read_bytes;
+}
+
+void DiskExpertStore::fail_pending(const std::string& error) {
+  const std::string msg = error;  // the loads' strings may change below
+  while (demand_.in_flight > 0) step_batch(demand_);  // no read may still write into a slot
+  for (Pending& p : pend_)
+    if (p.from == From::Read && !p.served && demand_.loads[p.load].done && demand_.loads[p.load].error.empty()) {
+      land(p);
+      p.served = true;
+    }
+  pend_left_ = 0;
+  fail("{}", msg);
+}
+
+size_t DiskExpertStore::next() {
+  if (pend_left_ == 0) fail("expert store: next() called more often than experts were asked for");
+  Layer& l = *pend_l_;
+  if (l.map) {
+    for (size_t i = 0; i < pend_.size(); ++i)
+      if (!pend_[i].served) {
+        pend_[i].served = true;
+        --pend_left_;
+        return i;
+      }
+  }
+  const uint64_t t0 = now_ns();
+  for (;;) {
+    bool waiting_on_slot = false;
+    // Resident experts and finished read-aheads first.
+    for (size_t i = 0; i < pend_.size(); ++i) {
+      Pending& p = pend_[i];
+      if (p.served || p.from != From::Slot) continue;
+      std::string err;
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (p.slot->loading) {
+          waiting_on_slot = true;
+          continue;
+        }
+        err.swap(p.slot->error);
+      }
+      if (!err.empty()) {
+        // The read-ahead failed: read it again with the demand reads, which
+        // reports the error (or succeeds if the disk recovered).
+        l.slot_of[static_cast<size_t>(p.expert)] = -1;
+        p.slot->expert = -1;
+        p.slot->prefetched = false;
+        ++stats_.misses;
+        ++l.misses;
+        if (demand_.n_loads >= demand_.loads.size())
+          fail("expert store: layer {} asked for more experts than its {} cache slots", pend_layer_, l.lru_slots);
+        Load& ld = demand_.loads[demand_.n_loads];
+        ld = Load{&l, pend_layer_, p.expert, p.slot, 0, false, {}, 0, false};
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          ld.direct = l.direct;
+        }
+        p.from = From::Read;
+        p.load = static_cast<uint32_t>(demand_.n_loads++);
+        if (demand_.n_loads == 1)
+          start_batch(demand_);  // the first read of this call
+        else
+          issue(demand_);  // joins the reads of this call (the cursor has not passed it)
         continue;
       }
-      stats_.bytes_read += l.read_bytes;
-      assign(l, ld.expert, *ld.slot);
-      ld.slot->read_at = tick;
-      std::lock_guard<std::mutex> lk(mu_);
-      ld.slot->error.clear();
-    }
-    stats_.read_ns += now_ns() - t0;
-    if (first_error) fail("{}", *first_error);
-  }
-  // 3. Hand out the slots, waiting for read-aheads still in flight; a failed
-  // one is read again here, which reports the error.
-  for (int32_t e : experts) {
-    int32_t si = l.slot_of[static_cast<size_t>(e)];
-    Slot* s = &l.slots[static_cast<size_t>(si)];
-    std::string err;
-    {
-      std::unique_lock<std::mutex> lk(mu_);
-      if (s->loading) {
-        const uint64_t tw = now_ns();
-        cv_.wait(lk, [&] { return !s->loading; });
-        stats_.prefetch_wait_ns += now_ns() - tw;
-      }
-      err.swap(s->error);
-    }
-    if (s->read_at == tick) {
-      // read just now: counted as a miss above
-    } else if (!err.empty()) {
-      l.slot_of[static_cast<size_t>(e)] = -1;
-      s->expert = -1;
-      s->prefetched = false;
-      ++stats_.misses;
-      ++l.misses;
-      load(l, layer, e, *s);  // throws with the error (or succeeds if the disk recovered)
-    } else {
       ++stats_.hits;
-      if (s->prefetched) {
+      if (p.slot->prefetched) {
         ++stats_.prefetch_hits;
         ++l.prefetch_hits;
       }
+      p.slot->prefetched = false;
+      p.served = true;
+      --pend_left_;
+      return i;
     }
-    s->prefetched = false;
-    s->last_used = tick;
-    out.push_back(&s->w);
+    // Demand reads that have landed.
+    for (size_t i = 0; i < pend_.size(); ++i) {
+      Pending& p = pend_[i];
+      if (p.served || p.from != From::Read || !demand_.loads[p.load].done) continue;
+      if (!demand_.loads[p.load].error.empty()) fail_pending(demand_.loads[p.load].error);
+      land(p);
+      p.served = true;
+      --pend_left_;
+      stats_.read_ns += now_ns() - t0;
+      return i;
+    }
+    if (demand_.in_flight > 0) {
+      step_batch(demand_);
+      continue;
+    }
+    if (!waiting_on_slot) fail("expert store: nothing left to wait for in layer {}", pend_layer_);
+    std::unique_lock<std::mutex> lk(mu_);
+    const uint64_t tw = now_ns();
+    cv_.wait(lk, [&] {
+      for (const Pending& p : pend_)
+        if (!p.served && p.from == From::Slot && !p.slot->loading) return true;
+      return false;
+    });
+    stats_.prefetch_wait_ns += now_ns() - tw;
   }
 }
 

@@ -31,6 +31,8 @@ class DiskExpertStore final : public ExpertStore {
   DiskExpertStore& operator=(const DiskExpertStore&) = delete;
 
   void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
+  void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
+  size_t next() override;
   void release(int64_t layer) override {}
   int64_t max_batch(int64_t layer) const override;
   bool wants_prefetch() const override { return prefetch_; }
@@ -92,6 +94,8 @@ class DiskExpertStore final : public ExpertStore {
     uint64_t next = 0;  // bytes of it issued so far
     bool direct = false;
     std::string error;
+    uint32_t open = 0;  // chunks in flight or queued for a retry
+    bool done = false;  // every byte landed (and was checked) or it failed
   };
   // One chunk in flight (the engine's tag is its index).
   struct Chunk {
@@ -109,12 +113,20 @@ class DiskExpertStore final : public ExpertStore {
     std::vector<Chunk> retry;      // continuations of short reads, EINVAL retries
     std::vector<ReadOp> ops;
     std::vector<ReadDone> done;
+    size_t cur = 0, in_flight = 0;  // the next load to issue chunks of; chunks in the engine
+    std::vector<uint32_t> landed;   // loads finished by the last step()
   };
 
   void open_reader(Reader& r, size_t max_loads, const ExpertCacheOptions& o);
   // Reads r.loads[0, r.n_loads) with up to depth() chunks in flight and
   // verifies each; a failed load keeps its message in `error`.
   void read_batch(Reader& r);
+  // The same in steps: start() issues the first chunks; each step() waits
+  // for some completions, issues more, and lists in r.landed the loads that
+  // finished (checked, or failed). Done when r.in_flight == 0 after a step.
+  void start_batch(Reader& r);
+  void step_batch(Reader& r);
+  void issue(Reader& r);
   // Applies the test hook to one completion.
   int64_t injected(const Load& ld, const Chunk& c, int64_t res) const;
   void load(Layer& l, int64_t layer, int32_t expert, Slot& s);
@@ -141,6 +153,25 @@ class DiskExpertStore final : public ExpertStore {
   std::string io_desc_;  // for describe()
   std::string uring_why_;  // why io_uring could not be used, if it could not
   std::vector<unsigned char> mincore_;  // Mmap: one byte per page of an expert
+
+  // The streaming acquire in progress (begin .. next): per expert asked for,
+  // where its bytes come from and whether next() has handed it out.
+  enum class From : uint8_t { Slot, Read };  // Slot: resident or a read-ahead; Read: demand_.loads[load]
+  struct Pending {
+    int32_t expert = 0;
+    Slot* slot = nullptr;
+    From from = From::Slot;
+    uint32_t load = 0;
+    bool served = false;
+  };
+  std::vector<Pending> pend_;
+  Layer* pend_l_ = nullptr;
+  int64_t pend_layer_ = 0;
+  uint64_t pend_tick_ = 0;
+  size_t pend_left_ = 0;
+  // After a failed demand read: lets the rest land, keeps what arrived, throws.
+  [[noreturn]] void fail_pending(const std::string& error);
+  void land(Pending& p);
 
   Reader demand_;  // the caller's reads (acquire, pins)
   Reader ahead_;   // the I/O thread's

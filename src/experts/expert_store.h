@@ -55,6 +55,17 @@ class ExpertStore {
   // Fills out[i] with expert experts[i] of `layer`, valid until release(layer).
   virtual void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) = 0;
   virtual void release(int64_t layer) = 0;
+  // The streaming form of acquire(): begin() fills out[i] like acquire()
+  // and starts reading what is missing (every miss in flight at once); then
+  // each next(), called once per expert, returns the index i of one whose
+  // bytes are ready -- resident ones first, then in the order reads land --
+  // so the caller computes each expert as soon as it can. Results must not
+  // depend on that order. The default serves acquire()'s answer in order.
+  virtual void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
+    acquire(layer, experts, out);
+    served_ = 0;
+  }
+  virtual size_t next() { return served_++; }
   // The most experts of `layer` one acquire() may ask for; the MoE splits the
   // union into chunks of this size (each expert is still read once).
   virtual int64_t max_batch(int64_t layer) const { return INT64_MAX; }
@@ -69,6 +80,9 @@ class ExpertStore {
   virtual ExpertMemory memory() const { return {}; }
   virtual std::string describe() const { return "experts: resident"; }
   virtual bool save_usage() const { return true; }
+
+ protected:
+  size_t served_ = 0;  // the default next()'s position
 };
 
 // Every expert resident in RAM, straight from the loaded weights

@@ -5,6 +5,7 @@
 // read -- lazily or by a failed read-ahead. Observed through stats() only.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -533,8 +534,12 @@ TEST_F(ExpertStoreTest, IoFlagChoosesTheEngineAndSaysSo) {
                             out + " 2>" + err;
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << test_util::read_file(err);
     const std::string e = test_util::read_file(err);
-    if (std::string(mode) == "pread") EXPECT_NE(e.find("reads: pread pool, 2 reads in flight"), std::string::npos) << e;
-    if (std::string(mode) == "mmap") EXPECT_NE(e.find("reads: mmap"), std::string::npos) << e;
+    if (std::string(mode) == "pread") {
+      EXPECT_NE(e.find("reads: pread pool, 2 reads in flight"), std::string::npos) << e;
+    }
+    if (std::string(mode) == "mmap") {
+      EXPECT_NE(e.find("reads: mmap"), std::string::npos) << e;
+    }
     if (first.empty()) first = test_util::read_file(out);
     EXPECT_EQ(test_util::read_file(out), first) << mode;
   }
@@ -638,6 +643,44 @@ TEST_F(ExpertStoreTest, ReadAheadNeverReadsPastTheBudget) {
     EXPECT_EQ(st.layers[1].prefetch_hits, 2u);
     EXPECT_DOUBLE_EQ(st.layers[1].precision(), 1.0);
     EXPECT_DOUBLE_EQ(st.layers[1].recall(), 2.0 / 3.0);
+  }
+}
+
+// The streaming acquire: begin() starts every miss at once, next() hands
+// out resident experts first and then each read as it lands, each once; the
+// weights are those acquire() gives.
+TEST_F(ExpertStoreTest, StreamingAcquireServesResidentExpertsFirst) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread}) {
+    SCOPED_TRACE(mode_name(mode));
+    ExpertCacheOptions o;
+    o.ram_bytes = 4 * rb * 3;
+    o.autopin = false;
+    o.prefetch = false;
+    o.io = mode;
+    o.io_chunk = kExpertAlign;
+    DiskExpertStore s(m->expert_files(), o);
+    expect_acquire(s, 2, {0, 1}, 0, 2, rb, "0 and 1 resident");
+    const std::vector<int32_t> ask{5, 0, 6, 1};
+    std::vector<const MlpWeights*> out;
+    s.begin(2, ask, out);
+    ASSERT_EQ(out.size(), ask.size());
+    EXPECT_EQ(s.stats().misses, 4u) << "5 and 6 were counted as misses when their reads started";
+    std::vector<size_t> order;
+    for (size_t i = 0; i < ask.size(); ++i) order.push_back(s.next());
+    EXPECT_EQ(order[0], 1u) << "expert 0 is resident: served first";
+    EXPECT_EQ(order[1], 3u) << "expert 1 is resident: served second";
+    std::vector<size_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, (std::vector<size_t>{0, 1, 2, 3})) << "each expert exactly once";
+    EXPECT_NE(error_of([&] { s.next(); }).find("more often"), std::string::npos);
+    s.release(2);
+    // The same weights as a plain acquire now that all four are resident.
+    std::vector<const MlpWeights*> again;
+    s.acquire(2, ask, again);
+    EXPECT_EQ(again, out);
+    EXPECT_EQ(s.stats().hits, 2u + 4u);
   }
 }
 
