@@ -490,6 +490,10 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
       v->loading = true;
       v->error.clear();
       jobs_[(jobs_head_ + jobs_count_++) % jobs_.size()] = Job{layer, e, v};
+      // Counted when issued, not when done: the same run counts the same
+      // read-aheads however fast the disk is (serve and run agree).
+      ++io_count_;
+      ++l.prefetched;
     }
     cv_.notify_one();
   }
@@ -524,8 +528,6 @@ void DiskExpertStore::io_loop() {
         ld.slot->error = std::move(ld.error);
         ld.error.clear();
         io_bytes_ += ld.l->read_bytes;
-        ++io_count_;
-        ++ld.l->prefetched;
       }
       io_ns_ += now_ns() - t0;
     }

@@ -15,7 +15,7 @@ namespace strata {
 struct ExpertLayerStats {
   int64_t layer = 0;
   uint64_t requests = 0, misses = 0;
-  uint64_t prefetched = 0;     // experts read ahead (completed)
+  uint64_t prefetched = 0;     // experts read ahead (issued)
   uint64_t prefetch_hits = 0;  // requests served by a read-ahead
   // Read-ahead reads that were then asked for; of the requests that needed a
   // read, the share a read-ahead had already made.
