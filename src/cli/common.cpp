@@ -51,6 +51,17 @@ void EngineFlags::add(CLI::App* cmd) {
   cmd->add_flag("--no-direct-io", no_direct_io, "Containers: read experts through the page cache")->group(kGroupCache);
   cmd->add_flag("--no-prefetch", no_prefetch, "Containers: do not read the predicted next-layer experts ahead")
       ->group(kGroupCache);
+  cmd->add_option("--io", io,
+                  "Containers: how experts are read: uring (io_uring, several reads in flight; the pread pool where "
+                  "the kernel refuses it), pread (a pool of pread threads), mmap (map the files; the page cache is "
+                  "the cache) (docs/streaming.md)")
+      ->check(CLI::IsMember({"uring", "pread", "mmap"}))
+      ->capture_default_str()
+      ->group(kGroupCache);
+  cmd->add_option("--io-depth", io_depth,
+                  fmt::format("Containers: expert reads in flight (uring, pread; default {})", kDefaultIoDepth))
+      ->check(CLI::Range(1, 4096))
+      ->group(kGroupCache);
   cmd->add_option("--spec", spec,
                   "Speculative decoding: off, auto (every draft source, only while it pays), mtp (the MTP layer's "
                   "chain), ngram (prompt lookup); forced tokens of a constraint in every mode but off "
@@ -158,6 +169,11 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   o.experts.autopin = !no_autopin;
   o.experts.direct_io = !no_direct_io;
   o.experts.prefetch = !no_prefetch;
+  if (io == "uring") o.experts.io = IoMode::Uring;
+  else if (io == "pread") o.experts.io = IoMode::Pread;
+  else if (io == "mmap") o.experts.io = IoMode::Mmap;
+  else fail("--io {}: expected uring, pread or mmap", io);
+  if (io_depth > 0) o.experts.io_depth = io_depth;
   o.verbose = !quiet;
   const std::optional<SpecMode> sm = parse_spec_mode(spec);
   if (!sm) fail("--spec {}: expected off, auto, mtp or ngram", spec);

@@ -36,6 +36,8 @@ struct EngineFlags {
   bool no_autopin = false;
   bool no_direct_io = false;
   bool no_prefetch = false;
+  std::string io = "uring";  // uring | pread | mmap
+  int io_depth = 0;          // 0: the default (kDefaultIoDepth)
   bool stats = false, stats_json = false;
   std::string kernels = "auto";  // auto | scalar | avx2 | avx512 | avx512vnni
   bool quiet = false;            // no start-up lines (kernel path, expert cache)

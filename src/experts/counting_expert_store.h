@@ -14,6 +14,8 @@ class CountingExpertStore final : public ExpertStore {
   // `moe_layers[l]`: layer l has routed experts (n_experts each).
   CountingExpertStore(ExpertStore& inner, const std::vector<bool>& moe_layers, int64_t n_experts);
   void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
+  void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
+  size_t next() override { return inner_.next(); }
   void release(int64_t layer) override { inner_.release(layer); }
   int64_t max_batch(int64_t layer) const override { return inner_.max_batch(layer); }
   bool wants_prefetch() const override { return inner_.wants_prefetch(); }
@@ -28,6 +30,7 @@ class CountingExpertStore final : public ExpertStore {
   const std::vector<std::vector<uint64_t>>& usage() const { return usage_; }
 
  private:
+  void count(int64_t layer, std::span<const int32_t> experts);
   ExpertStore& inner_;
   std::vector<std::vector<uint64_t>> usage_;
 };

@@ -1,6 +1,8 @@
 #include "experts/disk_expert_store.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -33,6 +35,15 @@ std::string gb(uint64_t b) {
 
 }  // namespace
 
+const char* io_mode_name(IoMode m) {
+  switch (m) {
+    case IoMode::Uring: return "uring";
+    case IoMode::Pread: return "pread";
+    case IoMode::Mmap: return "mmap";
+  }
+  return "?";
+}
+
 std::unique_ptr<ExpertStore> open_disk_expert_store(const ExpertFiles& files, const ExpertCacheOptions& o) {
   return std::make_unique<DiskExpertStore>(files, o);
 }
@@ -48,10 +59,18 @@ uint64_t available_memory_bytes() {
 }
 
 DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOptions& o)
-    : manifest_(files.manifest), dir_(files.dir) {
+    : manifest_(files.manifest), dir_(files.dir), io_mode_(o.io), fault_(o.fault), chunk_(o.io_chunk) {
   const int64_t n_layers = files.n_layers;
+  if (o.io_depth < 1 || o.io_depth > 4096) fail("--io-depth {}: expected 1 to 4096 reads in flight", o.io_depth);
+  if (chunk_ < kExpertAlign || chunk_ % kExpertAlign != 0 || chunk_ > (1u << 30))
+    fail("expert read chunk of {} bytes: expected a multiple of {} up to 1 GiB", chunk_, kExpertAlign);
   try {
   if (!manifest_) fail("{}: the expert store needs a strata container", dir_);
+  if (io_mode_ == IoMode::Mmap) {
+    open_mapped(files);
+    prefetch_ = o.prefetch;
+    return;
+  }
   layers_.resize(static_cast<size_t>(n_layers));
   int64_t moe_layers = 0;
   for (const auto& rec : manifest_->expert_layers) {
@@ -82,6 +101,10 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     n_experts_ += rec.count;
     ++moe_layers;
   }
+
+  // The caller's reader, before the pins are read through it.
+  int64_t max_lru = 1;  // sized below, once the slots are known; pins read one at a time
+  open_reader(demand_, 1, o);
 
   // Routing usage of earlier runs.
   const std::string upath = dir_ + "/usage.json";
@@ -167,17 +190,94 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     cache_bytes_ += static_cast<uint64_t>(n) * l.read_bytes;
   }
   budget_clamped_ = pinned_bytes_ + cache_bytes_ > budget_;
+  for (const Layer& l : layers_) max_lru = std::max(max_lru, l.lru_slots);
+  demand_.loads.resize(static_cast<size_t>(max_lru));
+  demand_.landed.reserve(static_cast<size_t>(max_lru));
+  pend_.reserve(static_cast<size_t>(max_lru));
+  size_t slots = 0;
+  for (const Layer& l : layers_) slots += l.slots.size();
+  prefetch_ = o.prefetch;
+  if (prefetch_) {
+    open_reader(ahead_, std::max<size_t>(1, slots), o);
+    jobs_.resize(std::max<size_t>(1, slots));
+  }
+  bool direct = false, buffered = false;
+  for (const Layer& l : layers_)
+    if (l.rec) (l.direct ? direct : buffered) = true;
+  io_desc_ = fmt::format("reads: {}, {} MiB chunks, {}", demand_.engine->describe(),
+                         static_cast<double>(chunk_) / (1u << 20),
+                         direct && !buffered ? "O_DIRECT"
+                         : direct            ? "O_DIRECT where the filesystem allows"
+                         : o.direct_io       ? "buffered (the filesystem refuses O_DIRECT)"
+                                             : "buffered");
+  if (o.io == IoMode::Uring && io_desc_.find("io_uring") == std::string::npos)
+    io_desc_ += fmt::format(" (io_uring unavailable: {})", uring_why_);
   } catch (...) {
     release_files();  // the destructor does not run for a throwing constructor
     throw;
   }
-  prefetch_ = o.prefetch;
-  if (prefetch_) {
-    size_t slots = 0;
-    for (const Layer& l : layers_) slots += l.slots.size();
-    jobs_.resize(std::max<size_t>(1, slots));
-    io_ = std::thread([this] { io_loop(); });
+  if (prefetch_) io_ = std::thread([this] { io_loop(); });
+}
+
+void DiskExpertStore::open_reader(Reader& r, size_t max_loads, const ExpertCacheOptions& o) {
+  if (o.io == IoMode::Uring) {
+    std::string why;
+    r.engine = open_uring_engine(o.io_depth, &why);
+    if (!r.engine) uring_why_ = why;
   }
+  if (!r.engine) r.engine = open_pread_engine(o.io_depth);
+  const size_t d = static_cast<size_t>(o.io_depth);
+  r.loads.resize(max_loads);
+  r.chunks.resize(d);
+  r.free.reserve(d);
+  r.retry.reserve(d);
+  r.ops.reserve(d);
+  r.done.resize(d);
+  r.landed.reserve(max_loads);
+}
+
+void DiskExpertStore::open_mapped(const ExpertFiles& files) {
+  layers_.resize(static_cast<size_t>(files.n_layers));
+  size_t max_pages = 0;
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (const auto& rec : manifest_->expert_layers) {
+    if (rec.layer >= files.n_layers) continue;
+    Layer& l = layers_[static_cast<size_t>(rec.layer)];
+    l.rec = &rec;
+    l.path = dir_ + "/" + rec.file;
+    l.read_bytes = (rec.blob_bytes + kExpertAlign - 1) / kExpertAlign * kExpertAlign;
+    l.usage.assign(static_cast<size_t>(rec.count), 0);
+    l.prior.assign(static_cast<size_t>(rec.count), 0);
+    l.verified.assign(static_cast<size_t>(rec.count), 0);
+    l.predicted.assign(static_cast<size_t>(rec.count), 0);
+    l.fd = open_file(l.path, O_RDONLY);
+    struct stat st {};
+    if (::fstat(l.fd.get(), &st) != 0) fail("{}: cannot stat: {}", l.path, std::strerror(errno));
+    const uint64_t need = rec.count > 0 ? rec.stride * static_cast<uint64_t>(rec.count - 1) + rec.blob_bytes : 0;
+    if (static_cast<uint64_t>(st.st_size) < need)
+      fail("{}: {} bytes, but its {} experts of layer {} need {} (file truncated?)", l.path, st.st_size, rec.count,
+           rec.layer, need);
+    l.map_len = static_cast<size_t>(st.st_size);
+    void* p = l.map_len ? ::mmap(nullptr, l.map_len, PROT_READ, MAP_SHARED, l.fd.get(), 0) : nullptr;
+    if (p == MAP_FAILED) fail("{}: cannot map {} bytes: {}", l.path, l.map_len, std::strerror(errno));
+    l.map = static_cast<uint8_t*>(p);
+    for (int32_t e = 0; e < rec.count; ++e) {
+      const uint8_t* base = l.map + rec.stride * static_cast<uint64_t>(e);
+      MlpWeights w;
+      w.gate = weight_view(rec.gate, base, "gate");
+      w.up = weight_view(rec.up, base, "up");
+      w.down = weight_view(rec.down, base, "down");
+      l.mapped.push_back(std::move(w));
+    }
+    total_bytes_ += l.read_bytes * static_cast<uint64_t>(rec.count);
+    max_pages = std::max<size_t>(max_pages, l.read_bytes / page + 2);
+  }
+  mincore_.resize(max_pages);
+  int64_t most = 0;
+  for (const Layer& l : layers_)
+    if (l.rec) most = std::max<int64_t>(most, l.rec->count);
+  pend_.reserve(static_cast<size_t>(most));
+  io_desc_ = "reads: mmap (the page cache is the cache; the RAM budget and pins do not apply)";
 }
 
 DiskExpertStore::~DiskExpertStore() {
@@ -194,6 +294,8 @@ void DiskExpertStore::release_files() {
   for (Layer& l : layers_) {
     l.fd.reset();
     l.fd_direct.reset();
+    if (l.map) ::munmap(l.map, l.map_len);
+    l.map = nullptr;
     for (Slot& s : l.slots) {
       std::free(s.buf);
       s.buf = nullptr;
@@ -212,31 +314,117 @@ DiskExpertStore::Slot& DiskExpertStore::new_slot(Layer& l) {
   return l.slots.back();
 }
 
-std::string DiskExpertStore::read_expert(Layer& l, int64_t layer, int32_t expert, Slot& s) {
-  const uint64_t off = l.rec->stride * static_cast<uint64_t>(expert);
-  uint64_t done = 0;
-  bool direct;
+int64_t DiskExpertStore::injected(const Load& ld, const Chunk& c, int64_t res) const {
+  if (fault_.kind == IoFault::Kind::None || fault_.layer != ld.layer || fault_.expert != ld.expert) return res;
+  if (fault_.kind == IoFault::Kind::Eio) return -EIO;
+  // ShortRead: the file seems to end half-way through the expert.
+  const uint64_t half = ld.l->read_bytes / 2;
+  if (c.pos >= half) return 0;
+  return std::min<int64_t>(res, static_cast<int64_t>(half - c.pos));
+}
+
+void DiskExpertStore::read_batch(Reader& r) {
+  start_batch(r);
+  while (r.in_flight > 0) step_batch(r);
+}
+
+void DiskExpertStore::start_batch(Reader& r) {
+  const size_t depth = static_cast<size_t>(r.engine->depth());
+  r.free.clear();
+  for (size_t t = depth; t-- > 0;) r.free.push_back(static_cast<uint32_t>(t));
+  r.retry.clear();
+  r.landed.clear();
+  r.cur = 0;
+  r.in_flight = 0;
   {
     std::lock_guard<std::mutex> lk(mu_);  // both threads read; either may turn O_DIRECT off
-    direct = l.direct;
+    for (size_t i = 0; i < r.n_loads; ++i) {
+      Load& ld = r.loads[i];
+      ld.next = 0;
+      ld.open = 0;
+      ld.done = false;
+      ld.error.clear();
+      ld.direct = ld.l->direct;
+    }
   }
-  while (done < l.read_bytes) {
-    const IoResult r = try_pread_full(direct ? l.fd_direct.get() : l.fd.get(), s.buf + done, l.read_bytes - done,
-                                      off + done);
-    done += r.bytes;
-    if (r.error == EINVAL && direct) {  // the filesystem refuses O_DIRECT reads
-      std::lock_guard<std::mutex> lk(mu_);
-      l.direct = direct = false;
+  issue(r);
+}
+
+// Fills the free queue slots: retries first, then the next chunks in load
+// order, and submits them.
+void DiskExpertStore::issue(Reader& r) {
+  r.ops.clear();
+  auto put = [&](const Chunk& c) {
+    Load& ld = r.loads[c.load];
+    const uint32_t tag = r.free.back();
+    r.free.pop_back();
+    r.chunks[tag] = c;
+    r.ops.push_back(ReadOp{ld.direct ? ld.l->fd_direct.get() : ld.l->fd.get(), ld.slot->buf + c.pos,
+                           ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos, c.len, tag});
+    ++r.in_flight;
+  };
+  while (!r.free.empty() && !r.retry.empty()) {
+    const Chunk c = r.retry.back();
+    r.retry.pop_back();
+    put(c);
+  }
+  while (!r.free.empty() && r.cur < r.n_loads) {
+    Load& ld = r.loads[r.cur];
+    if (!ld.error.empty() || ld.next >= ld.l->read_bytes) {
+      ++r.cur;
       continue;
     }
-    if (done < l.read_bytes)
-      return fmt::format("{}: reading expert {} of layer {} ({} bytes at offset {}) failed: {}", l.path, expert, layer,
-                         l.read_bytes, off + done, r.error ? std::strerror(r.error) : "unexpected end of file");
+    const uint32_t len = static_cast<uint32_t>(std::min<uint64_t>(chunk_, ld.l->read_bytes - ld.next));
+    put(Chunk{static_cast<uint32_t>(r.cur), ld.next, len});
+    ld.next += len;
+    ++ld.open;
   }
-  if (XXH3_64bits(s.buf, l.rec->blob_bytes) != l.rec->xxh[static_cast<size_t>(expert)])
-    return fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)", l.path, expert,
-                       layer, off);
-  return "";
+  if (!r.ops.empty()) r.engine->submit(r.ops);
+}
+
+void DiskExpertStore::step_batch(Reader& r) {
+  r.landed.clear();
+  if (r.in_flight == 0) return;
+  const size_t n = r.engine->wait(r.done);
+  for (size_t i = 0; i < n; ++i) {
+    const Chunk c = r.chunks[r.done[i].tag];
+    r.free.push_back(r.done[i].tag);
+    --r.in_flight;
+    Load& ld = r.loads[c.load];
+    const int64_t res = injected(ld, c, r.done[i].res);
+    const uint64_t at = ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos;
+    bool again = false;
+    if (res == -EINVAL && ld.direct) {  // the filesystem refuses O_DIRECT reads: buffered from now on
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        ld.l->direct = false;
+      }
+      for (size_t j = 0; j < r.n_loads; ++j)
+        if (r.loads[j].l == ld.l) r.loads[j].direct = false;
+      r.retry.push_back(c);
+      again = true;
+    } else if (res <= 0) {
+      if (ld.error.empty())
+        ld.error = fmt::format("{}: reading expert {} of layer {} ({} bytes at offset {}) failed at offset {}: {}",
+                               ld.l->path, ld.expert, ld.layer, ld.l->read_bytes,
+                               ld.l->rec->stride * static_cast<uint64_t>(ld.expert), at,
+                               res < 0 ? std::strerror(static_cast<int>(-res))
+                                       : "unexpected end of file (short read; file truncated?)");
+    } else if (static_cast<uint64_t>(res) < c.len) {  // a short read: continue where it stopped
+      r.retry.push_back(Chunk{c.load, c.pos + static_cast<uint64_t>(res), c.len - static_cast<uint32_t>(res)});
+      again = true;
+    }
+    if (again) continue;  // the chunk stays open
+    if (--ld.open == 0 && (ld.next >= ld.l->read_bytes || !ld.error.empty())) {
+      if (ld.error.empty() &&
+          XXH3_64bits(ld.slot->buf, ld.l->rec->blob_bytes) != ld.l->rec->xxh[static_cast<size_t>(ld.expert)])
+        ld.error = fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)",
+                               ld.l->path, ld.expert, ld.layer, ld.l->rec->stride * static_cast<uint64_t>(ld.expert));
+      ld.done = true;
+      r.landed.push_back(c.load);
+    }
+  }
+  issue(r);
 }
 
 void DiskExpertStore::assign(Layer& l, int32_t expert, Slot& s) {
@@ -246,14 +434,17 @@ void DiskExpertStore::assign(Layer& l, int32_t expert, Slot& s) {
   l.slot_of[static_cast<size_t>(expert)] = idx;
 }
 
+// One expert into `s` through the caller's reader (pins at start).
 void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
   const uint64_t t0 = now_ns();
-  const std::string err = read_expert(l, layer, expert, s);
-  if (!err.empty()) {
+  demand_.loads[0] = Load{&l, layer, expert, &s, 0, false, {}};
+  demand_.n_loads = 1;
+  read_batch(demand_);
+  if (!demand_.loads[0].error.empty()) {
     if (s.expert >= 0 && l.slot_of[static_cast<size_t>(s.expert)] == static_cast<int32_t>(&s - l.slots.data()))
       l.slot_of[static_cast<size_t>(s.expert)] = -1;
     s.expert = -1;
-    fail("{}", err);
+    fail("{}", demand_.loads[0].error);
   }
   assign(l, expert, s);
   s.prefetched = false;
@@ -288,9 +479,19 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
   if (!prefetch_) return;
   Layer& l = layers_[static_cast<size_t>(layer)];
   if (!l.rec) return;
+  if (l.map) {  // the kernel reads ahead into the page cache
+    for (int32_t e : experts) {
+      ::madvise(l.map + l.rec->stride * static_cast<uint64_t>(e), l.read_bytes, MADV_WILLNEED);
+      if (!l.predicted[static_cast<size_t>(e)]) ++l.prefetched;
+      l.predicted[static_cast<size_t>(e)] = 1;
+    }
+    return;
+  }
   const uint64_t tick = ++tick_;
   for (int32_t e : experts) {
     if (l.slot_of[static_cast<size_t>(e)] >= 0) continue;  // resident or already on its way
+    // Only a free or least recently used cache slot: read-ahead never goes
+    // past the budget, and never evicts what this layer just asked for.
     Slot* v = victim(l, tick, false);
     if (!v) break;  // every slot is busy: the rest loads on demand
     v->last_used = tick;
@@ -301,81 +502,253 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
       v->loading = true;
       v->error.clear();
       jobs_[(jobs_head_ + jobs_count_++) % jobs_.size()] = Job{layer, e, v};
+      // Counted when issued, not when done: the same run counts the same
+      // read-aheads however fast the disk is (serve and run agree).
+      ++io_count_;
+      ++l.prefetched;
     }
     cv_.notify_one();
   }
 }
 
+// Takes every queued read-ahead at once and reads them together.
 void DiskExpertStore::io_loop() {
   for (;;) {
-    Job job;
     {
       std::unique_lock<std::mutex> lk(mu_);
       cv_.wait(lk, [&] { return stop_ || jobs_count_ > 0; });
       if (stop_) return;
-      job = jobs_[jobs_head_];
-      jobs_head_ = (jobs_head_ + 1) % jobs_.size();
-      --jobs_count_;
+      ahead_.n_loads = 0;
+      while (jobs_count_ > 0 && ahead_.n_loads < ahead_.loads.size()) {
+        const Job job = jobs_[jobs_head_];
+        jobs_head_ = (jobs_head_ + 1) % jobs_.size();
+        --jobs_count_;
+        Load& ld = ahead_.loads[ahead_.n_loads++];
+        ld.l = &layers_[static_cast<size_t>(job.layer)];
+        ld.layer = job.layer;
+        ld.expert = job.expert;
+        ld.slot = job.slot;
+      }
     }
-    Layer& l = layers_[static_cast<size_t>(job.layer)];
     const uint64_t t0 = now_ns();
-    std::string err = read_expert(l, job.layer, job.expert, *job.slot);
+    read_batch(ahead_);
     {
       std::lock_guard<std::mutex> lk(mu_);
-      job.slot->loading = false;
-      job.slot->error = std::move(err);
-      io_bytes_ += l.read_bytes;
+      for (size_t i = 0; i < ahead_.n_loads; ++i) {
+        Load& ld = ahead_.loads[i];
+        ld.slot->loading = false;
+        ld.slot->error = std::move(ld.error);
+        ld.error.clear();
+        io_bytes_ += ld.l->read_bytes;
+      }
       io_ns_ += now_ns() - t0;
-      ++io_count_;
     }
     cv_.notify_all();
   }
 }
 
-int64_t DiskExpertStore::max_batch(int64_t layer) const { return layers_[static_cast<size_t>(layer)].lru_slots; }
+int64_t DiskExpertStore::max_batch(int64_t layer) const {
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  return l.map ? INT64_MAX : l.lru_slots;
+}
+
+void DiskExpertStore::acquire_mapped(Layer& l, int64_t layer, std::span<const int32_t> experts,
+                                     std::vector<const MlpWeights*>& out) {
+  const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+  for (int32_t e : experts) {
+    const size_t ei = static_cast<size_t>(e);
+    ++stats_.requests;
+    ++l.requests;
+    ++l.usage[ei];
+    const uint64_t off = l.rec->stride * static_cast<uint64_t>(e);
+    // A hit when every page of the expert is in the page cache.
+    uint64_t absent = 0;
+    const size_t pages = (l.read_bytes + page - 1) / page;
+    if (pages <= mincore_.size() && ::mincore(l.map + off, l.read_bytes, mincore_.data()) == 0)
+      for (size_t i = 0; i < pages; ++i) absent += (mincore_[i] & 1) ? 0 : page;
+    if (absent == 0) {
+      ++stats_.hits;
+      if (l.predicted[ei]) {
+        ++stats_.prefetch_hits;
+        ++l.prefetch_hits;
+      }
+    } else {
+      ++stats_.misses;
+      ++l.misses;
+      stats_.bytes_read += absent;
+    }
+    l.predicted[ei] = 0;
+    if (!l.verified[ei]) {  // checked once, when first used (a page fault reads what is missing)
+      const uint64_t t0 = now_ns();
+      if (XXH3_64bits(l.map + off, l.rec->blob_bytes) != l.rec->xxh[ei])
+        fail("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)", l.path, e, layer, off);
+      l.verified[ei] = 1;
+      stats_.read_ns += now_ns() - t0;
+    }
+    out.push_back(&l.mapped[ei]);
+  }
+}
 
 void DiskExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
+  begin(layer, experts, out);
+  for (size_t i = 0; i < experts.size(); ++i) next();
+}
+
+void DiskExpertStore::begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
   Layer& l = layers_[static_cast<size_t>(layer)];
-  const uint64_t tick = ++tick_;
   out.clear();
+  pend_.clear();
+  pend_l_ = &l;
+  pend_layer_ = layer;
+  pend_left_ = experts.size();
+  if (l.map) {  // mapped: every expert is "ready" (a page fault reads what is missing)
+    acquire_mapped(l, layer, experts, out);
+    for (int32_t e : experts) pend_.push_back(Pending{e, nullptr, From::Slot, 0, false});
+    return;
+  }
+  const uint64_t tick = ++tick_;
+  pend_tick_ = tick;
+  // 1. Hits keep their slots: mark them used before any victim is chosen.
   for (int32_t e : experts) {
     ++stats_.requests;
+    ++l.requests;
     ++l.usage[static_cast<size_t>(e)];
-    int32_t si = l.slot_of[static_cast<size_t>(e)];
+    const int32_t si = l.slot_of[static_cast<size_t>(e)];
+    if (si >= 0) l.slots[static_cast<size_t>(si)].last_used = tick;
+  }
+  // 2. Every miss gets a slot, and all of them are read together.
+  demand_.n_loads = 0;
+  for (int32_t e : experts) {
+    const int32_t si = l.slot_of[static_cast<size_t>(e)];
     if (si >= 0) {
-      Slot& s = l.slots[static_cast<size_t>(si)];
+      pend_.push_back(Pending{e, &l.slots[static_cast<size_t>(si)], From::Slot, 0, false});
+      continue;
+    }
+    Slot* v = victim(l, tick, true);
+    if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
+    v->last_used = tick;
+    if (v->expert >= 0 && l.slot_of[static_cast<size_t>(v->expert)] == static_cast<int32_t>(v - l.slots.data()))
+      l.slot_of[static_cast<size_t>(v->expert)] = -1;
+    v->expert = -1;
+    v->prefetched = false;
+    pend_.push_back(Pending{e, v, From::Read, static_cast<uint32_t>(demand_.n_loads), false});
+    demand_.loads[demand_.n_loads++] = Load{&l, layer, e, v, 0, false, {}, 0, false};
+    ++stats_.misses;
+    ++l.misses;
+  }
+  for (const Pending& p : pend_) out.push_back(&p.slot->w);
+  if (demand_.n_loads > 0) start_batch(demand_);
+}
+
+// A demand read that landed: the slot now holds the expert.
+void DiskExpertStore::land(Pending& p) {
+  Load& ld = demand_.loads[p.load];
+  assign(*pend_l_, p.expert, *p.slot);
+  p.slot->read_at = pend_tick_;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    p.slot->error.clear();
+  }
+  stats_.bytes_read += ld.l->read_bytes;
+}
+
+void DiskExpertStore::fail_pending(const std::string& error) {
+  const std::string msg = error;  // the loads' strings may change below
+  while (demand_.in_flight > 0) step_batch(demand_);  // no read may still write into a slot
+  for (Pending& p : pend_)
+    if (p.from == From::Read && !p.served && demand_.loads[p.load].done && demand_.loads[p.load].error.empty()) {
+      land(p);
+      p.served = true;
+    }
+  pend_left_ = 0;
+  fail("{}", msg);
+}
+
+size_t DiskExpertStore::next() {
+  if (pend_left_ == 0) fail("expert store: next() called more often than experts were asked for");
+  Layer& l = *pend_l_;
+  if (l.map) {
+    for (size_t i = 0; i < pend_.size(); ++i)
+      if (!pend_[i].served) {
+        pend_[i].served = true;
+        --pend_left_;
+        return i;
+      }
+  }
+  const uint64_t t0 = now_ns();
+  for (;;) {
+    bool waiting_on_slot = false;
+    // Resident experts and finished read-aheads first.
+    for (size_t i = 0; i < pend_.size(); ++i) {
+      Pending& p = pend_[i];
+      if (p.served || p.from != From::Slot) continue;
       std::string err;
       {
-        std::unique_lock<std::mutex> lk(mu_);
-        if (s.loading) {
-          const uint64_t t0 = now_ns();
-          cv_.wait(lk, [&] { return !s.loading; });
-          stats_.prefetch_wait_ns += now_ns() - t0;
+        std::lock_guard<std::mutex> lk(mu_);
+        if (p.slot->loading) {
+          waiting_on_slot = true;
+          continue;
         }
-        err.swap(s.error);
+        err.swap(p.slot->error);
       }
-      if (!err.empty()) {  // the read-ahead failed: read again here, which reports the error
-        l.slot_of[static_cast<size_t>(e)] = -1;
-        s.expert = -1;
-        s.prefetched = false;
-        si = -1;
-      } else {
-        ++stats_.hits;
-        if (s.prefetched) ++stats_.prefetch_hits;
-        s.prefetched = false;
+      if (!err.empty()) {
+        // The read-ahead failed: read it again with the demand reads, which
+        // reports the error (or succeeds if the disk recovered).
+        l.slot_of[static_cast<size_t>(p.expert)] = -1;
+        p.slot->expert = -1;
+        p.slot->prefetched = false;
+        ++stats_.misses;
+        ++l.misses;
+        if (demand_.n_loads >= demand_.loads.size())
+          fail("expert store: layer {} asked for more experts than its {} cache slots", pend_layer_, l.lru_slots);
+        Load& ld = demand_.loads[demand_.n_loads];
+        ld = Load{&l, pend_layer_, p.expert, p.slot, 0, false, {}, 0, false};
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          ld.direct = l.direct;
+        }
+        p.from = From::Read;
+        p.load = static_cast<uint32_t>(demand_.n_loads++);
+        if (demand_.n_loads == 1)
+          start_batch(demand_);  // the first read of this call
+        else
+          issue(demand_);  // joins the reads of this call (the cursor has not passed it)
+        continue;
       }
+      ++stats_.hits;
+      if (p.slot->prefetched) {
+        ++stats_.prefetch_hits;
+        ++l.prefetch_hits;
+      }
+      p.slot->prefetched = false;
+      p.served = true;
+      --pend_left_;
+      return i;
     }
-    if (si < 0) {
-      ++stats_.misses;
-      // Least recently used unpinned slot not already handed out by this call.
-      Slot* v = victim(l, tick, true);
-      if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
-      load(l, layer, e, *v);
-      si = static_cast<int32_t>(v - l.slots.data());
+    // Demand reads that have landed.
+    for (size_t i = 0; i < pend_.size(); ++i) {
+      Pending& p = pend_[i];
+      if (p.served || p.from != From::Read || !demand_.loads[p.load].done) continue;
+      if (!demand_.loads[p.load].error.empty()) fail_pending(demand_.loads[p.load].error);
+      land(p);
+      p.served = true;
+      --pend_left_;
+      stats_.read_ns += now_ns() - t0;
+      return i;
     }
-    Slot& s = l.slots[static_cast<size_t>(si)];
-    s.last_used = tick;
-    out.push_back(&s.w);
+    if (demand_.in_flight > 0) {
+      step_batch(demand_);
+      continue;
+    }
+    if (!waiting_on_slot) fail("expert store: nothing left to wait for in layer {}", pend_layer_);
+    std::unique_lock<std::mutex> lk(mu_);
+    const uint64_t tw = now_ns();
+    cv_.wait(lk, [&] {
+      for (const Pending& p : pend_)
+        if (!p.served && p.from == From::Slot && !p.slot->loading) return true;
+      return false;
+    });
+    stats_.prefetch_wait_ns += now_ns() - tw;
   }
 }
 
@@ -384,7 +757,13 @@ ExpertStoreStats DiskExpertStore::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   s.bytes_read += io_bytes_;
   s.read_ns += io_ns_;
-  s.prefetched = io_count_;
+  if (io_mode_ != IoMode::Mmap) s.prefetched = io_count_;
+  for (size_t L = 0; L < layers_.size(); ++L) {
+    const Layer& l = layers_[L];
+    if (!l.rec) continue;
+    s.layers.push_back({static_cast<int64_t>(L), l.requests, l.misses, l.prefetched, l.prefetch_hits});
+    if (io_mode_ == IoMode::Mmap) s.prefetched += l.prefetched;
+  }
   return s;
 }
 
@@ -393,11 +772,12 @@ ExpertMemory DiskExpertStore::memory() const {
 }
 
 std::string DiskExpertStore::describe() const {
+  if (io_mode_ == IoMode::Mmap) return fmt::format("expert cache: {} experts on disk; {}", gb(total_bytes_), io_desc_);
   std::string s = fmt::format("expert cache: budget {} of {} experts on disk; {} pinned, {} LRU", gb(budget_),
                               gb(total_bytes_), gb(pinned_bytes_), gb(cache_bytes_));
   if (budget_clamped_) s += " (raised to the minimum of one expert slot per layer)";
   if (!owned_all_) s += fmt::format(" (this rank serves {} of {} experts)", n_owned_, n_experts_);
-  return s;
+  return s + "; " + io_desc_;
 }
 
 bool DiskExpertStore::save_usage() const {

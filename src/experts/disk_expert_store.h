@@ -1,8 +1,12 @@
 // Routed experts read from a container on demand, through a RAM cache: a
 // per-layer LRU whose size follows a RAM budget, plus pinned experts that
 // never leave (chosen explicitly or from the routing usage of earlier runs).
-// Each expert is one aligned read (O_DIRECT where the filesystem allows),
-// checked against its XXH3-64 before use.
+// Reads go through a ReadEngine (io_uring, or a pread pool): each expert is
+// read in chunks with several reads in flight (O_DIRECT where the filesystem
+// allows), all the misses of one acquire() together, and checked against its
+// XXH3-64 before use. Read-ahead runs on its own thread with its own engine.
+// With IoMode::Mmap the files are mapped instead: the page cache is the cache
+// and read-ahead is madvise(WILLNEED) (docs/streaming.md).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -13,15 +17,12 @@
 #include <vector>
 
 #include "core/io.h"
+#include "experts/read_engine.h"
 #include "experts/expert_store.h"
 #include "experts/store_options.h"
 #include "format/container.h"
 
 namespace strata {
-
-
-
-
 class DiskExpertStore final : public ExpertStore {
  public:
   DiskExpertStore(const ExpertFiles& files, const ExpertCacheOptions& o);
@@ -30,6 +31,8 @@ class DiskExpertStore final : public ExpertStore {
   DiskExpertStore& operator=(const DiskExpertStore&) = delete;
 
   void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
+  void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
+  size_t next() override;
   void release(int64_t layer) override {}
   int64_t max_batch(int64_t layer) const override;
   bool wants_prefetch() const override { return prefetch_; }
@@ -52,6 +55,7 @@ class DiskExpertStore final : public ExpertStore {
     uint8_t* buf = nullptr;
     int32_t expert = -1;
     uint64_t last_used = 0;
+    uint64_t read_at = 0;  // the acquire() tick that read it on demand
     bool pinned = false;
     // A read-ahead in flight: set by the caller's thread, cleared by the I/O
     // thread under mu_ (with `error` if the read failed).
@@ -65,7 +69,7 @@ class DiskExpertStore final : public ExpertStore {
     std::string path;
     Fd fd;
     Fd fd_direct;  // O_DIRECT; kept open (and closed with the store) if reads fall back to fd
-    bool direct = false;
+    bool direct = false;      // under mu_: the I/O thread may turn it off
     uint64_t read_bytes = 0;  // blob rounded up to 4096
     std::vector<Slot> slots;
     std::vector<int32_t> slot_of;   // expert -> slot, -1 when not resident
@@ -74,10 +78,59 @@ class DiskExpertStore final : public ExpertStore {
     int64_t lru_slots = 0;
     std::vector<uint8_t> owned;     // 1: this process serves the expert (experts over MPI)
     int64_t n_owned = 0;
+    // Counters for the per-layer read-ahead report (prefetched under mu_).
+    uint64_t requests = 0, misses = 0, prefetch_hits = 0, prefetched = 0;
+    // IoMode::Mmap: the mapped file, each expert's views into it, which
+    // experts were checked and which a read-ahead asked for.
+    uint8_t* map = nullptr;
+    size_t map_len = 0;
+    std::vector<MlpWeights> mapped;
+    std::vector<uint8_t> verified, predicted;
+  };
+  // One expert read: chunks of it go through a reader's engine.
+  struct Load {
+    Layer* l = nullptr;
+    int64_t layer = 0;
+    int32_t expert = 0;
+    Slot* slot = nullptr;
+    uint64_t next = 0;  // bytes of it issued so far
+    bool direct = false;
+    std::string error;
+    uint32_t open = 0;  // chunks in flight or queued for a retry
+    bool done = false;  // every byte landed (and was checked) or it failed
+  };
+  // One chunk in flight (the engine's tag is its index).
+  struct Chunk {
+    uint32_t load = 0;
+    uint64_t pos = 0;  // within the expert
+    uint32_t len = 0;
+  };
+  // A thread's engine and its scratch, sized at start (no allocation per read).
+  struct Reader {
+    std::unique_ptr<ReadEngine> engine;
+    std::vector<Load> loads;
+    size_t n_loads = 0;
+    std::vector<Chunk> chunks;     // indexed by tag
+    std::vector<uint32_t> free;    // free tags
+    std::vector<Chunk> retry;      // continuations of short reads, EINVAL retries
+    std::vector<ReadOp> ops;
+    std::vector<ReadDone> done;
+    size_t cur = 0, in_flight = 0;  // the next load to issue chunks of; chunks in the engine
+    std::vector<uint32_t> landed;   // loads finished by the last step()
   };
 
-  // Reads expert `expert` into s.buf and verifies it; returns "" or an error.
-  std::string read_expert(Layer& l, int64_t layer, int32_t expert, Slot& s);
+  void open_reader(Reader& r, size_t max_loads, const ExpertCacheOptions& o);
+  // Reads r.loads[0, r.n_loads) with up to depth() chunks in flight and
+  // verifies each; a failed load keeps its message in `error`.
+  void read_batch(Reader& r);
+  // The same in steps: start() issues the first chunks; each step() waits
+  // for some completions, issues more, and lists in r.landed the loads that
+  // finished (checked, or failed). Done when r.in_flight == 0 after a step.
+  void start_batch(Reader& r);
+  void step_batch(Reader& r);
+  void issue(Reader& r);
+  // Applies the test hook to one completion.
+  int64_t injected(const Load& ld, const Chunk& c, int64_t res) const;
   void load(Layer& l, int64_t layer, int32_t expert, Slot& s);
   void assign(Layer& l, int32_t expert, Slot& s);
   // Least recently used unpinned slot not used at `tick`; with `wait`, waits
@@ -85,7 +138,9 @@ class DiskExpertStore final : public ExpertStore {
   Slot* victim(Layer& l, uint64_t tick, bool wait);
   Slot& new_slot(Layer& l);
   void io_loop();
-  void release_files();  // closes files, frees slot buffers
+  void release_files();  // closes files, frees slot buffers, unmaps
+  void open_mapped(const ExpertFiles& files);
+  void acquire_mapped(Layer& l, int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out);
 
   std::shared_ptr<const Manifest> manifest_;
   std::string dir_;
@@ -96,6 +151,34 @@ class DiskExpertStore final : public ExpertStore {
   bool budget_clamped_ = false;
   bool owned_all_ = true;
   int64_t n_owned_ = 0, n_experts_ = 0;
+  IoMode io_mode_ = IoMode::Uring;
+  IoFault fault_;
+  uint64_t chunk_ = kIoChunkBytes;
+  std::string io_desc_;  // for describe()
+  std::string uring_why_;  // why io_uring could not be used, if it could not
+  std::vector<unsigned char> mincore_;  // Mmap: one byte per page of an expert
+
+  // The streaming acquire in progress (begin .. next): per expert asked for,
+  // where its bytes come from and whether next() has handed it out.
+  enum class From : uint8_t { Slot, Read };  // Slot: resident or a read-ahead; Read: demand_.loads[load]
+  struct Pending {
+    int32_t expert = 0;
+    Slot* slot = nullptr;
+    From from = From::Slot;
+    uint32_t load = 0;
+    bool served = false;
+  };
+  std::vector<Pending> pend_;
+  Layer* pend_l_ = nullptr;
+  int64_t pend_layer_ = 0;
+  uint64_t pend_tick_ = 0;
+  size_t pend_left_ = 0;
+  // After a failed demand read: lets the rest land, keeps what arrived, throws.
+  [[noreturn]] void fail_pending(const std::string& error);
+  void land(Pending& p);
+
+  Reader demand_;  // the caller's reads (acquire, pins)
+  Reader ahead_;   // the I/O thread's
 
   // The I/O thread and its queue of read-aheads (layer, expert, slot).
   bool prefetch_ = false;

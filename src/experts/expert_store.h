@@ -11,6 +11,21 @@
 
 namespace strata {
 
+// One MoE layer's read-ahead, for its precision and recall.
+struct ExpertLayerStats {
+  int64_t layer = 0;
+  uint64_t requests = 0, misses = 0;
+  uint64_t prefetched = 0;     // experts read ahead (issued)
+  uint64_t prefetch_hits = 0;  // requests served by a read-ahead
+  // Read-ahead reads that were then asked for; of the requests that needed a
+  // read, the share a read-ahead had already made.
+  double precision() const { return prefetched ? static_cast<double>(prefetch_hits) / static_cast<double>(prefetched) : 0.0; }
+  double recall() const {
+    const uint64_t needed = prefetch_hits + misses;
+    return needed ? static_cast<double>(prefetch_hits) / static_cast<double>(needed) : 0.0;
+  }
+};
+
 // What a store counted since it opened.
 struct ExpertStoreStats {
   uint64_t requests = 0;  // experts asked for (per layer per batch)
@@ -21,6 +36,7 @@ struct ExpertStoreStats {
   uint64_t prefetched = 0;        // experts read ahead
   uint64_t prefetch_hits = 0;     // requests served by a read-ahead (counted in hits too)
   uint64_t prefetch_wait_ns = 0;  // time acquire() waited for an in-flight read-ahead
+  std::vector<ExpertLayerStats> layers;  // MoE layers, in order (empty for a resident store)
   double hit_rate() const { return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 1.0; }
 };
 
@@ -39,6 +55,17 @@ class ExpertStore {
   // Fills out[i] with expert experts[i] of `layer`, valid until release(layer).
   virtual void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) = 0;
   virtual void release(int64_t layer) = 0;
+  // The streaming form of acquire(): begin() fills out[i] like acquire()
+  // and starts reading what is missing (every miss in flight at once); then
+  // each next(), called once per expert, returns the index i of one whose
+  // bytes are ready -- resident ones first, then in the order reads land --
+  // so the caller computes each expert as soon as it can. Results must not
+  // depend on that order. The default serves acquire()'s answer in order.
+  virtual void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
+    acquire(layer, experts, out);
+    served_ = 0;
+  }
+  virtual size_t next() { return served_++; }
   // The most experts of `layer` one acquire() may ask for; the MoE splits the
   // union into chunks of this size (each expert is still read once).
   virtual int64_t max_batch(int64_t layer) const { return INT64_MAX; }
@@ -53,6 +80,9 @@ class ExpertStore {
   virtual ExpertMemory memory() const { return {}; }
   virtual std::string describe() const { return "experts: resident"; }
   virtual bool save_usage() const { return true; }
+
+ protected:
+  size_t served_ = 0;  // the default next()'s position
 };
 
 // Every expert resident in RAM, straight from the loaded weights

@@ -219,10 +219,18 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
     const size_t c1 = std::min(uni.size(), c0 + static_cast<size_t>(chunk));
     {
       ScopedTimer t{stats_.expert_wait_ns};
-      store_.acquire(L, std::span<const int32_t>(uni.data() + c0, c1 - c0), ws_.experts);
+      store_.begin(L, std::span<const int32_t>(uni.data() + c0, c1 - c0), ws_.experts);
     }
-    ScopedTimer t{stats_.expert_ns};
-    for (size_t ui = c0; ui < c1; ++ui) {
+    // Each expert as soon as its bytes are ready (resident ones first, then
+    // as reads land): it writes only its own rows of `slot`, and the sum
+    // below runs in a fixed order, so the order changes no result.
+    for (size_t k = c0; k < c1; ++k) {
+      size_t ui;
+      {
+        ScopedTimer t{stats_.expert_wait_ns};
+        ui = c0 + store_.next();
+      }
+      ScopedTimer t{stats_.expert_ns};
       ws_.expert_slot.clear();
       for (int64_t j = 0; j < n * K; ++j)
         if (idx[j] == uni[ui]) ws_.expert_slot.push_back(static_cast<int32_t>(j));

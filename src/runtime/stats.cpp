@@ -78,6 +78,29 @@ Json stats_json(const EngineStats& s) {
   j["bytes_read"] = s.experts.bytes_read;
   j["experts_prefetched"] = s.experts.prefetched;
   j["prefetch_hits"] = s.experts.prefetch_hits;
+  if (!s.experts.layers.empty()) {
+    // Read-ahead per MoE layer: precision = read-aheads then asked for /
+    // read-aheads; recall = requests a read-ahead served / requests that
+    // needed a read (docs/streaming.md).
+    ExpertLayerStats all;
+    Json layers = Json::array();
+    for (const ExpertLayerStats& l : s.experts.layers) {
+      layers.push_back({{"layer", l.layer},
+                        {"requests", l.requests},
+                        {"misses", l.misses},
+                        {"prefetched", l.prefetched},
+                        {"prefetch_hits", l.prefetch_hits},
+                        {"precision", l.precision()},
+                        {"recall", l.recall()}});
+      all.requests += l.requests;
+      all.misses += l.misses;
+      all.prefetched += l.prefetched;
+      all.prefetch_hits += l.prefetch_hits;
+    }
+    j["prefetch_precision"] = all.precision();
+    j["prefetch_recall"] = all.recall();
+    j["prefetch_layers"] = std::move(layers);
+  }
   j["time_s"] = {{"total", sec(ps.total_ns)},         {"attention", sec(ps.attention_ns)},
                  {"router", sec(ps.router_ns)},       {"expert_wait", sec(ps.expert_wait_ns)},
                  {"expert_matmul", sec(ps.expert_ns)}, {"other", sec(ps.other_ns())}};

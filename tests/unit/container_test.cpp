@@ -108,6 +108,24 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
   EXPECT_EQ(a.logits, b1.logits);
   EXPECT_EQ(a.mtp, b1.mtp);
 
+  // Every I/O mode and queue depth (docs/streaming.md), experts read in 4 KiB
+  // chunks, batched and one row at a time: the same logits.
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread, IoMode::Mmap})
+    for (int depth : {1, 4}) {
+      if (mode == IoMode::Mmap && depth > 1) continue;
+      SCOPED_TRACE(std::string("--io ") + io_mode_name(mode) + " --io-depth " + std::to_string(depth));
+      ExpertCacheOptions io = tiny;
+      io.io = mode;
+      io.io_depth = depth;
+      io.io_chunk = kExpertAlign;
+      DiskExpertStore s(m->expert_files(), io);
+      const Result r = run(*m, s, ids, 1000), r1 = run(*m, s, ids, 1);
+      EXPECT_EQ(a.logits, r.logits);
+      EXPECT_EQ(a.mtp, r.mtp);
+      EXPECT_EQ(a.logits, r1.logits);
+      EXPECT_EQ(a.mtp, r1.mtp);
+    }
+
   // The learning cache: usage saved by one run pins the hottest experts of the next.
   ASSERT_TRUE(one.save_usage());
   ExpertCacheOptions half;

@@ -5,6 +5,7 @@
 // read -- lazily or by a failed read-ahead. Observed through stats() only.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -458,6 +459,228 @@ TEST_F(ExpertStoreTest, CorruptExpertIsRefusedWhenFirstRouted) {
     EXPECT_NE(msg.find(record(*m, target.first).file), std::string::npos) << msg;
     EXPECT_NE(msg.find(fmt::format("expert {} of layer {}", target.second, target.first)), std::string::npos) << msg;
     EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+  }
+}
+
+
+// ---------------------------------------------------------------------------
+// The I/O engine (docs/streaming.md): every --io mode and queue depth, with
+// experts read in several chunks, gives the resident logits bit for bit.
+
+const char* mode_name(IoMode m) { return io_mode_name(m); }
+
+TEST_F(ExpertStoreTest, EveryIoModeAndDepthGivesTheResidentLogits) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  const auto ids = fixture_ids();
+  ExpertCacheOptions all;
+  all.ram_bytes = 1ull << 30;
+  all.pin_all = true;
+  all.prefetch = false;
+  DiskExpertStore resident(m->expert_files(), all);
+  const std::vector<float> want = decode_all(*m, resident, ids);
+  ASSERT_GT(rb, 2 * kExpertAlign) << "the fixture's experts must span several 4 KiB chunks";
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread, IoMode::Mmap})
+    for (int depth : {1, 4, 16})
+      for (bool prefetch : {false, true}) {
+        if (mode == IoMode::Mmap && depth != 1) continue;  // no queue in mmap mode
+        SCOPED_TRACE(fmt::format("--io {} --io-depth {} read-ahead {}", mode_name(mode), depth, prefetch));
+        ExpertCacheOptions o;
+        o.ram_bytes = 2 * rb * 3;  // two slots per layer: most requests read
+        o.autopin = false;
+        o.prefetch = prefetch;
+        o.io = mode;
+        o.io_depth = depth;
+        o.io_chunk = kExpertAlign;  // several chunks per expert, so one expert fills several queue slots
+        DiskExpertStore s(m->expert_files(), o);
+        const std::vector<float> got = decode_all(*m, s, ids);
+        const ExpertStoreStats st = s.stats();
+        if (mode != IoMode::Mmap) {
+          EXPECT_GT(st.misses, 0u);
+          EXPECT_EQ(st.hits + st.misses, st.requests);
+        }
+        EXPECT_TRUE(got == want) << "logits differ from the resident store's";
+      }
+}
+
+// The start-up line names the engine; --io pread forces the pool even where
+// io_uring works, and the CLI flag reaches the store.
+TEST_F(ExpertStoreTest, IoFlagChoosesTheEngineAndSaysSo) {
+  auto m = open(container_);
+  ExpertCacheOptions o;
+  o.ram_bytes = 1ull << 30;
+  o.autopin = false;
+  o.io = IoMode::Pread;
+  o.io_depth = 3;
+  EXPECT_NE(DiskExpertStore(m->expert_files(), o).describe().find("reads: pread pool, 3 reads in flight"),
+            std::string::npos);
+  o.io = IoMode::Uring;
+  const std::string u = DiskExpertStore(m->expert_files(), o).describe();
+  EXPECT_TRUE(u.find("reads: io_uring, 3 reads in flight") != std::string::npos ||
+              u.find("(io_uring unavailable: ") != std::string::npos)
+      << u;
+  std::printf("  %s\n", u.c_str());
+  o.io = IoMode::Mmap;
+  EXPECT_NE(DiskExpertStore(m->expert_files(), o).describe().find("reads: mmap"), std::string::npos);
+  o.io_depth = 0;
+  EXPECT_NE(error_of([&] { DiskExpertStore(m->expert_files(), o); }).find("--io-depth 0"), std::string::npos);
+
+  // Through the CLI: the same greedy output for every mode, and the line says which.
+  std::string first;
+  for (const char* mode : {"uring", "pread", "mmap"}) {
+    const std::string out = mine_.file(std::string("out_") + mode), err = mine_.file(std::string("err_") + mode);
+    const std::string cmd = std::string(STRATA_BINARY) + " score --model " + container_ +
+                            " --ids 1,2,3,4,5,6 --ram 0.0001 --no-autopin --json --io " + mode + " --io-depth 2 >" +
+                            out + " 2>" + err;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << test_util::read_file(err);
+    const std::string e = test_util::read_file(err);
+    if (std::string(mode) == "pread") {
+      EXPECT_NE(e.find("reads: pread pool, 2 reads in flight"), std::string::npos) << e;
+    }
+    if (std::string(mode) == "mmap") {
+      EXPECT_NE(e.find("reads: mmap"), std::string::npos) << e;
+    }
+    if (first.empty()) first = test_util::read_file(out);
+    EXPECT_EQ(test_util::read_file(out), first) << mode;
+  }
+  const std::string bad = std::string(STRATA_BINARY) + " score --model " + container_ + " --ids 1 --io floppy 2>" +
+                          mine_.file("bad");
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  EXPECT_NE(test_util::read_file(mine_.file("bad")).find("--io"), std::string::npos);
+}
+
+// An EIO or a short read (injected), on demand or in a read-ahead, is an
+// error naming file, layer, expert and offset; the store keeps working.
+TEST_F(ExpertStoreTest, InjectedReadErrorsAreNamed) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  const ExpertLayerRecord& r = record(*m, 2);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread})
+    for (IoFault::Kind kind : {IoFault::Kind::Eio, IoFault::Kind::ShortRead})
+      for (bool ahead : {false, true}) {
+        const char* want = kind == IoFault::Kind::Eio ? "Input/output error" : "unexpected end of file (short read";
+        SCOPED_TRACE(fmt::format("{} {} {}", mode_name(mode), want, ahead ? "read-ahead" : "demand"));
+        ExpertCacheOptions o;
+        o.ram_bytes = 4 * rb * 3;
+        o.autopin = false;
+        o.prefetch = ahead;
+        o.io = mode;
+        o.io_depth = 4;
+        o.io_chunk = kExpertAlign;
+        o.fault = {kind, 2, 3};
+        DiskExpertStore s(m->expert_files(), o);
+        if (ahead) s.prefetch(2, std::vector<int32_t>{3, 5});
+        for (int attempt = 0; attempt < 2; ++attempt) {
+          const std::string msg = error_of([&] {
+            std::vector<const MlpWeights*> out;
+            s.acquire(2, std::vector<int32_t>{1, 3}, out);
+          });
+          EXPECT_NE(msg.find(r.file), std::string::npos) << msg;
+          EXPECT_NE(msg.find("expert 3 of layer 2"), std::string::npos) << msg;
+          EXPECT_NE(msg.find(fmt::format("at offset {}", r.stride * 3)), std::string::npos) << msg;
+          EXPECT_NE(msg.find(want), std::string::npos) << msg;
+        }
+        expect_acquire(s, 2, {0, 1}, ahead ? 1 : 1, ahead ? 1 : 1, 0, "after the error");
+        expect_acquire(s, 2, {0, 1}, 2, 0, 0, "still resident");
+      }
+}
+
+// A corrupt expert is refused in every mode, mmap included.
+TEST_F(ExpertStoreTest, CorruptExpertIsRefusedInEveryIoMode) {
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  const uint64_t rb = expert_bytes(*m);
+  corrupt_expert(*m, dir, 2, 3);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread, IoMode::Mmap}) {
+    SCOPED_TRACE(mode_name(mode));
+    ExpertCacheOptions o;
+    o.ram_bytes = 4 * rb * 3;
+    o.autopin = false;
+    o.prefetch = false;
+    o.io = mode;
+    DiskExpertStore s(m->expert_files(), o);
+    const std::string msg = error_of([&] {
+      std::vector<const MlpWeights*> out;
+      s.acquire(2, std::vector<int32_t>{3}, out);
+    });
+    EXPECT_NE(msg.find(record(*m, 2).file), std::string::npos) << msg;
+    EXPECT_NE(msg.find("expert 3 of layer 2"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+    std::vector<const MlpWeights*> out;
+    EXPECT_NO_THROW(s.acquire(2, std::vector<int32_t>{4}, out));
+  }
+}
+
+// Read-ahead only fills the cache's own slots: with two slots per layer, a
+// prediction of eight experts reads two, never more than the budget holds,
+// and never evicts what the layer was just asked for.
+TEST_F(ExpertStoreTest, ReadAheadNeverReadsPastTheBudget) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread}) {
+    SCOPED_TRACE(mode_name(mode));
+    ExpertCacheOptions o;
+    o.ram_bytes = 2 * rb * 3;
+    o.autopin = false;
+    o.prefetch = true;
+    o.io = mode;
+    DiskExpertStore s(m->expert_files(), o);
+    ASSERT_EQ(s.max_batch(2), 2);
+    s.prefetch(2, std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 7});
+    expect_acquire(s, 2, {0, 1}, 2, 0, 0, "the first two predicted were read ahead");
+    ExpertStoreStats st = s.stats();
+    EXPECT_EQ(st.prefetched, 2u) << "read ahead more experts than the layer's cache holds";
+    EXPECT_EQ(st.bytes_read, 2 * rb);
+    expect_acquire(s, 2, {2}, 0, 1, rb, "the third was not");
+    // Predicting what is resident reads nothing, and a layer's current
+    // experts are not evicted by a prediction made at the same time.
+    s.prefetch(2, std::vector<int32_t>{1, 2});
+    expect_acquire(s, 2, {1, 2}, 2, 0, 0, "already resident");
+    st = s.stats();
+    EXPECT_EQ(st.prefetched, 2u);
+    ASSERT_EQ(st.layers.size(), 3u);
+    EXPECT_EQ(st.layers[1].layer, 2);
+    EXPECT_EQ(st.layers[1].prefetch_hits, 2u);
+    EXPECT_DOUBLE_EQ(st.layers[1].precision(), 1.0);
+    EXPECT_DOUBLE_EQ(st.layers[1].recall(), 2.0 / 3.0);
+  }
+}
+
+// The streaming acquire: begin() starts every miss at once, next() hands
+// out resident experts first and then each read as it lands, each once; the
+// weights are those acquire() gives.
+TEST_F(ExpertStoreTest, StreamingAcquireServesResidentExpertsFirst) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread}) {
+    SCOPED_TRACE(mode_name(mode));
+    ExpertCacheOptions o;
+    o.ram_bytes = 4 * rb * 3;
+    o.autopin = false;
+    o.prefetch = false;
+    o.io = mode;
+    o.io_chunk = kExpertAlign;
+    DiskExpertStore s(m->expert_files(), o);
+    expect_acquire(s, 2, {0, 1}, 0, 2, rb, "0 and 1 resident");
+    const std::vector<int32_t> ask{5, 0, 6, 1};
+    std::vector<const MlpWeights*> out;
+    s.begin(2, ask, out);
+    ASSERT_EQ(out.size(), ask.size());
+    EXPECT_EQ(s.stats().misses, 4u) << "5 and 6 were counted as misses when their reads started";
+    std::vector<size_t> order;
+    for (size_t i = 0; i < ask.size(); ++i) order.push_back(s.next());
+    EXPECT_EQ(order[0], 1u) << "expert 0 is resident: served first";
+    EXPECT_EQ(order[1], 3u) << "expert 1 is resident: served second";
+    std::vector<size_t> sorted = order;
+    std::sort(sorted.begin(), sorted.end());
+    EXPECT_EQ(sorted, (std::vector<size_t>{0, 1, 2, 3})) << "each expert exactly once";
+    EXPECT_NE(error_of([&] { s.next(); }).find("more often"), std::string::npos);
+    s.release(2);
+    // The same weights as a plain acquire now that all four are resident.
+    std::vector<const MlpWeights*> again;
+    s.acquire(2, ask, again);
+    EXPECT_EQ(again, out);
+    EXPECT_EQ(s.stats().hits, 2u + 4u);
   }
 }
 
