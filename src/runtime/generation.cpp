@@ -376,6 +376,9 @@ int64_t Sequence::add_rows(std::vector<Row>& rows, int64_t budget) {
 bool Sequence::advance(const float* logits, StepOutput& out, const float* hidden) {
   out.token = -1;
   out.tokens.clear();
+  // A step emits at most its drafts + 1 tokens: reserved once, so a step that
+  // first accepts more drafts than any before it does not allocate.
+  out.tokens.reserve(static_cast<size_t>(kSpecMaxDraft) + 1);
   out.text.clear();
   out.logprobs.clear();
   if (rows_added_ > 0) {
