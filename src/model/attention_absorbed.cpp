@@ -45,6 +45,15 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   // and a query row, exactly what score_keys computes: the same floats
   // either way. Decode (few rows): one task per (row, head).
   const bool by_row = n >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
+  // A part's scores buffer: all heads of the most keys a row can ever attend
+  // (DSA: index_topk; else its session's capacity), and at least one
+  // capacity-long row: one size for both paths, so a context that grows by a
+  // key per step, or a step that takes the other path, never reallocates it.
+  const auto score_room = [&](const Row& row, int64_t keys) {
+    const int64_t cap = row.seq->capacity();
+    const int64_t most = std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap);
+    return static_cast<size_t>(std::max(H * most, cap));
+  };
   if (by_row) {
     pool_.parallel_parts(n, [&](int part, int64_t b, int64_t e) {
       Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
@@ -53,9 +62,9 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
         const KeySet ks = keys_of(ws_, rows, r);
         const int64_t K = ks.size();
         const KeyRows lat{cache.latent.data(), kvl, kvl}, rope{cache.rope_key.data(), rd, rd};
-        float* s = grow(ps.scores, static_cast<size_t>(H * K));
+        float* s = grow(ps.scores, score_room(rows[r], K));
         if (!ks.sel) {
-          float* s2 = grow(ps.scores2, static_cast<size_t>(H * K));
+          float* s2 = grow(ps.scores2, score_room(rows[r], K));
           float* qp = grow(ps.qrope, static_cast<size_t>(H * rd));
           for (int64_t h = 0; h < H; ++h) std::copy_n(q + (r * H + h) * qk + nope, rd, qp + h * rd);
           kt.gemm_f32(cache.latent.data(), K, kvl, qabs + r * H * kvl, H, s, K);
@@ -76,7 +85,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
         const LayerCache& cache = rows[r].seq->layer(L);
         const KeySet ks = keys_of(ws_, rows, r);
         const KeyRows lat{cache.latent.data(), kvl, kvl}, rope{cache.rope_key.data(), rd, rd};
-        float* s = grow_keys(ps.scores, static_cast<size_t>(ks.size()), static_cast<size_t>(rows[r].seq->capacity()));
+        float* s = grow(ps.scores, score_room(rows[r], ks.size()));
         score_keys(compute_, ks, qabs + rh * kvl, lat, q + rh * qk + nope, rope, scale, s);
         softmax_sum(s, ks, lat, olat + rh * kvl);
       }

@@ -212,6 +212,16 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   std::sort(uni.begin(), uni.end());
   uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
   float* slot = grow(ws_.slot_out, static_cast<size_t>(n * K * D));
+  // An expert gets m <= n of the rows: its scratch is sized for all n here,
+  // so a forward never allocates after one of at least as many rows,
+  // whichever experts its rows happen to share (a decode step after the
+  // prompt's forward allocates nothing, however speculation groups rows).
+  grow(ws_.xs, static_cast<size_t>(n * D));
+  grow(ws_.ys, static_cast<size_t>(n * D));
+  grow(ws_.mlp_g, static_cast<size_t>(n * c.moe_intermediate_size));
+  grow(ws_.mlp_u, static_cast<size_t>(n * c.moe_intermediate_size));
+  ws_.expert_slot.reserve(static_cast<size_t>(n));
+  ws_.experts.reserve(static_cast<size_t>(n * K));
   // Experts over MPI: other processes compute theirs while we compute ours.
   const bool exchanging = peers_ && start_peers(L, n, x, idx);
   const int64_t chunk = std::max<int64_t>(1, store_.max_batch(L));

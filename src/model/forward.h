@@ -61,6 +61,7 @@ struct Workspace {
   std::vector<float> idx_k;  // [n, index_head_dim]
   std::vector<std::vector<int32_t>> selection;  // per row: its top-k keys, ascending
   std::vector<uint8_t> select_all;              // per row: 1 = every causal key (no selection)
+  int64_t most_keys = 0;                        // the most keys a row attends (DSA: index_topk; 0: its capacity)
 
   // MLPs and the MoE.
   std::vector<float> mlp_g, mlp_u;           // [m, intermediate width] (m = rows of that MLP call)

@@ -45,8 +45,11 @@ void ModelRunner::indexer(int64_t L, std::span<const Row> rows) {
 void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const ForwardOptions& opts) {
   const ModelConfig& c = m_.config;
   const int64_t n = static_cast<int64_t>(rows.size());
-  if (ws_.selection.size() < static_cast<size_t>(n)) ws_.selection.resize(static_cast<size_t>(n));
+  // Each row's selection holds index_topk keys: reserved when the row slot
+  // first appears, so a later selection never allocates.
+  while (ws_.selection.size() < static_cast<size_t>(n)) ws_.selection.emplace_back().reserve(static_cast<size_t>(c.index_topk));
   grow(ws_.select_all, static_cast<size_t>(n));
+  ws_.most_keys = opts.dense_attention ? 0 : c.index_topk;
   // Shared layers (GLM-5.2 IndexShare) reuse the selection of the most recent
   // full layer, which is still in the workspace.
   if (!c.indexer_full(L)) return;
@@ -58,15 +61,17 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
     Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
     for (int64_t r = b; r < e; ++r) {
       const int64_t nkeys = rows[r].pos + 1;
+      const size_t cap = static_cast<size_t>(rows[r].seq->capacity());
+      // Capacity-long from the first row on, so the step whose context first
+      // passes index_topk allocates nothing either.
+      float* s = opts.dense_attention ? nullptr : grow_keys(ps.iscore, static_cast<size_t>(nkeys), cap);
+      int32_t* ord = opts.dense_attention ? nullptr : grow_keys(ps.order, static_cast<size_t>(nkeys), cap);
       if (opts.dense_attention || nkeys <= c.index_topk) {
         ws_.select_all[static_cast<size_t>(r)] = 1;
         continue;
       }
       ws_.select_all[static_cast<size_t>(r)] = 0;
       const float* keys = rows[r].seq->layer(L).index_key.data();
-      const size_t cap = static_cast<size_t>(rows[r].seq->capacity());
-      float* s = grow_keys(ps.iscore, static_cast<size_t>(nkeys), cap);
-      int32_t* ord = grow_keys(ps.order, static_cast<size_t>(nkeys), cap);
       for (int64_t t = 0; t < nkeys; ++t) {
         float acc = 0.0f;
         for (int64_t h = 0; h < Hi; ++h) {

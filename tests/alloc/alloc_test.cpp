@@ -10,7 +10,11 @@
 // and MTP drafts, several rows per step, rollback, the MTP layer's state).
 #include <gtest/gtest.h>
 
+#include <execinfo.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <new>
 #include <string>
@@ -25,14 +29,32 @@
 namespace {
 std::atomic<bool> g_counting{false};
 std::atomic<uint64_t> g_allocations{0};
+// Where the first counted allocation came from (printed when a test fails).
+void* g_first_trace[48];
+int g_first_depth = 0;
+// backtrace() loads its unwinder (which allocates) on first use: once here.
+const int g_warm_backtrace = [] {
+  void* f[2];
+  return backtrace(f, 2);
+}();
+
+void note(size_t) {
+  if (!g_counting.load(std::memory_order_relaxed)) return;
+  if (g_allocations.fetch_add(1, std::memory_order_relaxed) == 0) g_first_depth = backtrace(g_first_trace, 48);
+}
+void print_first_allocation() {
+  if (g_first_depth <= 0) return;
+  std::fprintf(stderr, "the first counted allocation came from:\n");
+  backtrace_symbols_fd(g_first_trace, g_first_depth, 2);
+}
 
 void* counted(size_t n) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  note(n);
   if (void* p = std::malloc(n ? n : 1)) return p;
   throw std::bad_alloc();
 }
 void* counted_aligned(size_t n, std::align_val_t a) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  note(n);
   const size_t al = static_cast<size_t>(a);
   if (void* p = std::aligned_alloc(al, (n + al - 1) / al * al)) return p;
   throw std::bad_alloc();
@@ -93,6 +115,7 @@ uint64_t allocations_per_decode(Engine& e, Sequence& seq, int warmup, int steps)
   while (seq.prefilling()) EXPECT_TRUE(step());
   for (int i = 0; i < warmup; ++i) EXPECT_TRUE(step()) << "ended during warm-up: " << stop_reason_name(seq.reason());
   g_allocations = 0;
+  g_first_depth = 0;
   g_counting = true;
   int done = 0;
   for (; done < steps; ++done)
@@ -128,7 +151,46 @@ TEST(Allocation, DecodeStepAllocatesNothingResident) {
     std::printf("  resident, %d thread(s): %llu allocations in 40 decode steps\n", threads,
                 static_cast<unsigned long long>(n));
     EXPECT_EQ(n, 0u) << threads << " thread(s)";
+    if (n) print_first_allocation();
   }
+}
+
+// What a speculative step's size depends on (how many drafts, which experts
+// its rows share) varies with timing under --spec auto; the forward's
+// scratch must not. After one forward of 8 rows, forwards of 1..8 rows
+// allocate nothing, including rows that all pick the same experts (the same
+// token repeated: the most rows one expert can get). Before the MoE sized
+// its per-expert scratch by the forward's rows, this counted allocations.
+TEST(Allocation, ForwardAfterALargerOneAllocatesNothing) {
+  const std::string dir = kSrc + "/tests/fixtures/glm5-tiny-bf16";
+  EngineOptions o;
+  o.model = dir;
+  o.threads = 2;
+  o.verbose = false;
+  Engine e(o);
+  Session s(e.config(), 512, false);
+  std::vector<Row> rows;
+  rows.reserve(64);
+  std::vector<float> logits(8 * static_cast<size_t>(e.config().vocab_size));
+  int32_t pos = 0;
+  auto forward = [&](int n, int32_t token, int32_t stride) {
+    rows.clear();
+    for (int i = 0; i < n; ++i) rows.push_back({&s, pos + i, (token + i * stride) % 200 + 1, true});
+    e.forward(rows, logits.data());
+    pos += n;
+    s.n_past = pos;
+  };
+  forward(8, 1, 7);  // the largest forward: distinct tokens
+  g_allocations = 0;
+  g_first_depth = 0;
+  g_counting = true;
+  for (int round = 0; round < 6; ++round)
+    for (int n = 1; n <= 8; ++n) forward(n, 3 + 11 * round + n, round % 2 ? 0 : 5);  // stride 0: one token repeated
+  g_counting = false;
+  const uint64_t n = g_allocations.load();
+  std::printf("  %llu allocations in 48 forwards of 1..8 rows after one of 8\n", static_cast<unsigned long long>(n));
+  EXPECT_EQ(n, 0u);
+  if (n) print_first_allocation();
 }
 
 TEST(Allocation, DecodeStepWithTextAllocatesNothing) {
@@ -147,6 +209,7 @@ TEST(Allocation, DecodeStepWithTextAllocatesNothing) {
   const uint64_t n = allocations_per_decode(e, seq, 60, 60);
   std::printf("  text model: %llu allocations in 60 decode steps\n", static_cast<unsigned long long>(n));
   EXPECT_EQ(n, 0u);
+  if (n) print_first_allocation();
 }
 
 TEST(Allocation, DecodeStepAllocatesNothingFromAContainer) {
@@ -174,6 +237,7 @@ TEST(Allocation, DecodeStepAllocatesNothingFromAContainer) {
               static_cast<unsigned long long>(st.prefetched));
   EXPECT_GT(st.misses, 0u);
   EXPECT_EQ(n, 0u);
+  if (n) print_first_allocation();
 }
 
 TEST(Allocation, DecodeStepWithSpeculationAllocatesNothing) {
@@ -225,6 +289,7 @@ TEST(Allocation, DecodeStepWithSpeculationAllocatesNothing) {
     for (int i = 0; i < 70; ++i) ASSERT_TRUE(step()) << "ended during warm-up";
     const int64_t drafted0 = seq.drafted();
     g_allocations = 0;
+    g_first_depth = 0;
     g_counting = true;
     int done = 0;
     for (; done < 30; ++done)
@@ -240,6 +305,7 @@ TEST(Allocation, DecodeStepWithSpeculationAllocatesNothing) {
       EXPECT_GT(seq.drafted(), drafted0) << spec_mode_name(mode) << ": the counted steps verified no draft";
     }
     EXPECT_EQ(n, 0u) << spec_mode_name(mode);
+    if (n) print_first_allocation();
   }
 }
 
