@@ -26,7 +26,7 @@ phase() {
 
 npm_packages() {
   (cd tools/llama_check && { [ -d node_modules/node-llama-cpp ] || npm ci --no-audit --no-fund; }) &&
-    (cd tests/server && { [ -d node_modules/openai ] || npm ci --no-audit --no-fund; }) &&
+    (cd tests/server && { [ -d node_modules/@langchain/openai ] || npm ci --no-audit --no-fund; }) &&
     tests/tokenizer/install.sh
 }
 
