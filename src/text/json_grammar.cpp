@@ -100,8 +100,9 @@ struct JsonSchemaCompiler {
     else if (name == "time") n.format = G::kFmtTime;
     else if (name == "date-time") n.format = G::kFmtDateTime;
     else if (name == "uuid") n.format = G::kFmtUuid;
+    else if (name == "email") n.format = G::kFmtEmail;
     else bad(path, fmt::format("unsupported JSON Schema keyword 'format' value '{}' (supported: date, time, "
-                               "date-time, uuid)", name));
+                               "date-time, uuid, email)", name));
     if (s.contains("minLength") || s.contains("maxLength"))
       bad(path, "'format' with 'minLength'/'maxLength' is not supported");
   }

@@ -7,7 +7,7 @@
 // minLength/maxLength, anyOf (branches of different JSON types),
 // $defs/definitions + local $ref (not recursive), minimum/maximum/
 // exclusiveMinimum/exclusiveMaximum (integer and number), multipleOf
-// (integers), format date/time/date-time/uuid. Annotations (title,
+// (integers), format date/time/date-time/uuid/email. Annotations (title,
 // description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly) are ignored; any other keyword throws strata::Error
 // naming it and where it is.
@@ -63,7 +63,7 @@ class JsonGrammar {
     int64_t int_lo = 0, int_hi = 0, frac_pos_max = 0, frac_neg_min = 0, multiple = 1;
     uint8_t format = 0;  // Format (strings)
   };
-  enum Format : uint8_t { kFmtNone, kFmtDate, kFmtTime, kFmtDateTime, kFmtUuid };
+  enum Format : uint8_t { kFmtNone, kFmtDate, kFmtTime, kFmtDateTime, kFmtUuid, kFmtEmail };
 
   // Any JSON object (response_format json_object).
   static std::shared_ptr<const JsonGrammar> any_object();

@@ -61,6 +61,76 @@ std::string_view fmt_template(uint8_t kind) {
   }
 }
 
+// format email, a documented subset of RFC 5321 addresses: a local part of
+// 1-64 characters from [A-Za-z0-9._%+-] (no leading, trailing or double
+// '.'), '@', then two or more domain labels of 1-63 [A-Za-z0-9-] (no leading
+// or trailing '-') joined by '.', the last one 2+ letters; 254 characters in
+// all. A character is taken only if the address can still be completed
+// within 254, so a constrained answer never dead-ends.
+// Frame use: a = characters so far; b = 0 local part, 1 domain; mask bits
+// 0-7 local length, 8-15 label length, 16 a '.' seen in the domain, 17 the
+// label is letters only, 18-19 the last character (0 none, 1 '.', 2 '-',
+// 3 other).
+enum class EmailStep { Reject, Take, Close };
+constexpr uint32_t kEmailMax = 254, kEmailLocalMax = 64, kEmailLabelMax = 63;
+
+struct EmailState {
+  uint32_t total, domain, local, label, dot, letters, last;
+  static EmailState of(uint32_t a, uint32_t b, uint64_t m) {
+    return {a, b, static_cast<uint32_t>(m & 0xff), static_cast<uint32_t>((m >> 8) & 0xff),
+            static_cast<uint32_t>((m >> 16) & 1), static_cast<uint32_t>((m >> 17) & 1),
+            static_cast<uint32_t>((m >> 18) & 3)};
+  }
+  uint64_t mask() const {
+    return uint64_t{local} | uint64_t{label} << 8 | uint64_t{dot} << 16 | uint64_t{letters} << 17 |
+           uint64_t{last} << 18;
+  }
+  bool complete() const { return domain && dot && letters && label >= 2; }
+  // The fewest characters that complete the address from here.
+  uint32_t need() const {
+    if (!domain) return (local == 0 || last == 1 ? 1u : 0u) + 1 + 4;  // [x] '@' "a.bc"
+    if (label == 0) return dot ? 2 : 4;                                 // "bc" or "a.bc"
+    uint32_t best = (last == 2 ? 1u : 0u) + 1 + 2;                      // [x] '.' "bc"
+    if (dot && letters) best = std::min(best, label >= 2 ? 0u : 2 - label);
+    return best;
+  }
+};
+
+EmailStep email_step(uint32_t& a, uint32_t& b, uint64_t& mask, uint8_t c) {
+  EmailState s = EmailState::of(a, b, mask);
+  if (c == '"') return s.complete() ? EmailStep::Close : EmailStep::Reject;
+  const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'), digit = c >= '0' && c <= '9';
+  if (!s.domain) {
+    if (c == '@') {
+      if (s.local == 0 || s.last == 1) return EmailStep::Reject;
+      s.domain = 1, s.label = 0, s.dot = 0, s.letters = 1, s.last = 0;
+    } else if (c == '.') {
+      if (s.local == 0 || s.last == 1 || s.local + 1 >= kEmailLocalMax) return EmailStep::Reject;
+      ++s.local, s.last = 1;
+    } else if (alpha || digit || c == '_' || c == '%' || c == '+' || c == '-') {
+      if (s.local + 1 > kEmailLocalMax) return EmailStep::Reject;
+      ++s.local, s.last = 3;
+    } else {
+      return EmailStep::Reject;
+    }
+  } else if (c == '.') {
+    if (s.label == 0 || s.last == 2) return EmailStep::Reject;
+    s.label = 0, s.dot = 1, s.letters = 1, s.last = 1;
+  } else if (c == '-') {
+    if (s.label == 0 || s.label + 2 > kEmailLabelMax) return EmailStep::Reject;  // room for what ends the label
+    ++s.label, s.letters = 0, s.last = 2;
+  } else if (alpha || digit) {
+    if (s.label + 1 > kEmailLabelMax) return EmailStep::Reject;
+    ++s.label, s.letters = s.letters && alpha, s.last = 3;
+  } else {
+    return EmailStep::Reject;
+  }
+  ++s.total;
+  if (s.total + s.need() > kEmailMax) return EmailStep::Reject;
+  a = s.total, b = s.domain, mask = s.mask();
+  return EmailStep::Take;
+}
+
 int days_in_month(uint32_t y, uint32_t m) {
   static constexpr int kDays[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
   if (m == 2 && ((y % 4 == 0 && y % 100 != 0) || y % 400 == 0)) return 29;
@@ -277,6 +347,11 @@ bool JsonState::num_feed(Frame& f, uint8_t c, bool& redispatch) {
 }
 
 bool JsonState::fmt_feed(Frame& f, uint8_t c) {
+  if (f.small == JsonGrammar::kFmtEmail) {
+    const EmailStep st = email_step(f.a, f.b, f.mask, c);
+    if (st == EmailStep::Close) pop_done();
+    return st != EmailStep::Reject;
+  }
   // f.a: position in the template, f.b: FmtTail, f.mask: year (bits 0-15),
   // month (16-23), day tens (24-31), hour tens (32-39), fraction digits (40-47).
   auto field = [&](int shift) { return static_cast<uint32_t>((f.mask >> shift) & 0xffff); };

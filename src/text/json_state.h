@@ -28,7 +28,8 @@
 //     a fraction such as 0.5 under minimum 0.2 is not generated;
 //   - strings with a format: date YYYY-MM-DD (days per month, leap years),
 //     time HH:MM:SS[.1-9 digits](Z|+HH:MM|-HH:MM) (no leap second),
-//     date-time DATE'T'TIME, uuid 8-4-4-4-12 lowercase hex;
+//     date-time DATE'T'TIME, uuid 8-4-4-4-12 lowercase hex, email (a
+//     documented subset: json_state.cpp);
 //   - nesting at most 32 containers deep.
 // The mask walk (token_mask.h) copies a state per trie depth, so a state is
 // a fixed array of frames and a copy moves only the frames in use.

@@ -532,7 +532,7 @@ TEST(Server, JsonSchemaBoundsAndFormats) {
   // Still a 400 naming the keyword for what is not supported.
   Json b = Json::parse(R"({"max_tokens":4,"prompt":"a"})");
   b["response_format"] = {{"type", "json_schema"},
-                          {"json_schema", {{"name", "t"}, {"schema", {{"type", "string"}, {"format", "email"}}}}}};
+                          {"json_schema", {{"name", "t"}, {"schema", {{"type", "string"}, {"format", "uri"}}}}}};
   const Reply r = post(s, "/v1/completions", b.dump());
   EXPECT_EQ(r.status, 400);
   EXPECT_NE(r.body.find("'format'"), std::string::npos) << r.body;

@@ -233,7 +233,7 @@ TEST(ServerTools, BadToolChoice) {
       {tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"})", "response_format", "tool_choice"},
       {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","pattern":"x+"}}}}}],"tool_choice":"required")",
        "tools", "pattern"},
-      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","format":"email"}}}}}],"tool_choice":{"type":"function","function":{"name":"f"}})",
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","format":"uri"}}}}}],"tool_choice":{"type":"function","function":{"name":"f"}})",
        "tools", "'format'"},
       {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"string"}}}],"tool_choice":"required")",
        "tools", "object schema"},
@@ -250,7 +250,7 @@ TEST(ServerTools, BadToolChoice) {
   }
   // The functions a named tool_choice does not pick are not compiled.
   const std::string ok =
-      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","format":"email"}}}}},)"
+      R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"a":{"type":"string","format":"uri"}}}}},)"
       R"({"type":"function","function":{"name":"g"}}],"tool_choice":{"type":"function","function":{"name":"g"}})";
   EXPECT_EQ(s.post("/v1/chat/completions", body(ok)).first, 200);
   // auto and none as before.
