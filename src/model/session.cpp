@@ -23,7 +23,8 @@ Session::Session(const ModelConfig& c, int64_t capacity, bool with_mtp)
 
 size_t Session::bytes() const {
   size_t b = 0;
-  for (const auto& l : layers_) b += (l.latent.size() + l.rope_key.size() + l.index_key.size() + l.k.size() + l.v.size()) * sizeof(float);
+  for (const auto& l : layers_)
+    b += (l.latent.size() + l.rope_key.size() + l.index_key.size() + l.k.size() + l.v.size()) * sizeof(float);
   return b;
 }
 

@@ -85,7 +85,8 @@ TEST_F(Qwen3Fixture, TeacherForcingMatchesReference) {
   for (auto it = ref["logits"].begin(); it != ref["logits"].end(); ++it) {
     const float* got = logits.data() + std::stoll(it.key()) * V;
     float worst = 0.0f;
-    for (size_t i = 0; i < it.value().size(); ++i) worst = std::max(worst, std::fabs(got[i] - it.value()[i].get<float>()));
+    for (size_t i = 0; i < it.value().size(); ++i)
+      worst = std::max(worst, std::fabs(got[i] - it.value()[i].get<float>()));
     std::printf("  logits@%s: max |diff| = %.3g\n", it.key().c_str(), worst);
     EXPECT_LE(worst, kLogitTol) << "logits@" << it.key();
   }
