@@ -124,6 +124,9 @@ class Exporter {
 
   void validate() {
     const std::string origin = ck_.dir() + "/config.json";
+    if (c_.model_type != "glm_moe_dsa")
+      fail("{}: export-gguf supports model_type \"glm_moe_dsa\" only; \"{}\" is not exported yet", origin,
+           c_.model_type);
     // llama.cpp describes the dense/MoE schedule by one number, the count of
     // leading dense layers.
     lead_dense_ = 0;

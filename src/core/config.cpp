@@ -64,17 +64,123 @@ struct Reader {
   }
 };
 
-}  // namespace
+// eos_token_id (one id or a list) and pad_token_id: the same in every family.
+void parse_special_tokens(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  if (const Json* e = r.get("eos_token_id")) {
+    auto add = [&](const Json& v) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.vocab_size)
+        fail("{}: eos_token_id {} is not a token id below vocab_size {}", origin, v.dump(), c.vocab_size);
+      c.eos_token_ids.push_back(v.get<int64_t>());
+    };
+    if (e->is_array()) {
+      if (e->size() > 64) fail("{}: eos_token_id has {} entries (limit 64)", origin, e->size());
+      for (const Json& v : *e) add(v);
+    } else {
+      add(*e);
+    }
+  }
+  c.pad_token_id = r.integer("pad_token_id", 0, c.vocab_size - 1, -1);
+}
 
-ModelConfig parse_model_config(const Json& j, const std::string& origin) {
-  if (!j.is_object()) fail("{}: config is not a JSON object", origin);
-  Reader r{j, origin};
-  ModelConfig c;
-  const Json* mt = r.get("model_type");
-  if (!mt || !mt->is_string()) fail("{}: missing string field \"model_type\"", origin);
-  c.model_type = mt->get<std::string>();
-  if (c.model_type != "glm_moe_dsa")
-    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\")", origin, c.model_type);
+// RoPE: rope_parameters (transformers v5) or top-level rope_theta; only the
+// default rope type (no scaling) is supported.
+double parse_rope_theta(const Reader& r) {
+  const std::string& origin = r.origin;
+  double theta = r.number("rope_theta", 1.0, 1e12, 10000.0);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const Json* rp = r.get(key);
+    if (!rp) continue;
+    if (!rp->is_object()) fail("{}: field \"{}\" must be an object", origin, key);
+    Reader rr{*rp, origin};
+    if (rp->contains("rope_theta")) theta = rr.number("rope_theta", 1.0, 1e12);
+    const Json* type = rr.get("rope_type");
+    if (!type) type = rr.get("type");
+    if (type && (!type->is_string() || type->get<std::string>() != "default"))
+      fail("{}: {}.rope_type {} is not supported (only \"default\")", origin, key, type->dump());
+  }
+  return theta;
+}
+
+// FP8 block quantization (quantization_config), the same in every family.
+void parse_quantization(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  if (const Json* q = r.get("quantization_config")) {
+    if (!q->is_object()) fail("{}: quantization_config must be an object", origin);
+    const Json* m = Reader{*q, origin}.get("quant_method");
+    if (!m || !m->is_string() || m->get<std::string>() != "fp8")
+      fail("{}: quantization_config.quant_method {} is not supported (only \"fp8\")", origin,
+           m ? m->dump() : "missing");
+    c.fp8 = true;
+    if (const Json* fmt_ = Reader{*q, origin}.get("fmt"); fmt_ && *fmt_ != "e4m3")
+      fail("{}: quantization_config.fmt {} is not supported (only \"e4m3\")", origin, fmt_->dump());
+    if (const Json* b = Reader{*q, origin}.get("weight_block_size")) {
+      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer() ||
+          (*b)[0].get<int64_t>() < 1 || (*b)[1].get<int64_t>() < 1 || (*b)[0].get<int64_t>() > 4096 ||
+          (*b)[1].get<int64_t>() > 4096)
+        fail("{}: quantization_config.weight_block_size must be two integers in [1, 4096]", origin);
+      c.fp8_block_rows = (*b)[0].get<int64_t>();
+      c.fp8_block_cols = (*b)[1].get<int64_t>();
+    }
+  }
+}
+
+// qwen3_moe (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-480B): GQA with
+// per-head q/k RMSNorm, softmax top-k routing, no shared expert, MoE layers
+// by decoder_sparse_step and mlp_only_layers, no MTP layer.
+void parse_qwen3_moe(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  c.attention = AttentionKind::Gqa;
+  c.router = RouterKind::Softmax;
+  c.vocab_size = r.integer("vocab_size", 1, kMaxVocab);
+  c.hidden_size = r.integer("hidden_size", 1, kMaxHidden);
+  c.num_hidden_layers = r.integer("num_hidden_layers", 1, kMaxLayers);
+  c.intermediate_size = r.integer("intermediate_size", 1, kMaxWidth);
+  c.moe_intermediate_size = r.integer("moe_intermediate_size", 1, kMaxWidth);
+  c.n_routed_experts = r.integer("num_experts", 1, kMaxExperts);
+  c.num_experts_per_tok = r.integer("num_experts_per_tok", 1, c.n_routed_experts);
+  c.norm_topk_prob = r.boolean("norm_topk_prob", false);  // transformers' Qwen3MoeConfig default
+  c.num_attention_heads = r.integer("num_attention_heads", 1, kMaxHeads);
+  c.num_key_value_heads = r.integer("num_key_value_heads", 1, c.num_attention_heads);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", origin, c.num_attention_heads,
+         c.num_key_value_heads);
+  c.head_dim = r.integer("head_dim", 2, kMaxHeadDim, c.hidden_size / c.num_attention_heads);
+  if (c.head_dim < 2 || c.head_dim % 2 != 0) fail("{}: head_dim {} must be even and at least 2", origin, c.head_dim);
+  c.max_position_embeddings = r.integer("max_position_embeddings", 1, kMaxPositions, 4096);
+  c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-6));
+  c.rope_theta = parse_rope_theta(r);
+  if (r.boolean("use_sliding_window", false))
+    fail("{}: use_sliding_window=true is not supported (qwen3_moe runs full attention)", origin);
+  if (r.boolean("attention_bias", false)) fail("{}: attention_bias=true is not supported for qwen3_moe", origin);
+  if (const Json* act = r.get("hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
+    fail("{}: hidden_act {} is not supported (only \"silu\")", origin, act->dump());
+  if (r.boolean("tie_word_embeddings", false))
+    fail("{}: tie_word_embeddings=true is not supported (strata needs a separate lm_head)", origin);
+  parse_special_tokens(r, c);
+
+  // MoE layers: not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0.
+  const int64_t L = c.num_hidden_layers;
+  const int64_t step = r.integer("decoder_sparse_step", 1, L, 1);
+  c.layer_is_moe.assign(static_cast<size_t>(L), false);
+  for (int64_t i = 0; i < L; ++i) c.layer_is_moe[static_cast<size_t>(i)] = (i + 1) % step == 0;
+  if (const Json* only = r.get("mlp_only_layers")) {
+    if (!only->is_array() || static_cast<int64_t>(only->size()) > L)
+      fail("{}: mlp_only_layers must be an array of at most num_hidden_layers ({}) layer indices", origin, L);
+    for (const Json& v : *only) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= L)
+        fail("{}: mlp_only_layers entry {} is not a layer index below num_hidden_layers {}", origin, v.dump(), L);
+      c.layer_is_moe[static_cast<size_t>(v.get<int64_t>())] = false;
+    }
+  }
+  c.layer_indexer_full.assign(static_cast<size_t>(L), false);
+  parse_quantization(r, c);
+}
+
+// glm_moe_dsa (GLM-5, GLM-5.2): MLA with the DSA indexer, sigmoid routing with
+// a correction bias and groups, shared experts, first dense layers, MTP layer.
+void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
 
   c.vocab_size = r.integer("vocab_size", 1, kMaxVocab);
   c.hidden_size = r.integer("hidden_size", 1, kMaxHidden);
@@ -112,21 +218,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& origin) {
   if (!r.boolean("indexer_rope_interleave", true))
     fail("{}: indexer_rope_interleave=false is not supported", origin);
 
-  // RoPE: rope_parameters (transformers v5) or top-level rope_theta; only the
-  // default rope type exists in the GLM-5 family.
-  double theta = r.number("rope_theta", 1.0, 1e12, 10000.0);
-  for (const char* key : {"rope_parameters", "rope_scaling"}) {
-    const Json* rp = r.get(key);
-    if (!rp) continue;
-    if (!rp->is_object()) fail("{}: field \"{}\" must be an object", origin, key);
-    Reader rr{*rp, origin};
-    if (rp->contains("rope_theta")) theta = rr.number("rope_theta", 1.0, 1e12);
-    const Json* type = rr.get("rope_type");
-    if (!type) type = rr.get("type");
-    if (type && (!type->is_string() || type->get<std::string>() != "default"))
-      fail("{}: {}.rope_type {} is not supported (only \"default\")", origin, key, type->dump());
-  }
-  c.rope_theta = theta;
+  c.rope_theta = parse_rope_theta(r);  // only the default rope type exists in the GLM-5 family
 
   c.index_n_heads = r.integer("index_n_heads", 1, kMaxHeads);
   c.index_head_dim = r.integer("index_head_dim", 1, kMaxHeadDim);
@@ -139,20 +231,7 @@ ModelConfig parse_model_config(const Json& j, const std::string& origin) {
   if (r.boolean("tie_word_embeddings", false))
     fail("{}: tie_word_embeddings=true is not supported (GLM-5 has a separate lm_head)", origin);
 
-  if (const Json* e = r.get("eos_token_id")) {
-    auto add = [&](const Json& v) {
-      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= c.vocab_size)
-        fail("{}: eos_token_id {} is not a token id below vocab_size {}", origin, v.dump(), c.vocab_size);
-      c.eos_token_ids.push_back(v.get<int64_t>());
-    };
-    if (e->is_array()) {
-      if (e->size() > 64) fail("{}: eos_token_id has {} entries (limit 64)", origin, e->size());
-      for (const Json& v : *e) add(v);
-    } else {
-      add(*e);
-    }
-  }
-  c.pad_token_id = r.integer("pad_token_id", 0, c.vocab_size - 1, -1);
+  parse_special_tokens(r, c);
 
   // Dense/MoE schedule: mlp_layer_types if given, else first_k_dense_replace
   // and moe_layer_freq.
@@ -202,24 +281,25 @@ ModelConfig parse_model_config(const Json& j, const std::string& origin) {
   if (!c.layer_indexer_full[0])
     fail("{}: layer 0 shares the indexer top-k, but no earlier layer computes one", origin);
 
-  if (const Json* q = r.get("quantization_config")) {
-    if (!q->is_object()) fail("{}: quantization_config must be an object", origin);
-    const Json* m = Reader{*q, origin}.get("quant_method");
-    if (!m || !m->is_string() || m->get<std::string>() != "fp8")
-      fail("{}: quantization_config.quant_method {} is not supported (only \"fp8\")", origin,
-           m ? m->dump() : "missing");
-    c.fp8 = true;
-    if (const Json* fmt_ = Reader{*q, origin}.get("fmt"); fmt_ && *fmt_ != "e4m3")
-      fail("{}: quantization_config.fmt {} is not supported (only \"e4m3\")", origin, fmt_->dump());
-    if (const Json* b = Reader{*q, origin}.get("weight_block_size")) {
-      if (!b->is_array() || b->size() != 2 || !(*b)[0].is_number_integer() || !(*b)[1].is_number_integer() ||
-          (*b)[0].get<int64_t>() < 1 || (*b)[1].get<int64_t>() < 1 || (*b)[0].get<int64_t>() > 4096 ||
-          (*b)[1].get<int64_t>() > 4096)
-        fail("{}: quantization_config.weight_block_size must be two integers in [1, 4096]", origin);
-      c.fp8_block_rows = (*b)[0].get<int64_t>();
-      c.fp8_block_cols = (*b)[1].get<int64_t>();
-    }
-  }
+  parse_quantization(r, c);
+}
+
+}  // namespace
+
+ModelConfig parse_model_config(const Json& j, const std::string& origin) {
+  if (!j.is_object()) fail("{}: config is not a JSON object", origin);
+  Reader r{j, origin};
+  ModelConfig c;
+  const Json* mt = r.get("model_type");
+  if (!mt || !mt->is_string()) fail("{}: missing string field \"model_type\"", origin);
+  c.model_type = mt->get<std::string>();
+  if (c.model_type == "glm_moe_dsa")
+    parse_glm_moe_dsa(r, c);
+  else if (c.model_type == "qwen3_moe")
+    parse_qwen3_moe(r, c);
+  else
+    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\" and \"qwen3_moe\")", origin,
+         c.model_type);
   return c;
 }
 

@@ -1,7 +1,16 @@
 // The typed, validated model configuration (Hugging Face config.json of a
-// glm_moe_dsa checkpoint). Every dimension is bounded before anything is
-// allocated from it; a hostile config fails with a message naming the field.
+// supported family: glm_moe_dsa, qwen3_moe). Every dimension is bounded
+// before anything is allocated from it; a hostile config fails with a message
+// naming the field.
+//
+// A family is a description, not a fork: which attention (MLA with the DSA
+// indexer, or GQA with per-head q/k norms), which router (sigmoid scores with
+// a correction bias and group limits, or softmax top-k), whether layers have
+// a shared expert, the dense/MoE layer pattern (layer_is_moe) and the tensor
+// names that follow from the attention kind. The forward branches on these
+// once per layer (docs/architecture.md, "Adding a family").
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -10,8 +19,20 @@
 
 namespace strata {
 
+enum class AttentionKind : uint8_t {
+  Mla,  // multi-head latent attention (+ DSA indexer): glm_moe_dsa
+  Gqa,  // grouped-query attention, per-head RMSNorm on q and k, half-split RoPE: qwen3_moe
+};
+
+enum class RouterKind : uint8_t {
+  SigmoidGroups,  // sigmoid scores, correction bias steers the choice, group-limited, routed scaling
+  Softmax,        // softmax over all experts, top-k, renormalised when norm_topk_prob
+};
+
 struct ModelConfig {
   std::string model_type;
+  AttentionKind attention = AttentionKind::Mla;
+  RouterKind router = RouterKind::SigmoidGroups;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
   int64_t num_hidden_layers = 0;
@@ -26,6 +47,10 @@ struct ModelConfig {
   float routed_scaling_factor = 1.0f;
 
   int64_t num_attention_heads = 0;
+  // GQA only (zero for MLA): kv heads, the per-head width of q, k and v.
+  int64_t num_key_value_heads = 0;
+  int64_t head_dim = 0;
+  // MLA only (zero for GQA).
   int64_t q_lora_rank = 0;
   int64_t kv_lora_rank = 0;
   int64_t qk_nope_head_dim = 0;
@@ -35,6 +60,7 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
 
+  // DSA indexer (MLA only; zero for GQA, where layer_indexer_full is all false).
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
@@ -59,6 +85,17 @@ struct ModelConfig {
   bool indexer_full(int64_t layer) const { return layer >= num_hidden_layers || layer_indexer_full[layer]; }
   // Layers with tensors: decoder layers plus MTP layers.
   int64_t num_weight_layers() const { return num_hidden_layers + num_nextn_predict_layers; }
+  // The key cache of one layer, floats per position and per part, in the
+  // order LayerCache holds them: MLA {latent, roped key, indexer key (full
+  // layers), 0, 0}; GQA {0, 0, 0, keys, values} (num_key_value_heads * head_dim each).
+  std::array<int64_t, 5> cache_widths(int64_t layer) const {
+    if (attention == AttentionKind::Gqa) return {0, 0, 0, num_key_value_heads * head_dim, num_key_value_heads * head_dim};
+    return {kv_lora_rank, qk_rope_head_dim, indexer_full(layer) ? index_head_dim : 0, 0, 0};
+  }
+  int64_t cache_floats(int64_t layer) const {
+    const auto w = cache_widths(layer);
+    return w[0] + w[1] + w[2] + w[3] + w[4];
+  }
 };
 
 // Parses and validates; `origin` names the file in error messages.

@@ -216,27 +216,38 @@ Plan layout(const Checkpoint* ckp, const ConvertOptions& o) {
     P.vector(p + ".input_layernorm.weight", D);
     P.vector(p + ".post_attention_layernorm.weight", D);
     const std::string ap = p + ".self_attn";
-    P.matrix(ap + ".q_a_proj.weight", c.q_lora_rank, D, fmt_for(o.attn_bits), g);
-    P.vector(ap + ".q_a_layernorm.weight", c.q_lora_rank);
-    P.matrix(ap + ".q_b_proj.weight", H * c.qk_head_dim(), c.q_lora_rank, fmt_for(o.attn_bits), g);
-    P.matrix(ap + ".kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D, fmt_for(o.attn_bits), g);
-    P.vector(ap + ".kv_a_layernorm.weight", c.kv_lora_rank);
-    P.matrix(ap + ".kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, fmt_for(o.kvb_bits),
-             g);
-    P.matrix(ap + ".o_proj.weight", D, H * c.v_head_dim, fmt_for(o.o_bits), g);
-    if (c.indexer_full(L)) {
-      const std::string ip = ap + ".indexer";
-      P.matrix(ip + ".wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank, fmt_for(o.attn_bits), g);
-      P.matrix(ip + ".wk.weight", c.index_head_dim, D, fmt_for(o.attn_bits), g);
-      P.matrix(ip + ".weights_proj.weight", c.index_n_heads, D, WeightFormat::BF16, 0);
-      P.vector(ip + ".k_norm.weight", c.index_head_dim);
-      P.vector(ip + ".k_norm.bias", c.index_head_dim);
+    if (c.attention == AttentionKind::Gqa) {
+      const int64_t hd = c.head_dim, kvw = c.num_key_value_heads * c.head_dim;
+      P.matrix(ap + ".q_proj.weight", H * hd, D, fmt_for(o.attn_bits), g);
+      P.matrix(ap + ".k_proj.weight", kvw, D, fmt_for(o.attn_bits), g);
+      P.matrix(ap + ".v_proj.weight", kvw, D, fmt_for(o.attn_bits), g);
+      P.matrix(ap + ".o_proj.weight", D, H * hd, fmt_for(o.o_bits), g);
+      P.vector(ap + ".q_norm.weight", hd);
+      P.vector(ap + ".k_norm.weight", hd);
+    } else {
+      P.matrix(ap + ".q_a_proj.weight", c.q_lora_rank, D, fmt_for(o.attn_bits), g);
+      P.vector(ap + ".q_a_layernorm.weight", c.q_lora_rank);
+      P.matrix(ap + ".q_b_proj.weight", H * c.qk_head_dim(), c.q_lora_rank, fmt_for(o.attn_bits), g);
+      P.matrix(ap + ".kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D, fmt_for(o.attn_bits), g);
+      P.vector(ap + ".kv_a_layernorm.weight", c.kv_lora_rank);
+      P.matrix(ap + ".kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank, fmt_for(o.kvb_bits),
+               g);
+      P.matrix(ap + ".o_proj.weight", D, H * c.v_head_dim, fmt_for(o.o_bits), g);
+      if (c.indexer_full(L)) {
+        const std::string ip = ap + ".indexer";
+        P.matrix(ip + ".wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank, fmt_for(o.attn_bits), g);
+        P.matrix(ip + ".wk.weight", c.index_head_dim, D, fmt_for(o.attn_bits), g);
+        P.matrix(ip + ".weights_proj.weight", c.index_n_heads, D, WeightFormat::BF16, 0);
+        P.vector(ip + ".k_norm.weight", c.index_head_dim);
+        P.vector(ip + ".k_norm.bias", c.index_head_dim);
+      }
     }
     const std::string mp = p + ".mlp";
     if (c.is_moe(L)) {
       P.matrix(mp + ".gate.weight", c.n_routed_experts, D, WeightFormat::F32, 0);
       // Without a checkpoint, assume the bias (every glm_moe_dsa checkpoint has it).
-      if (!ckp || ckp->has(mp + ".gate.e_score_correction_bias")) P.vector(mp + ".gate.e_score_correction_bias", c.n_routed_experts);
+      if (c.router == RouterKind::SigmoidGroups && (!ckp || ckp->has(mp + ".gate.e_score_correction_bias")))
+        P.vector(mp + ".gate.e_score_correction_bias", c.n_routed_experts);
       if (c.n_shared_experts > 0) {
         const int64_t w = c.moe_intermediate_size * c.n_shared_experts;
         const WeightFormat f = fmt_for(o.shared_bits);

@@ -30,6 +30,15 @@ void rope_interleaved(float* x, const float* cos, const float* sin, int64_t dim)
   }
 }
 
+void rope_half(float* x, const float* cos, const float* sin, int64_t dim) {
+  const int64_t h = dim / 2;
+  for (int64_t i = 0; i < h; ++i) {
+    const float a = x[i], b = x[i + h];
+    x[i] = a * cos[i] - b * sin[i];
+    x[i + h] = b * cos[i] + a * sin[i];
+  }
+}
+
 void rope_angles(int64_t pos, double theta, int64_t dim, float* cos, float* sin) {
   for (int64_t i = 0; i < dim / 2; ++i) {
     // inv_freq = 1 / theta^(2i/dim) rounded as the reference (torch, float32)

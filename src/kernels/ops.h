@@ -12,6 +12,9 @@ void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out);
 void layernorm(const float* x, const float* w, const float* b, int64_t n, float eps, float* out);
 // Interleaved (GPT-J) rotation of adjacent pairs: x[2i], x[2i+1] by angle i.
 void rope_interleaved(float* x, const float* cos, const float* sin, int64_t dim);
+// RoPE on (x[i], x[i + dim/2]) pairs (transformers' rotate_half form, the
+// GQA families); cos / sin as rope_angles gives them, dim / 2 each.
+void rope_half(float* x, const float* cos, const float* sin, int64_t dim);
 // cos/sin of pos * theta^(-2i/dim) for i < dim/2, as the reference computes them.
 void rope_angles(int64_t pos, double theta, int64_t dim, float* cos, float* sin);
 // In-place softmax over n values.

@@ -22,6 +22,7 @@ constexpr float kLatentNormEps = 1e-6f;
 
 void ModelRunner::attention(int64_t L, std::span<const Row> rows, const ForwardOptions& opts) {
   const ModelConfig& c = m_.config;
+  if (c.attention == AttentionKind::Gqa) return attention_gqa(L, rows);
   const AttentionWeights& aw = m_.weights.layers[static_cast<size_t>(L)].attn;
   const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
   const int64_t H = c.num_attention_heads, nope = c.qk_nope_head_dim, rd = c.qk_rope_head_dim;

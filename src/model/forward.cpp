@@ -133,6 +133,27 @@ void ModelRunner::route(int64_t L, int64_t n, const float* x, int32_t* idx, floa
   // Router in f32: sigmoid scores; the bias only steers the choice.
   float* logit = grow(ws_.router, static_cast<size_t>(n * E));
   mm(lw.router.gate, x, n, logit);
+  if (c.router == RouterKind::Softmax) {
+    // Softmax over every expert, the top-k by probability (lower index
+    // first on a tie), renormalised to sum 1 when norm_topk_prob.
+    int32_t* ord = grow(ws_.route_order, static_cast<size_t>(E));
+    for (int64_t r = 0; r < n; ++r) {
+      float* s = logit + r * E;
+      softmax(s, E);
+      for (int64_t e = 0; e < E; ++e) ord[e] = static_cast<int32_t>(e);
+      std::partial_sort(ord, ord + K, ord + E,
+                        [&](int32_t a, int32_t b) { return s[a] != s[b] ? s[a] > s[b] : a < b; });
+      float sum = 0.0f;
+      for (int64_t k = 0; k < K; ++k) {
+        idx[r * K + k] = ord[k];
+        wts[r * K + k] = s[ord[k]];
+        sum += s[ord[k]];
+      }
+      if (c.norm_topk_prob)
+        for (int64_t k = 0; k < K; ++k) wts[r * K + k] /= sum;
+    }
+    return;
+  }
   float* choice = grow(ws_.route_choice, static_cast<size_t>(E));
   int32_t* order = grow(ws_.route_order, static_cast<size_t>(std::max(E, G)));
   float* gscore = grow(ws_.route_group, static_cast<size_t>(G));

@@ -46,11 +46,11 @@ struct Workspace {
   std::vector<float> logits_in;  // [n, D]: final-normed rows that want logits
 
   // Attention.
-  std::vector<float> rope_cos, rope_sin;  // [n, qk_rope_head_dim / 2]
+  std::vector<float> rope_cos, rope_sin;  // [n, qk_rope_head_dim / 2] (GQA: [n, head_dim / 2])
   std::vector<float> q_lat;               // [n, q_lora_rank]
-  std::vector<float> q;                   // [n, H * qk_head_dim]
-  std::vector<float> kv;                  // [n, kv_lora_rank + qk_rope_head_dim]
-  std::vector<float> o;                   // [n, H * v_head_dim]: per-head outputs
+  std::vector<float> q;                   // [n, H * qk_head_dim] (GQA: [n, H * head_dim])
+  std::vector<float> kv;                  // [n, kv_lora_rank + qk_rope_head_dim] (GQA: k then v, [n, kv_heads * head_dim] each)
+  std::vector<float> o;                   // [n, H * v_head_dim]: per-head outputs (GQA: [n, H * head_dim])
   std::vector<float> attn_out;            // [n, D]
   std::vector<float> qabs, olat;          // absorbed form: [n, H, kv_lora_rank]
   std::vector<float> expanded;            // naive form: [keys, H * (qk_nope_head_dim + v_head_dim)]
@@ -106,7 +106,7 @@ struct Workspace {
 // Where forward time goes; the parts add up to total (other = the rest).
 struct PhaseStats {
   uint64_t total_ns = 0;
-  uint64_t attention_ns = 0;    // MLA + indexer, projections included
+  uint64_t attention_ns = 0;    // MLA + indexer (or GQA), projections included
   uint64_t router_ns = 0;       // router matmul and top-k
   uint64_t expert_wait_ns = 0;  // waiting for the expert store (disk reads)
   uint64_t expert_ns = 0;       // routed-expert matmuls
@@ -158,6 +158,7 @@ class ModelRunner {
   void check_rows(std::span<const Row> rows, bool mtp);
   void layer(int64_t L, std::span<const Row> rows, const ForwardOptions& opts);
   void attention(int64_t L, std::span<const Row> rows, const ForwardOptions& opts);
+  void attention_gqa(int64_t L, std::span<const Row> rows);
   void attend_absorbed(int64_t L, std::span<const Row> rows);
   void attend_naive(int64_t L, std::span<const Row> rows);
   void indexer(int64_t L, std::span<const Row> rows);

@@ -82,21 +82,31 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
 
     AttentionWeights& a = lw.attn;
     const std::string ap = p + ".self_attn";
-    a.q_a = ld.w(ap + ".q_a_proj.weight", c.q_lora_rank, D);
-    a.q_a_norm = ld.v(ap + ".q_a_layernorm.weight", c.q_lora_rank);
-    a.q_b = ld.w(ap + ".q_b_proj.weight", H * c.qk_head_dim(), c.q_lora_rank);
-    a.kv_a = ld.w(ap + ".kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D);
-    a.kv_a_norm = ld.v(ap + ".kv_a_layernorm.weight", c.kv_lora_rank);
-    a.kv_b = ld.w(ap + ".kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
-    a.o = ld.w(ap + ".o_proj.weight", D, H * c.v_head_dim);
-    a.has_indexer = c.indexer_full(L);
-    if (a.has_indexer) {
-      const std::string ip = ap + ".indexer";
-      a.indexer.wq_b = ld.w(ip + ".wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
-      a.indexer.wk = ld.w(ip + ".wk.weight", c.index_head_dim, D);
-      a.indexer.weights_proj = ld.w(ip + ".weights_proj.weight", c.index_n_heads, D);
-      a.indexer.k_norm_weight = ld.v(ip + ".k_norm.weight", c.index_head_dim);
-      a.indexer.k_norm_bias = ld.v(ip + ".k_norm.bias", c.index_head_dim);
+    if (c.attention == AttentionKind::Gqa) {
+      const int64_t hd = c.head_dim, KH = c.num_key_value_heads;
+      a.q = ld.w(ap + ".q_proj.weight", H * hd, D);
+      a.k = ld.w(ap + ".k_proj.weight", KH * hd, D);
+      a.v = ld.w(ap + ".v_proj.weight", KH * hd, D);
+      a.o = ld.w(ap + ".o_proj.weight", D, H * hd);
+      a.q_norm = ld.v(ap + ".q_norm.weight", hd);
+      a.k_norm = ld.v(ap + ".k_norm.weight", hd);
+    } else {
+      a.q_a = ld.w(ap + ".q_a_proj.weight", c.q_lora_rank, D);
+      a.q_a_norm = ld.v(ap + ".q_a_layernorm.weight", c.q_lora_rank);
+      a.q_b = ld.w(ap + ".q_b_proj.weight", H * c.qk_head_dim(), c.q_lora_rank);
+      a.kv_a = ld.w(ap + ".kv_a_proj_with_mqa.weight", c.kv_lora_rank + c.qk_rope_head_dim, D);
+      a.kv_a_norm = ld.v(ap + ".kv_a_layernorm.weight", c.kv_lora_rank);
+      a.kv_b = ld.w(ap + ".kv_b_proj.weight", H * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank);
+      a.o = ld.w(ap + ".o_proj.weight", D, H * c.v_head_dim);
+      a.has_indexer = c.indexer_full(L);
+      if (a.has_indexer) {
+        const std::string ip = ap + ".indexer";
+        a.indexer.wq_b = ld.w(ip + ".wq_b.weight", c.index_n_heads * c.index_head_dim, c.q_lora_rank);
+        a.indexer.wk = ld.w(ip + ".wk.weight", c.index_head_dim, D);
+        a.indexer.weights_proj = ld.w(ip + ".weights_proj.weight", c.index_n_heads, D);
+        a.indexer.k_norm_weight = ld.v(ip + ".k_norm.weight", c.index_head_dim);
+        a.indexer.k_norm_bias = ld.v(ip + ".k_norm.bias", c.index_head_dim);
+      }
     }
 
     lw.is_moe = c.is_moe(L);

@@ -1,4 +1,4 @@
-// A loaded glm_moe_dsa model: config plus immutable weights. Mutable state
+// A loaded model of a supported family (core/config.h): config plus immutable weights. Mutable state
 // (KV caches, scratch) lives in Session, experts are reached through an
 // ExpertStore, threads come from a ThreadPool passed in.
 #pragma once
@@ -19,7 +19,8 @@ struct IndexerWeights {  // DSA lightning indexer (absent on GLM-5.2 shared laye
   std::vector<float> k_norm_weight, k_norm_bias;  // LayerNorm(head_dim)
 };
 
-struct AttentionWeights {  // MLA
+struct AttentionWeights {
+  // MLA (AttentionKind::Mla).
   Weight q_a;   // [q_lora, hidden]
   Weight q_b;   // [heads*qk_head, q_lora]
   Weight kv_a;  // [kv_lora+rope, hidden]
@@ -28,6 +29,12 @@ struct AttentionWeights {  // MLA
   std::vector<float> q_a_norm, kv_a_norm;
   bool has_indexer = false;
   IndexerWeights indexer;
+  // GQA (AttentionKind::Gqa): self_attn.{q,k,v}_proj, q_norm / k_norm over
+  // head_dim; o above is shared ([hidden, heads*head_dim] here).
+  Weight q;  // [heads*head_dim, hidden]
+  Weight k;  // [kv_heads*head_dim, hidden]
+  Weight v;  // [kv_heads*head_dim, hidden]
+  std::vector<float> q_norm, k_norm;  // [head_dim]
 };
 
 struct RouterWeights {

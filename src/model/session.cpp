@@ -12,15 +12,19 @@ Session::Session(const ModelConfig& c, int64_t capacity, bool with_mtp)
   layers_.resize(static_cast<size_t>(n));
   for (int64_t l = 0; l < n; ++l) {
     LayerCache& lc = layers_[static_cast<size_t>(l)];
-    lc.latent.assign(static_cast<size_t>(capacity * c.kv_lora_rank), 0.0f);
-    lc.rope_key.assign(static_cast<size_t>(capacity * c.qk_rope_head_dim), 0.0f);
-    if (c.indexer_full(l)) lc.index_key.assign(static_cast<size_t>(capacity * c.index_head_dim), 0.0f);
+    const auto w = c.cache_widths(l);
+    lc.latent.assign(static_cast<size_t>(capacity * w[0]), 0.0f);
+    lc.rope_key.assign(static_cast<size_t>(capacity * w[1]), 0.0f);
+    lc.index_key.assign(static_cast<size_t>(capacity * w[2]), 0.0f);
+    lc.k.assign(static_cast<size_t>(capacity * w[3]), 0.0f);
+    lc.v.assign(static_cast<size_t>(capacity * w[4]), 0.0f);
   }
 }
 
 size_t Session::bytes() const {
   size_t b = 0;
-  for (const auto& l : layers_) b += (l.latent.size() + l.rope_key.size() + l.index_key.size()) * sizeof(float);
+  for (const auto& l : layers_)
+    b += (l.latent.size() + l.rope_key.size() + l.index_key.size() + l.k.size() + l.v.size()) * sizeof(float);
   return b;
 }
 

@@ -1,6 +1,8 @@
 // Sequence state as a value (ARCHITECTURE.md §5): per weight layer (decoder
-// layers, then MTP layers) the normalised KV latent, the roped key and the
-// indexer key of every position. Sized to the context once, at creation.
+// layers, then MTP layers) the key cache of every position -- MLA: the
+// normalised KV latent, the roped key and the indexer key; GQA: the normed,
+// roped keys and the values of every kv head. Sized to the context once, at
+// creation (ModelConfig::cache_widths).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -13,6 +15,7 @@ struct LayerCache {
   std::vector<float> latent;     // [capacity, kv_lora_rank]
   std::vector<float> rope_key;   // [capacity, qk_rope_head_dim]
   std::vector<float> index_key;  // [capacity, index_head_dim], full-indexer layers only
+  std::vector<float> k, v;       // GQA: [capacity, num_key_value_heads * head_dim] each
 };
 
 class Session {

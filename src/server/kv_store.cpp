@@ -87,15 +87,11 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
     : dir_(std::move(dir)),
       fingerprint_(fingerprint),
       max_files_(std::max(1, max_files)),
-      verbose_(verbose),
-      kv_lora_(c.kv_lora_rank),
-      rope_dim_(c.qk_rope_head_dim),
-      index_dim_(c.index_head_dim) {
+      verbose_(verbose) {
   size_t floats = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
-    const size_t n = static_cast<size_t>(kv_lora_ + rope_dim_ + (c.indexer_full(l) ? index_dim_ : 0));
-    layer_floats_.push_back(n);
-    floats += n;
+    layer_widths_.push_back(c.cache_widths(l));
+    floats += static_cast<size_t>(c.cache_floats(l));
   }
   record_bytes_ = kRecHead + floats * sizeof(float);
   std::error_code ec;
@@ -202,12 +198,13 @@ void KvStore::pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) c
   std::memset(rec, 0, kRecHead);
   std::memcpy(rec, &token, 4);
   auto* out = reinterpret_cast<float*>(rec + kRecHead);
-  for (size_t l = 0; l < layer_floats_.size(); ++l) {
+  for (size_t l = 0; l < layer_widths_.size(); ++l) {
     const LayerCache& lc = s.layer(static_cast<int64_t>(l));
-    out = std::copy_n(lc.latent.data() + pos * kv_lora_, kv_lora_, out);
-    out = std::copy_n(lc.rope_key.data() + pos * rope_dim_, rope_dim_, out);
-    if (layer_floats_[l] > static_cast<size_t>(kv_lora_ + rope_dim_))
-      out = std::copy_n(lc.index_key.data() + pos * index_dim_, index_dim_, out);
+    const std::array<const std::vector<float>*, 5> parts{&lc.latent, &lc.rope_key, &lc.index_key, &lc.k, &lc.v};
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const int64_t w = layer_widths_[l][i];
+      if (w > 0) out = std::copy_n(parts[i]->data() + pos * w, w, out);
+    }
   }
   const uint64_t h = XXH3_64bits_withSeed(rec + kRecHead, record_bytes_ - kRecHead, static_cast<uint32_t>(token));
   std::memcpy(rec + 8, &h, 8);
@@ -244,15 +241,14 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
         break;
       const auto* in = reinterpret_cast<const float*>(rec + kRecHead);
       const int64_t pos = static_cast<int64_t>(done + ok);
-      for (size_t l = 0; l < layer_floats_.size(); ++l) {
+      for (size_t l = 0; l < layer_widths_.size(); ++l) {
         LayerCache& lc = s.layer(static_cast<int64_t>(l));
-        std::copy_n(in, kv_lora_, lc.latent.data() + pos * kv_lora_);
-        in += kv_lora_;
-        std::copy_n(in, rope_dim_, lc.rope_key.data() + pos * rope_dim_);
-        in += rope_dim_;
-        if (layer_floats_[l] > static_cast<size_t>(kv_lora_ + rope_dim_)) {
-          std::copy_n(in, index_dim_, lc.index_key.data() + pos * index_dim_);
-          in += index_dim_;
+        const std::array<std::vector<float>*, 5> parts{&lc.latent, &lc.rope_key, &lc.index_key, &lc.k, &lc.v};
+        for (size_t i = 0; i < parts.size(); ++i) {
+          const int64_t w = layer_widths_[l][i];
+          if (w <= 0) continue;
+          std::copy_n(in, w, parts[i]->data() + pos * w);
+          in += w;
         }
       }
       tokens.push_back(t);

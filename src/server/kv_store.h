@@ -15,6 +15,7 @@
 // was saved before is never lost. A record whose checksum fails ends the
 // usable prefix there (the file is then reported and kept, not trusted).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -102,8 +103,9 @@ class KvStore {
   uint64_t fingerprint_;
   int max_files_;
   bool verbose_;
-  std::vector<size_t> layer_floats_;  // per decoder layer: latent, rope, index floats per position
-  int64_t kv_lora_, rope_dim_, index_dim_;
+  // Per decoder layer: floats per position of each LayerCache part
+  // (ModelConfig::cache_widths: latent, rope, index, k, v), stored in that order.
+  std::vector<std::array<int64_t, 5>> layer_widths_;
   size_t record_bytes_ = 0;
   std::vector<Conv> convs_;
   int64_t next_id_ = 0;

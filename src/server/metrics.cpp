@@ -9,7 +9,7 @@ namespace strata::server {
 uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o) {
   uint64_t per_pos = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    per_pos += static_cast<uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim + (c.indexer_full(l) ? c.index_head_dim : 0));
+    per_pos += static_cast<uint64_t>(c.cache_floats(l));
   const uint64_t per_session = per_pos * sizeof(float) * static_cast<uint64_t>(o.ctx);
   return per_session * static_cast<uint64_t>(o.parallel + o.keep_sessions);
 }

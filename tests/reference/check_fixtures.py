@@ -372,7 +372,10 @@ def main():
                     help="like --regen, but re-run the seed search (fails if it picks another seed)")
     args = ap.parse_args()
     fx = os.path.abspath(args.fixtures)
-    names = args.names or sorted(n for n in os.listdir(fx) if os.path.exists(os.path.join(fx, n, "reference.json")))
+    def is_glm(n):  # other families have their own generator and check (make_qwen3_fixture.py --check)
+        cfg = os.path.join(fx, n, "config.json")
+        return os.path.exists(os.path.join(fx, n, "reference.json")) and json.load(open(cfg)).get("model_type") == "glm_moe_dsa"
+    names = args.names or sorted(n for n in os.listdir(fx) if is_glm(n))
     # The comparator's own check edits a 48-position fixture's reference (positions 0, 17, 39).
     errors = selftest_compare(json.load(open(os.path.join(fx, "glm5-tiny-bf16", "reference.json"))))
     print(f"compare_reference selftest: {'ok' if not errors else errors}")

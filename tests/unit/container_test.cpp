@@ -46,23 +46,25 @@ struct Result {
   std::vector<float> logits, mtp;
 };
 
-// Teacher-forced logits (and MTP logits) of `ids`, `chunk` rows per call.
+// Teacher-forced logits (and MTP logits, when the model has an MTP layer) of
+// `ids`, `chunk` rows per call.
 Result run(const Model& m, ExpertStore& store, const std::vector<int32_t>& ids, int64_t chunk,
            const ComputeOptions& compute = {}) {
   ThreadPool pool(2);
   ModelRunner r(m, store, pool, compute);
   const int64_t T = static_cast<int64_t>(ids.size()), V = m.config.vocab_size, D = m.config.hidden_size;
+  const bool mtp = m.config.num_nextn_predict_layers > 0;
   Session s(m.config, T, true);
   Result out;
   out.logits.resize(static_cast<size_t>(T * V));
-  out.mtp.resize(static_cast<size_t>((T - 1) * V));
+  if (mtp) out.mtp.resize(static_cast<size_t>((T - 1) * V));
   std::vector<float> hidden(static_cast<size_t>(T * D));
   for (int64_t p0 = 0; p0 < T; p0 += chunk) {
     std::vector<Row> rows;
     for (int64_t p = p0; p < std::min(T, p0 + chunk); ++p) rows.push_back({&s, static_cast<int32_t>(p), ids[p], true});
     r.forward(rows, {}, out.logits.data() + p0 * V, hidden.data() + p0 * D);
   }
-  for (int64_t p0 = 0; p0 < T - 1; p0 += chunk) {
+  for (int64_t p0 = 0; mtp && p0 < T - 1; p0 += chunk) {
     std::vector<Row> rows;
     for (int64_t p = p0; p < std::min(T - 1, p0 + chunk); ++p)
       rows.push_back({&s, static_cast<int32_t>(p), ids[p + 1], true});
@@ -138,7 +140,8 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
   EXPECT_EQ(a.mtp, c.mtp);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, ContainerPlacement, ::testing::Values("glm5-tiny-bf16", "glm52-tiny-bf16"),
+INSTANTIATE_TEST_SUITE_P(Fixtures, ContainerPlacement,
+                         ::testing::Values("glm5-tiny-bf16", "glm52-tiny-bf16", "qwen3moe-tiny-bf16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
