@@ -16,31 +16,6 @@ namespace strata::cli {
 
 namespace {
 
-std::vector<int32_t> read_ids_file(const std::string& path, int64_t vocab) {
-  const std::string text = read_small_file(path, 1ull << 30);
-  std::vector<int32_t> ids;
-  std::string tok;
-  auto flush = [&] {
-    if (tok.empty()) return;
-    if (tok.size() > 10) fail("{}: \"{}\" is not a token id", path, tok);
-    const long long v = std::stoll(tok);
-    if (v >= vocab) fail("{}: token id {} is outside the vocabulary of {}", path, v, vocab);
-    ids.push_back(static_cast<int32_t>(v));
-    tok.clear();
-  };
-  for (char ch : text) {
-    if (ch >= '0' && ch <= '9')
-      tok.push_back(ch);
-    else if (ch == ',' || ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r' || ch == '[' || ch == ']')
-      flush();
-    else
-      fail("{}: unexpected character '{}' (expected token ids separated by commas or whitespace)", path, ch);
-  }
-  flush();
-  if (ids.size() < 2) fail("{}: need at least 2 token ids", path);
-  return ids;
-}
-
 // log-softmax in double.
 void log_softmax(const float* x, int64_t n, std::vector<double>& out) {
   out.resize(static_cast<size_t>(n));

@@ -24,5 +24,6 @@ void add_serve_command(CLI::App& app, Runner& run);
 void add_bench_command(CLI::App& app, Runner& run);
 void add_doctor_command(CLI::App& app, Runner& run);
 void add_plan_command(CLI::App& app, Runner& run);
+void add_trace_command(CLI::App& app, Runner& run);
 
 }  // namespace strata::cli

@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include "core/io.h"
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -61,6 +63,12 @@ void EngineFlags::add(CLI::App* cmd) {
   cmd->add_option("--io-depth", io_depth,
                   fmt::format("Containers: expert reads in flight (uring, pread; default {})", kDefaultIoDepth))
       ->check(CLI::Range(1, 4096))
+      ->group(kGroupCache);
+  cmd->add_option("--cache", cache,
+                  "Containers: the expert cache policy: lru (least recently used per layer), lfu (least frequently "
+                  "used with decay; docs/streaming.md)")
+      ->check(CLI::IsMember({"lru", "lfu"}))
+      ->capture_default_str()
       ->group(kGroupCache);
   cmd->add_option("--spec", spec,
                   "Speculative decoding: off, auto (every draft source, only while it pays), mtp (the MTP layer's "
@@ -174,6 +182,9 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   else if (io == "mmap") o.experts.io = IoMode::Mmap;
   else fail("--io {}: expected uring, pread or mmap", io);
   if (io_depth > 0) o.experts.io_depth = io_depth;
+  if (cache == "lru") o.experts.policy = CachePolicy::Lru;
+  else if (cache == "lfu") o.experts.policy = CachePolicy::Lfu;
+  else fail("--cache {}: expected lru or lfu", cache);
   o.verbose = !quiet;
   const std::optional<SpecMode> sm = parse_spec_mode(spec);
   if (!sm) fail("--spec {}: expected off, auto, mtp or ngram", spec);
@@ -220,6 +231,31 @@ int32_t argmax(const float* x, int64_t n) {
   for (int64_t i = 1; i < n; ++i)
     if (x[i] > x[best]) best = i;
   return static_cast<int32_t>(best);
+}
+
+std::vector<int32_t> read_ids_file(const std::string& path, int64_t vocab) {
+  const std::string text = read_small_file(path, 1ull << 30);
+  std::vector<int32_t> ids;
+  std::string tok;
+  auto flush = [&] {
+    if (tok.empty()) return;
+    if (tok.size() > 10) fail("{}: \"{}\" is not a token id", path, tok);
+    const long long v = std::stoll(tok);
+    if (v >= vocab) fail("{}: token id {} is outside the vocabulary of {}", path, v, vocab);
+    ids.push_back(static_cast<int32_t>(v));
+    tok.clear();
+  };
+  for (char ch : text) {
+    if (ch >= '0' && ch <= '9')
+      tok.push_back(ch);
+    else if (ch == ',' || ch == ' ' || ch == '\n' || ch == '\t' || ch == '\r' || ch == '[' || ch == ']')
+      flush();
+    else
+      fail("{}: unexpected character '{}' (expected token ids separated by commas or whitespace)", path, ch);
+  }
+  flush();
+  if (ids.size() < 2) fail("{}: need at least 2 token ids", path);
+  return ids;
 }
 
 }  // namespace strata::cli

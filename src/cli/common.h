@@ -38,6 +38,7 @@ struct EngineFlags {
   bool no_prefetch = false;
   std::string io = "uring";  // uring | pread | mmap
   int io_depth = 0;          // 0: the default (kDefaultIoDepth)
+  std::string cache = "lru";  // the cache policy: lru | lfu
   bool stats = false, stats_json = false;
   std::string kernels = "auto";  // auto | scalar | avx2 | avx512 | avx512vnni
   bool quiet = false;            // no start-up lines (kernel path, expert cache)
@@ -82,5 +83,8 @@ void finish_engine(const Engine& e, const EngineFlags& f, bool save_usage = true
 // "1,2,3" -> ids, each checked against the vocabulary.
 std::vector<int32_t> parse_ids(const std::string& s, int64_t vocab, const char* flag);
 int32_t argmax(const float* x, int64_t n);
+// Token ids from a file (comma/whitespace separated, or a JSON array), each
+// checked against the vocabulary; at least 2.
+std::vector<int32_t> read_ids_file(const std::string& path, int64_t vocab);
 
 }  // namespace strata::cli

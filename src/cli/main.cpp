@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   add_bench_command(app, run);
   add_doctor_command(app, run);
   add_plan_command(app, run);
+  add_trace_command(app, run);
   add_score_command(app, run);
   add_generate_command(app, run);
   add_eval_command(app, run);

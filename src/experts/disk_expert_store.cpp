@@ -44,6 +44,14 @@ const char* io_mode_name(IoMode m) {
   return "?";
 }
 
+const char* cache_policy_name(CachePolicy p) {
+  switch (p) {
+    case CachePolicy::Lru: return "lru";
+    case CachePolicy::Lfu: return "lfu";
+  }
+  return "?";
+}
+
 std::unique_ptr<ExpertStore> open_disk_expert_store(const ExpertFiles& files, const ExpertCacheOptions& o) {
   return std::make_unique<DiskExpertStore>(files, o);
 }
@@ -59,7 +67,7 @@ uint64_t available_memory_bytes() {
 }
 
 DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOptions& o)
-    : manifest_(files.manifest), dir_(files.dir), io_mode_(o.io), fault_(o.fault), chunk_(o.io_chunk) {
+    : manifest_(files.manifest), dir_(files.dir), io_mode_(o.io), policy_(o.policy), fault_(o.fault), chunk_(o.io_chunk) {
   const int64_t n_layers = files.n_layers;
   if (o.io_depth < 1 || o.io_depth > 4096) fail("--io-depth {}: expected 1 to 4096 reads in flight", o.io_depth);
   if (chunk_ < kExpertAlign || chunk_ % kExpertAlign != 0 || chunk_ > (1u << 30))
@@ -82,6 +90,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     l.slot_of.assign(static_cast<size_t>(rec.count), -1);
     l.usage.assign(static_cast<size_t>(rec.count), 0);
     l.prior.assign(static_cast<size_t>(rec.count), 0);
+    l.freq.assign(static_cast<size_t>(rec.count), 0);
     l.fd = open_file(l.path, O_RDONLY);
     if (o.direct_io) {
       l.fd_direct = try_open_file(l.path, O_RDONLY | O_DIRECT);  // not every filesystem allows it
@@ -175,19 +184,54 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     pinned_bytes_ += l.read_bytes;
   }
 
-  // The rest of the budget is LRU cache, split evenly over the MoE layers;
-  // at least one slot per layer however small the budget.
+  // The rest of the budget is cache: at least one slot per layer however
+  // small the budget. Lru splits it evenly over the MoE layers. Lfu, with the
+  // routing usage of earlier runs, splits it by what each slot would save:
+  // slot by slot to the layer whose next most used unpinned expert was asked
+  // for most (the misses an even split would leave), evenly without usage.
   const uint64_t rest = budget_ - std::min(budget_, pinned_bytes_);
-  for (Layer& l : layers_) {
+  std::vector<int64_t> want(layers_.size(), 0);
+  const bool by_usage = policy_ == CachePolicy::Lfu && have_usage;
+  split_by_usage_ = by_usage;
+  if (by_usage) {
+    // Per layer, the unpinned owned experts' usage, most used first.
+    std::vector<std::vector<uint64_t>> heat(layers_.size());
+    uint64_t left = rest;
+    for (size_t L = 0; L < layers_.size(); ++L) {
+      const Layer& l = layers_[L];
+      if (!l.rec) continue;
+      for (int32_t e = 0; e < l.rec->count; ++e)
+        if (l.owned[static_cast<size_t>(e)] && l.slot_of[static_cast<size_t>(e)] < 0) heat[L].push_back(l.prior[static_cast<size_t>(e)]);
+      std::sort(heat[L].begin(), heat[L].end(), std::greater<>());
+      want[L] = 1;
+      left -= std::min(left, l.read_bytes);
+    }
+    for (;;) {
+      size_t best = layers_.size();
+      for (size_t L = 0; L < layers_.size(); ++L) {
+        const Layer& l = layers_[L];
+        if (!l.rec || want[L] >= static_cast<int64_t>(heat[L].size()) || l.read_bytes > left) continue;
+        const uint64_t h = heat[L][static_cast<size_t>(want[L])];
+        if (best == layers_.size() || h > heat[best][static_cast<size_t>(want[best])]) best = L;
+      }
+      if (best == layers_.size()) break;
+      ++want[best];
+      left -= layers_[best].read_bytes;
+    }
+  }
+  for (size_t L = 0; L < layers_.size(); ++L) {
+    Layer& l = layers_[L];
     if (!l.rec) continue;
     int64_t pinned_here = 0;
     for (const Slot& s : l.slots) pinned_here += s.pinned;
     const uint64_t share = moe_layers ? rest / static_cast<uint64_t>(moe_layers) : 0;
-    int64_t n = static_cast<int64_t>(share / l.read_bytes);
+    int64_t n = by_usage ? want[L] : static_cast<int64_t>(share / l.read_bytes);
     n = std::clamp<int64_t>(n, 1, std::max<int64_t>(1, l.n_owned - pinned_here));
     l.lru_slots = n;
     for (int64_t i = 0; i < n; ++i) new_slot(l);
     cache_bytes_ += static_cast<uint64_t>(n) * l.read_bytes;
+    // Frequencies halve every few turnovers of the layer's cache (docs/streaming.md).
+    l.decay_every = static_cast<uint64_t>(std::max(1, o.lfu_decay)) * static_cast<uint64_t>(n);
   }
   budget_clamped_ = pinned_bytes_ + cache_bytes_ > budget_;
   for (const Layer& l : layers_) max_lru = std::max(max_lru, l.lru_slots);
@@ -467,7 +511,19 @@ DiskExpertStore::Slot* DiskExpertStore::victim(Layer& l, uint64_t tick, bool wai
         in_flight = true;
         continue;
       }
-      if (!v || s.last_used < v->last_used) v = &s;
+      if (!v) {
+        v = &s;
+        continue;
+      }
+      if (policy_ == CachePolicy::Lfu) {  // an empty slot first, then the least frequently used
+        const int64_t fs = s.expert < 0 ? int64_t{-1} : int64_t{l.freq[static_cast<size_t>(s.expert)]};
+        const int64_t fv = v->expert < 0 ? int64_t{-1} : int64_t{l.freq[static_cast<size_t>(v->expert)]};
+        if (fs != fv) {
+          if (fs < fv) v = &s;
+          continue;
+        }
+      }
+      if (s.last_used < v->last_used) v = &s;
     }
     // Every free slot is taken by a read-ahead still in flight: wait for one.
     if (v || !wait || !in_flight) return v;
@@ -613,6 +669,13 @@ void DiskExpertStore::begin(int64_t layer, std::span<const int32_t> experts, std
     ++stats_.requests;
     ++l.requests;
     ++l.usage[static_cast<size_t>(e)];
+    if (policy_ == CachePolicy::Lfu) {
+      ++l.freq[static_cast<size_t>(e)];
+      if (++l.freq_requests >= l.decay_every) {
+        for (uint32_t& f : l.freq) f /= 2;
+        l.freq_requests = 0;
+      }
+    }
     const int32_t si = l.slot_of[static_cast<size_t>(e)];
     if (si >= 0) l.slots[static_cast<size_t>(si)].last_used = tick;
   }
@@ -768,13 +831,17 @@ ExpertStoreStats DiskExpertStore::stats() const {
 }
 
 ExpertMemory DiskExpertStore::memory() const {
-  return ExpertMemory{true, budget_, pinned_bytes_, cache_bytes_, total_bytes_};
+  return ExpertMemory{true, budget_, pinned_bytes_, cache_bytes_, total_bytes_,
+                      io_mode_ == IoMode::Mmap ? "mmap" : cache_policy_name(policy_)};
 }
 
 std::string DiskExpertStore::describe() const {
   if (io_mode_ == IoMode::Mmap) return fmt::format("expert cache: {} experts on disk; {}", gb(total_bytes_), io_desc_);
-  std::string s = fmt::format("expert cache: budget {} of {} experts on disk; {} pinned, {} LRU", gb(budget_),
-                              gb(total_bytes_), gb(pinned_bytes_), gb(cache_bytes_));
+  std::string s = fmt::format("expert cache: budget {} of {} experts on disk; {} pinned, {} {}", gb(budget_),
+                              gb(total_bytes_), gb(pinned_bytes_), gb(cache_bytes_),
+                              policy_ == CachePolicy::Lru ? "LRU"
+                              : split_by_usage_             ? "LFU (split over layers by usage)"
+                                                            : "LFU");
   if (budget_clamped_) s += " (raised to the minimum of one expert slot per layer)";
   if (!owned_all_) s += fmt::format(" (this rank serves {} of {} experts)", n_owned_, n_experts_);
   return s + "; " + io_desc_;

@@ -75,6 +75,9 @@ class DiskExpertStore final : public ExpertStore {
     std::vector<int32_t> slot_of;   // expert -> slot, -1 when not resident
     std::vector<uint64_t> usage;    // this run
     std::vector<uint64_t> prior;    // from usage.json
+    // CachePolicy::Lfu: requests per expert, halved every decay_every requests of the layer.
+    std::vector<uint32_t> freq;
+    uint64_t freq_requests = 0, decay_every = 0;
     int64_t lru_slots = 0;
     std::vector<uint8_t> owned;     // 1: this process serves the expert (experts over MPI)
     int64_t n_owned = 0;
@@ -133,7 +136,8 @@ class DiskExpertStore final : public ExpertStore {
   int64_t injected(const Load& ld, const Chunk& c, int64_t res) const;
   void load(Layer& l, int64_t layer, int32_t expert, Slot& s);
   void assign(Layer& l, int32_t expert, Slot& s);
-  // Least recently used unpinned slot not used at `tick`; with `wait`, waits
+  // The policy's victim: the least recently (Lru) or least frequently (Lfu,
+  // then least recently) used unpinned slot not used at `tick`; with `wait`, waits
   // for a read-ahead to finish rather than give up while one is in flight.
   Slot* victim(Layer& l, uint64_t tick, bool wait);
   Slot& new_slot(Layer& l);
@@ -152,6 +156,8 @@ class DiskExpertStore final : public ExpertStore {
   bool owned_all_ = true;
   int64_t n_owned_ = 0, n_experts_ = 0;
   IoMode io_mode_ = IoMode::Uring;
+  CachePolicy policy_ = CachePolicy::Lru;
+  bool split_by_usage_ = false;  // Lfu: the cache split over layers by earlier runs' usage
   IoFault fault_;
   uint64_t chunk_ = kIoChunkBytes;
   std::string io_desc_;  // for describe()

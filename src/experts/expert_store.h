@@ -47,6 +47,7 @@ struct ExpertMemory {
   uint64_t pinned_bytes = 0;
   uint64_t cache_bytes = 0;    // LRU capacity
   uint64_t on_disk_bytes = 0;  // every expert, as stored
+  const char* policy = "";     // the cache policy ("lru", "lfu"; "mmap": the page cache)
 };
 
 class ExpertStore {

@@ -28,6 +28,14 @@ enum class IoMode {
 };
 const char* io_mode_name(IoMode m);
 
+// Which cached expert a miss replaces (docs/streaming.md "Cache policies").
+// Pinned experts never leave under either.
+enum class CachePolicy {
+  Lru,  // the least recently used of the layer
+  Lfu,  // the least frequently used of the layer (counts decay by half every few slot turnovers), LRU among equals
+};
+const char* cache_policy_name(CachePolicy p);
+
 // A test hook: every read of (layer, expert) fails like a broken disk would.
 struct IoFault {
   enum class Kind { None, Eio, ShortRead };
@@ -43,6 +51,8 @@ struct IoFault {
 constexpr int kDefaultIoDepth = 16;
 constexpr uint64_t kIoChunkBytes = 1u << 20;
 
+constexpr int kLfuDecayTurnovers = 8;
+
 struct ExpertCacheOptions {
   uint64_t ram_bytes = 0;  // budget for cached + pinned experts; 0 = from available memory
   bool pin_all = false;    // pin every expert that fits the budget
@@ -57,6 +67,10 @@ struct ExpertCacheOptions {
   IoMode io = IoMode::Uring;
   int io_depth = kDefaultIoDepth;        // reads in flight per reader (demand and read-ahead each)
   uint64_t io_chunk = kIoChunkBytes;     // an expert is read in chunks of this size (a multiple of 4096)
+  CachePolicy policy = CachePolicy::Lru;
+  // Lfu: request counts halve after this many times the layer's cache slots
+  // in requests (docs/streaming.md: chosen by replaying the trained model's routing).
+  int lfu_decay = kLfuDecayTurnovers;
   IoFault fault;                         // test hook
 };
 

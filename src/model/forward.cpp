@@ -214,10 +214,15 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   // predicts most of its experts; the store starts reading them while this
   // layer computes. Only what is loaded depends on it, never a result.
   const int64_t next = L + 1;
-  if (store_.wants_prefetch() && next < c.num_hidden_layers && c.is_moe(next)) {
-    int32_t* pidx = grow(ws_.pred_idx, static_cast<size_t>(n * K));
+  const bool predict = next < c.num_hidden_layers && c.is_moe(next);
+  int32_t* pidx = nullptr;
+  if (predict && (store_.wants_prefetch() || observer_)) {
+    pidx = grow(ws_.pred_idx, static_cast<size_t>(n * K));
     float* pw = grow(ws_.pred_w, static_cast<size_t>(n * K));
     route(next, n, x, pidx, pw);
+  }
+  if (observer_) observer_->routed(L, n, K, idx, pidx);
+  if (predict && store_.wants_prefetch()) {
     std::vector<int32_t>& pu = ws_.pred_union;
     pu.assign(pidx, pidx + n * K);
     std::sort(pu.begin(), pu.end());

@@ -119,6 +119,18 @@ struct PhaseStats {
   }
 };
 
+// Sees every MoE layer's routing as the forward computes it (strata trace
+// record): for n rows of layer `layer`, chosen[r * k + j] is row r's j-th
+// expert; predicted_next (null when layer + 1 is not an MoE layer) holds the
+// k experts per row the read-ahead predicts for layer + 1 (layer + 1's router
+// applied to this layer's input). Called on the forward's thread; it may not
+// change anything the forward uses. Unset (the default), it costs one branch.
+class RoutingObserver {
+ public:
+  virtual ~RoutingObserver() = default;
+  virtual void routed(int64_t layer, int64_t n, int64_t k, const int32_t* chosen, const int32_t* predicted_next) = 0;
+};
+
 class ModelRunner {
  public:
   // `compute`: the kernel path and activation mode every matmul uses (the
@@ -153,6 +165,8 @@ class ModelRunner {
   const Compute& compute() const { return compute_; }
   ExpertStore& store() const { return store_; }
   const PhaseStats& stats() const { return stats_; }
+  // Routing observer (nullptr: none). Not owned; must outlive its use.
+  void set_routing_observer(RoutingObserver* o) { observer_ = o; }
 
  private:
   void check_rows(std::span<const Row> rows, bool mtp);
@@ -176,6 +190,7 @@ class ModelRunner {
   const Model& m_;
   ExpertStore& store_;
   ExpertPeers* peers_ = nullptr;
+  RoutingObserver* observer_ = nullptr;
   ThreadPool& pool_;
   Compute compute_;
   Workspace ws_;

@@ -113,6 +113,7 @@ Json stats_json(const EngineStats& s) {
     j["ram_budget_bytes"] = s.memory.budget_bytes;
     j["pinned_bytes"] = s.memory.pinned_bytes;
     j["cache_bytes"] = s.memory.cache_bytes;
+    j["cache_policy"] = s.memory.policy;
   }
   j["peak_rss_bytes"] = s.peak_rss_bytes;
   j["spec"] = stats_spec_json(s);
@@ -163,6 +164,7 @@ Json stats_memory_json(const EngineStats& s) {
     mem["cache_bytes"] = s.memory.cache_bytes;
     mem["on_disk_bytes"] = s.memory.on_disk_bytes;
     mem["ram_budget_bytes"] = s.memory.budget_bytes;
+    mem["cache_policy"] = s.memory.policy;
   }
   return mem;
 }

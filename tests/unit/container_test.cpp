@@ -138,6 +138,30 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
   const Result c = run(*m, learned, ids, 7);
   EXPECT_EQ(a.logits, c.logits);
   EXPECT_EQ(a.mtp, c.mtp);
+
+  // Every cache policy (docs/streaming.md "Cache policies"), at a budget of
+  // one slot, a third of the pool, and half with learned pins and the cache
+  // split over layers by usage (Lfu), read-ahead on and off, every read
+  // engine: the same logits.
+  for (CachePolicy policy : {CachePolicy::Lru, CachePolicy::Lfu})
+    for (int budget : {0, 1, 2})
+      for (IoMode mode : {IoMode::Uring, IoMode::Pread}) {
+        SCOPED_TRACE(fmt::format("--cache {} budget {} --io {}", cache_policy_name(policy), budget, io_mode_name(mode)));
+        ExpertCacheOptions o = budget == 2 ? half : tiny;
+        if (budget == 1) o.ram_bytes = one.total_expert_bytes() / 3;
+        o.policy = policy;
+        o.lfu_decay = 1;  // decays often: every path of the policy runs
+        o.io = mode;
+        o.prefetch = mode == IoMode::Uring;
+        DiskExpertStore s(m->expert_files(), o);
+        EXPECT_STREQ(s.memory().policy, cache_policy_name(policy));
+        const Result r = run(*m, s, ids, 1000), r1 = run(*m, s, ids, 1);
+        EXPECT_GT(s.stats().misses, 0u);
+        EXPECT_EQ(a.logits, r.logits);
+        EXPECT_EQ(a.mtp, r.mtp);
+        EXPECT_EQ(a.logits, r1.logits);
+        EXPECT_EQ(a.mtp, r1.mtp);
+      }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ContainerPlacement,

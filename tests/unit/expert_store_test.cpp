@@ -21,6 +21,8 @@
 #include "format/container.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "runtime/routing_trace.h"
+#include "runtime/trace_replay.h"
 #include "test_util.h"
 #include "core/json.h"
 
@@ -682,6 +684,142 @@ TEST_F(ExpertStoreTest, StreamingAcquireServesResidentExpertsFirst) {
     EXPECT_EQ(again, out);
     EXPECT_EQ(s.stats().hits, 2u + 4u);
   }
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// A trace of one expert per token (top-1) over the fixture's 3 MoE layers,
+// every layer the same sequence.
+RoutingTrace synthetic_trace(const std::vector<int32_t>& seq, int64_t experts) {
+  RoutingTrace t;
+  t.layers = {1, 2, 3};
+  t.experts = experts;
+  t.top_k = 1;
+  t.tokens = static_cast<int64_t>(seq.size());
+  for (int32_t e : seq)
+    for (int li = 0; li < 3; ++li) {
+      t.chosen.push_back(e);
+      t.predicted.push_back(-1);
+    }
+  return t;
+}
+
+// A hot expert among a scan of cold ones, two slots per layer: 0, then two
+// cold experts, again and again (cycle c uses cold 2c-1 and 2c, mod 7, + 1).
+// LRU always evicts 0 before it comes back: no hit at all. LFU (no decay)
+// loses 0 once to a tie in the first cycle (0 and 1 both asked for once: the
+// least recent goes) and once more in the second (0 is read back and 1
+// evicted; then the cold experts, each asked for less often than 0, evict
+// each other): from the third cycle on 0 always hits. 10 cycles, 30
+// requests per layer: LRU 0 hits, LFU 8 per layer.
+TEST_F(ExpertStoreTest, LfuKeepsTheHotExpertThatLruEvictsOnASyntheticTrace) {
+  const std::string dir = copy_container();
+  fs::remove(dir + "/usage.json");  // earlier tests' runs may have saved one: the split would follow it
+  auto m = open(dir);
+  const uint64_t rb = expert_bytes(*m);
+  std::vector<int32_t> seq;
+  for (int c = 1; c <= 10; ++c) {
+    seq.push_back(0);
+    seq.push_back(static_cast<int32_t>((2 * c - 2) % 7 + 1));
+    seq.push_back(static_cast<int32_t>((2 * c - 1) % 7 + 1));
+  }
+  const RoutingTrace t = synthetic_trace(seq, 8);
+  const TraceMapping map = map_trace(t, {1, 2, 3}, 8);
+  EXPECT_EQ(map.groups, 1);
+  for (CachePolicy policy : {CachePolicy::Lru, CachePolicy::Lfu}) {
+    SCOPED_TRACE(cache_policy_name(policy));
+    ExpertCacheOptions o;
+    o.ram_bytes = 2 * rb * 3;  // 2 slots per layer
+    o.autopin = false;
+    o.prefetch = false;
+    o.policy = policy;
+    o.lfu_decay = 1 << 20;  // no decay within the trace
+    DiskExpertStore s(m->expert_files(), o);
+    ASSERT_EQ(s.max_batch(1), 2);
+    const ReplayResult r = replay_trace(t, map, s, false);
+    EXPECT_EQ(r.tokens, 30);
+    EXPECT_EQ(r.stats.requests, 90u);
+    EXPECT_EQ(r.stats.hits, policy == CachePolicy::Lru ? 0u : 24u);
+    EXPECT_EQ(r.stats.bytes_read, r.stats.misses * rb);
+  }
+}
+
+// A trace recorded while decoding, replayed through a store with the same
+// options, asks for exactly what the decode asked for: the same requests,
+// hits, misses and bytes read (read-ahead off: nothing depends on timing).
+// The trace also survives its JSON-lines file.
+TEST_F(ExpertStoreTest, RecordedTraceReplaysToTheDecodesOwnCounts) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  const auto ids = fixture_ids();
+  ExpertCacheOptions o;
+  o.ram_bytes = 3 * rb * 3;
+  o.autopin = false;
+  o.prefetch = false;
+  DiskExpertStore decoded(m->expert_files(), o);
+  RoutingRecorder rec({1, 2, 3}, m->config.n_routed_experts, m->config.num_experts_per_tok);
+  {
+    ThreadPool pool(2);
+    ModelRunner r(*m, decoded, pool);
+    r.set_routing_observer(&rec);
+    const int64_t T = static_cast<int64_t>(ids.size()), V = m->config.vocab_size;
+    Session s(m->config, T, false);
+    std::vector<float> logits(static_cast<size_t>(V));
+    for (int64_t p = 0; p < T; ++p) {
+      Row row{&s, static_cast<int32_t>(p), ids[static_cast<size_t>(p)], true};
+      r.forward({&row, 1}, {}, logits.data(), nullptr);
+    }
+  }
+  RoutingTrace t = rec.trace();
+  ASSERT_EQ(t.tokens, static_cast<int64_t>(ids.size()));
+  for (int32_t e : t.chosen) ASSERT_TRUE(e >= 0 && e < 8);
+  for (size_t li = 1; li < 3; ++li) EXPECT_GE(t.predicted_at(0, li)[0], 0) << "layer " << li << " has a prediction";
+  EXPECT_EQ(t.predicted_at(0, 0)[0], -1) << "the first MoE layer has no prediction";
+
+  TempDir d;
+  t.model = "fixture";
+  t.fingerprint = "0123";
+  write_routing_trace(d.file("t.jsonl"), t);
+  const RoutingTrace back = read_routing_trace(d.file("t.jsonl"));
+  EXPECT_EQ(back.chosen, t.chosen);
+  EXPECT_EQ(back.predicted, t.predicted);
+  EXPECT_EQ(back.layers, t.layers);
+  EXPECT_EQ(back.top_k, t.top_k);
+
+  DiskExpertStore replayed(m->expert_files(), o);
+  const ReplayResult r = replay_trace(back, map_trace(back, {1, 2, 3}, 8), replayed, false);
+  const ExpertStoreStats a = decoded.stats(), b = r.stats;
+  EXPECT_GT(a.misses, 0u);
+  EXPECT_EQ(a.requests, b.requests);
+  EXPECT_EQ(a.hits, b.hits);
+  EXPECT_EQ(a.misses, b.misses);
+  EXPECT_EQ(a.bytes_read, b.bytes_read);
+
+  // A damaged trace is refused naming the file, the line and the field.
+  std::string text = test_util::read_file(d.file("t.jsonl"));
+  text.replace(text.find("\"chosen\":[["), 11, "\"chosen\":[[9");
+  { std::ofstream(d.file("bad.jsonl")) << text; }
+  const std::string msg = error_of([&] { read_routing_trace(d.file("bad.jsonl")); });
+  EXPECT_NE(msg.find("bad.jsonl:2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("\"chosen\"[0]"), std::string::npos) << msg;
+}
+
+// Container experts that outnumber the trace's: m trace layers side by side.
+TEST(TraceMapping, FoldsTraceLayersWhenTheContainerHasMoreExperts) {
+  RoutingTrace t;
+  t.layers = {1, 2, 3, 4};
+  t.experts = 16;
+  t.top_k = 4;
+  const TraceMapping m = map_trace(t, {3, 4, 5}, 64);
+  EXPECT_EQ(m.groups, 4);
+  EXPECT_NE(m.describe.find("g*16+e"), std::string::npos) << m.describe;
+  EXPECT_NE(m.describe.find("repeat"), std::string::npos) << m.describe;
+  EXPECT_EQ(map_trace(t, {1}, 16).groups, 1);
+  EXPECT_NE(map_trace(t, {1}, 8).describe.find("mod 8"), std::string::npos);
 }
 
 }  // namespace
