@@ -147,6 +147,7 @@ struct Server::Impl final : HttpHandler {
   ServerOptions o;
   Scheduler sched;
   IdSource ids;
+  std::atomic<uint64_t> busy_early{0};  // 429s answered before parsing (sched.full())
   int bound_port = -1;
   // stop() may come before run() (a signal while binding): run() then
   // returns at once; a stop() that races run()'s start is the transport's.
@@ -335,7 +336,10 @@ struct Server::Impl final : HttpHandler {
   void chat(const HttpRequest& req, HttpResponse& res) {
     // Refused before the work of parsing and tokenizing: clients retrying at
     // once cannot take the CPU from generation.
-    if (sched.full()) throw busy();
+    if (sched.full()) {
+      ++busy_early;
+      throw busy();
+    }
     const Json j = parse_request_body(req.body, o.max_body);
     ChatRequest r = parse_chat_request(j, req.body, gen, tmpl.dialect, o.think);
     std::string prompt_text;
@@ -379,7 +383,10 @@ struct Server::Impl final : HttpHandler {
   void completions(const HttpRequest& req, HttpResponse& res) {
     // Refused before the work of parsing and tokenizing: clients retrying at
     // once cannot take the CPU from generation.
-    if (sched.full()) throw busy();
+    if (sched.full()) {
+      ++busy_early;
+      throw busy();
+    }
     const Json j = parse_request_body(req.body, o.max_body);
     CompletionRequest r = parse_completion_request(j, req.body, gen, *m.tok, m.engine->config().vocab_size);
     auto job = make_job(std::move(r.prompt), r.common);
@@ -407,7 +414,9 @@ struct Server::Impl final : HttpHandler {
   Json stats_now() const {
     const StatsContext c{o.model_id, static_cast<double>(now_ns() - start_ns) / 1e9, &o.sched, &m.engine->config(),
                          m.kv != nullptr};
-    return stats_json(sched.stats(), c);
+    SchedulerStats st = sched.stats();
+    st.rejected += busy_early.load();  // 429s answered before parsing count as the scheduler's
+    return stats_json(st, c);
   }
 
   static ApiError not_found() { return ApiError{404, "no such endpoint", "", "invalid_request_error", "not_found"}; }
