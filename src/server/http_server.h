@@ -31,7 +31,7 @@ struct ServerOptions {
   int64_t max_tokens_ceiling = 4096;  // larger max_tokens are clamped, not refused
   size_t max_body = 1 << 20;        // request bodies above this get 413
   double timeout_s = 600;           // per request, queueing included
-  HttpTransport transport = HttpTransport::Httplib;
+  HttpTransport transport = HttpTransport::Beast;
   size_t max_header_bytes = 64 << 10;  // start line and headers together (431 above; beast)
   double read_timeout_s = 30;          // to receive one request, headers and body (408 after; beast: whole
                                        // request, httplib: each read)
