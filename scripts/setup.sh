@@ -16,7 +16,7 @@ done
 
 # Build: compiler, CMake, Ninja, and the libraries (see README "Dependencies"); OpenMPI for
 # --experts-over mpi (optional: without it the build still works and that flag refuses).
-pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libxxhash-dev libpcre2-dev libutf8proc-dev liburing-dev libcpp-httplib-dev libbenchmark-dev libedit-dev libopenmpi-dev openmpi-bin)
+pkgs=(g++ cmake ninja-build pkg-config nlohmann-json3-dev libfmt-dev libcli11-dev libgtest-dev libgmock-dev libxxhash-dev libpcre2-dev libutf8proc-dev liburing-dev libcpp-httplib-dev libboost-dev libbenchmark-dev libedit-dev libopenmpi-dev openmpi-bin)
 # Tests: the PyTorch reference oracle (Debian's torch; there is no pip here),
 # OpenBLAS so it runs at a useful speed, Node.js for the llama.cpp cross-check,
 # Jinja2 for the chat-template test, tmux for the terminal chat test.

@@ -153,6 +153,30 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str()
       ->group(kGroupTemplate);
+  cmd->add_option("--http", so.transport,
+                  "HTTP transport: beast (Boost.Beast: bounds headers, bodies and time while reading; idle "
+                  "connections hold no thread) or httplib (cpp-httplib, a thread per connection; docs/security.md)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, server::HttpTransport>{
+                                              {"beast", server::HttpTransport::Beast},
+                                              {"httplib", server::HttpTransport::Httplib}})
+                     .description(""))
+      ->type_name("TEXT:{beast,httplib}")
+      ->default_str(so.transport == server::HttpTransport::Beast ? "beast" : "httplib")
+      ->group(kGroupServer);
+  cmd->add_option("--max-header-bytes", so.max_header_bytes,
+                  "Largest request line + headers in bytes (431 above; --http beast)")
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 24))
+      ->capture_default_str()
+      ->group(kGroupServer);
+  cmd->add_option("--read-timeout", so.read_timeout_s,
+                  "Seconds to receive one whole request, headers and body (408 after; httplib: per read)")
+      ->check(CLI::Range(0.1, 3600.0))
+      ->capture_default_str()
+      ->group(kGroupServer);
+  cmd->add_option("--max-connections", so.max_connections, "Open connections at once (503 beyond; --http beast)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str()
+      ->group(kGroupServer);
   cmd->add_option("--log-format", so.log_format,
                   "One line per request on stderr: text, json (one object per line) or off")
       ->transform(CLI::CheckedTransformer(std::map<std::string, server::LogFormat>{{"text", server::LogFormat::Text},

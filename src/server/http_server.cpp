@@ -1,7 +1,5 @@
 #include "server/http_server.h"
 
-#include <httplib.h>
-
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -22,6 +20,7 @@
 #include "core/error.h"
 #include "core/json.h"
 #include "server/glm_output.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -31,10 +30,18 @@ namespace strata::server {
 
 namespace {
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(HttpResponse& res, const ApiError& e) {
   res.status = e.status;
+  res.content_type = "application/json";
+  res.stream = nullptr;
   // Messages may quote the client's (invalid) bytes.
-  res.set_content(dump_reply(error_json(e)), "application/json");
+  res.body = dump_reply(error_json(e));
+}
+
+bool iequal(std::string_view a, std::string_view b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
+           return std::tolower(static_cast<unsigned char>(x)) == std::tolower(static_cast<unsigned char>(y));
+         });
 }
 
 // Constant time in the contents (the length of the expected key may leak).
@@ -66,16 +73,15 @@ struct StreamSide {
 // Writes SSE events until the client is gone.
 class SseWriter {
  public:
-  explicit SseWriter(httplib::DataSink& sink) : sink_(sink) {}
+  explicit SseWriter(const std::function<bool(std::string_view)>& write) : write_(write) {}
   void event(const std::string& data) {
     if (!ok_) return;
-    const std::string s = "data: " + data + "\n\n";
-    ok_ = sink_.write(s.data(), s.size());
+    ok_ = write_("data: " + data + "\n\n");
   }
   bool ok() const { return ok_; }
 
  private:
-  httplib::DataSink& sink_;
+  const std::function<bool(std::string_view)>& write_;
   bool ok_ = true;
 };
 
@@ -100,6 +106,17 @@ bool ip_literal(const std::string& h) {
 
 }  // namespace
 
+std::string HttpRequest::header(std::string_view name) const {
+  for (const auto& [k, v] : headers)
+    if (iequal(k, name)) return v;
+  return "";
+}
+bool HttpRequest::has_header(std::string_view name) const {
+  for (const auto& h : headers)
+    if (iequal(h.first, name)) return true;
+  return false;
+}
+
 // A web page can send requests to a server it cannot read from; with DNS
 // rebinding it can read too, under its own name. So a request naming a host
 // (Host, Origin) that is neither an address, localhost, --host nor an
@@ -123,48 +140,45 @@ bool host_allowed(const ServerOptions& o, std::string_view host_header, std::str
   return true;
 }
 
-struct Server::Impl {
+struct Server::Impl final : HttpHandler {
   ServerModel m;
   ChatTemplate tmpl;
   GenerationConfig gen;
   ServerOptions o;
   Scheduler sched;
-  httplib::Server http;
   IdSource ids;
-  int listen_fd = -1;  // the listening socket, to widen its accept backlog
+  std::atomic<uint64_t> busy_early{0};  // 429s answered before parsing (sched.full())
   int bound_port = -1;
   // stop() may come before run() (a signal while binding): run() then
-  // returns at once, and a stop() that races run()'s start waits until
-  // httplib listens, so that it can be stopped.
+  // returns at once; a stop() that races run()'s start is the transport's.
   std::mutex run_mu;
   bool stopped = false, running = false;
-  std::atomic<bool> run_over{false};
   const uint64_t start_ns = now_ns();
 
   // The request log (request_log.h): when each request began and the job it
-  // made, keyed by the request object (alive until httplib's logger ran).
+  // made, keyed by the transport's request key (alive until done()).
   struct Live {
     uint64_t start_ns = 0;
     std::shared_ptr<Job> job;
   };
   RequestLog log{o.log_format};
   std::mutex live_mu;
-  std::unordered_map<const httplib::Request*, Live> live;
+  std::unordered_map<const void*, Live> live;
 
-  void begin_request(const httplib::Request& req) {
+  void begin_request(const HttpRequest& req) {
     std::lock_guard l(live_mu);
-    live[&req] = Live{now_ns(), nullptr};
+    live[req.key] = Live{now_ns(), nullptr};
   }
-  void track(const httplib::Request& req, const std::shared_ptr<Job>& job) {
+  void track(const HttpRequest& req, const std::shared_ptr<Job>& job) {
     std::lock_guard l(live_mu);
-    live[&req].job = job;
+    live[req.key].job = job;
   }
-  // httplib calls it once the response is written (a stream's last chunk included).
-  void end_request(const httplib::Request& req, const httplib::Response& res) {
+  // The transport calls it once the response is written (a stream's last chunk included).
+  void done(const HttpRequest& req, int status) override {
     Live done;
     {
       std::lock_guard l(live_mu);
-      if (auto it = live.find(&req); it != live.end()) {
+      if (auto it = live.find(req.key); it != live.end()) {
         done = std::move(it->second);
         live.erase(it);
       }
@@ -172,7 +186,7 @@ struct Server::Impl {
     RequestRecord r;
     r.method = req.method;
     r.path = req.path;
-    r.status = res.status;
+    r.status = status;
     r.client = req.remote_addr;
     if (done.job) {
       std::lock_guard l(done.job->mu);
@@ -187,14 +201,23 @@ struct Server::Impl {
 
   Impl(const ServerModel& m_, const ChatTemplate& t, const GenerationConfig& g, const ServerOptions& o_)
       : m(m_), tmpl(t), gen(g), o(o_), sched(m_, o_.sched) {
-    setup();
+    TransportOptions to;
+    to.host = o.host;
+    to.port = o.port;
+    to.max_body = o.max_body;
+    to.max_header_bytes = o.max_header_bytes;
+    to.read_timeout_s = o.read_timeout_s;
+    to.max_connections = o.max_connections;
+    to.handler_threads = o.sched.parallel + o.sched.queue + 8;
+    transport = o.transport == HttpTransport::Beast ? make_beast_transport(*this, to) : make_httplib_transport(*this, to);
   }
+
 
   int64_t ctx() const { return o.sched.ctx; }
 
-  bool authorized(const httplib::Request& req) const {
+  bool authorized(const HttpRequest& req) const {
     if (o.api_key.empty()) return true;
-    const std::string h = req.get_header_value("Authorization");
+    const std::string h = req.header("Authorization");
     constexpr std::string_view kBearer = "Bearer ";
     if (h.size() < kBearer.size() || h.compare(0, kBearer.size(), kBearer) != 0) return false;
     return same_key(std::string_view(h).substr(kBearer.size()), o.api_key);
@@ -235,9 +258,11 @@ struct Server::Impl {
     return json_vocab_;
   }
 
+  static ApiError busy() {
+    return ApiError{429, "the server is busy (queue full); retry later", "", "rate_limit_error", "queue_full"};
+  }
   void submit(const std::shared_ptr<Job>& job) {
-    if (!sched.submit(job))
-      throw ApiError{429, "the server is busy (queue full); retry later", "", "rate_limit_error", "queue_full"};
+    if (!sched.submit(job)) throw busy();
   }
 
   // Waits for the end of a non-streamed job; returns its text.
@@ -253,19 +278,19 @@ struct Server::Impl {
   }
 
   // A whole (non-streamed) answer: one choice and the usage.
-  void reply(httplib::Response& res, const Job& job, const char* object, const std::string& id, Json choice) const {
+  void reply(HttpResponse& res, const Job& job, const char* object, const std::string& id, Json choice) const {
     Json r = response_base(object, id, o.model_id);
     r["choices"] = Json::array({std::move(choice)});
     r["usage"] = usage_json(job);
-    res.set_content(dump_reply(r), "application/json");
+    res.body = dump_reply(r);
   }
 
   // Streams a job as SSE, each chunk shaped by `side`.
-  void stream(httplib::Response& res, std::shared_ptr<Job> job, const std::string& id, StreamSide side) {
-    res.set_header("Cache-Control", "no-cache");
+  void stream(HttpResponse& res, std::shared_ptr<Job> job, const std::string& id, StreamSide side) {
     auto s = std::make_shared<const StreamSide>(std::move(side));
-    res.set_chunked_content_provider("text/event-stream", [this, job, id, s](size_t, httplib::DataSink& sink) {
-      SseWriter out(sink);
+    res.content_type = "text/event-stream";
+    res.stream = [this, job, id, s](const std::function<bool(std::string_view)>& write) {
+      SseWriter out(write);
       auto send = [&](Json body, Json logprobs, Json finish) {
         Json ch = response_base(s->object, id, o.model_id);
         ch["choices"] = Json::array({choice_json(s->body_key, std::move(body), std::move(logprobs), std::move(finish))});
@@ -304,12 +329,17 @@ struct Server::Impl {
         out.event(dump_reply(error_json(e)));
       }
       out.event("[DONE]");
-      sink.done();
-      return true;
-    });
+      return out.ok();
+    };
   }
 
-  void chat(const httplib::Request& req, httplib::Response& res) {
+  void chat(const HttpRequest& req, HttpResponse& res) {
+    // Refused before the work of parsing and tokenizing: clients retrying at
+    // once cannot take the CPU from generation.
+    if (sched.full()) {
+      ++busy_early;
+      throw busy();
+    }
     const Json j = parse_request_body(req.body, o.max_body);
     ChatRequest r = parse_chat_request(j, req.body, gen, tmpl.dialect, o.think);
     std::string prompt_text;
@@ -350,7 +380,13 @@ struct Server::Impl {
     stream(res, job, id, std::move(side));
   }
 
-  void completions(const httplib::Request& req, httplib::Response& res) {
+  void completions(const HttpRequest& req, HttpResponse& res) {
+    // Refused before the work of parsing and tokenizing: clients retrying at
+    // once cannot take the CPU from generation.
+    if (sched.full()) {
+      ++busy_early;
+      throw busy();
+    }
     const Json j = parse_request_body(req.body, o.max_body);
     CompletionRequest r = parse_completion_request(j, req.body, gen, *m.tok, m.engine->config().vocab_size);
     auto job = make_job(std::move(r.prompt), r.common);
@@ -378,110 +414,110 @@ struct Server::Impl {
   Json stats_now() const {
     const StatsContext c{o.model_id, static_cast<double>(now_ns() - start_ns) / 1e9, &o.sched, &m.engine->config(),
                          m.kv != nullptr};
-    return stats_json(sched.stats(), c);
+    SchedulerStats st = sched.stats();
+    st.rejected += busy_early.load();  // 429s answered before parsing count as the scheduler's
+    return stats_json(st, c);
   }
 
-  template <typename F>
-  auto guarded(F f) {
-    return [this, f](const httplib::Request& req, httplib::Response& res) {
-      try {
-        if (!authorized(req))
-          throw ApiError{401, "invalid or missing API key (Authorization: Bearer ...)", "", "invalid_request_error",
-                         "invalid_api_key"};
-        (this->*f)(req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      } catch (const std::bad_alloc&) {
-        send_error(res, ApiError{500, "out of memory", "", "server_error", ""});
-      } catch (const std::exception& e) {
-        send_error(res, ApiError{500, e.what(), "", "server_error", ""});
-      }
+  static ApiError not_found() { return ApiError{404, "no such endpoint", "", "invalid_request_error", "not_found"}; }
+
+  // Everything here is decided from the headers, before a body is read.
+  std::optional<HttpResponse> check(const HttpRequest& req) override {
+    begin_request(req);
+    HttpResponse res;
+    auto refuse = [&](const ApiError& e) {
+      send_error(res, e);
+      return std::optional<HttpResponse>(std::move(res));
     };
+    if (!host_allowed(o, req.header("Host"), req.header("Origin")))
+      return refuse(ApiError{403,
+                             "this Host or Origin is not one the server answers to (start it with --allow-host "
+                             "NAME to add a name clients use)",
+                             "", "invalid_request_error", "host_not_allowed"});
+    if (req.path != "/health" && req.path != "/" && !authorized(req))
+      return refuse(ApiError{401, "invalid or missing API key (Authorization: Bearer ...)", "", "invalid_request_error",
+                             "invalid_api_key"});
+    if (req.method == "POST") {
+      // A page may POST text/plain anywhere without asking; JSON it may not.
+      std::string ct = req.header("Content-Type");
+      ct = ct.substr(0, ct.find(';'));
+      std::transform(ct.begin(), ct.end(), ct.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      while (!ct.empty() && ct.back() == ' ') ct.pop_back();
+      if (ct != "application/json")
+        return refuse(ApiError{415, "the body must be JSON (Content-Type: application/json)", "",
+                               "invalid_request_error", "unsupported_media_type"});
+    }
+    // A compressed body could inflate far past the cap: never accepted.
+    if (const std::string ce = req.header("Content-Encoding"); !ce.empty() && !iequal(ce, "identity"))
+      return refuse(ApiError{415, fmt::format("Content-Encoding '{}' is not accepted: send the body uncompressed", ce),
+                             "", "invalid_request_error", "unsupported_content_encoding"});
+    if (req.has_header("Content-Length")) {
+      const std::string v = req.header("Content-Length");
+      if (v.size() > 18 || std::strtoull(v.c_str(), nullptr, 10) > o.max_body)
+        return refuse(ApiError{413, "the request body is too large", "", "invalid_request_error", "request_too_large"});
+    }
+    return std::nullopt;
   }
 
-  void health(const httplib::Request&, httplib::Response& res) {
-    res.set_content(R"({"status":"ok"})", "application/json");
+  void handle(const HttpRequest& req, HttpResponse& res) override {
+    // The route table: method and path -> the member that answers. A GET
+    // never blocks; a POST waits for generation.
+    using Route = void (Impl::*)(const HttpRequest&, HttpResponse&);
+    struct RouteEntry {
+      const char* method;
+      const char* path;
+      Route f;
+      bool open;  // answered without the API key
+    };
+    static constexpr RouteEntry kRoutes[] = {
+        {"GET", "/health", &Impl::health, true},         {"GET", "/", &Impl::dashboard, true},
+        {"GET", "/v1/models", &Impl::models, false},     {"GET", "/v1/stats", &Impl::stats, false},
+        {"GET", "/metrics", &Impl::prom, false},         {"POST", "/v1/chat/completions", &Impl::chat, false},
+        {"POST", "/v1/completions", &Impl::completions, false},
+    };
+
+    try {
+      const RouteEntry* hit = nullptr;
+      bool path_known = false;
+      for (const RouteEntry& r : kRoutes) {
+        if (req.path != r.path) continue;
+        path_known = true;
+        if (req.method == r.method || (req.method == "HEAD" && std::string_view(r.method) == "GET")) hit = &r;
+      }
+      if (!hit) {
+        if (path_known) throw ApiError{405, "method not allowed", "", "invalid_request_error", "method_not_allowed"};
+        throw not_found();
+      }
+      if (!hit->open && !authorized(req))
+        throw ApiError{401, "invalid or missing API key (Authorization: Bearer ...)", "", "invalid_request_error",
+                       "invalid_api_key"};
+      (this->*(hit->f))(req, res);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::bad_alloc&) {
+      send_error(res, ApiError{500, "out of memory", "", "server_error", ""});
+    } catch (const std::exception& e) {
+      send_error(res, ApiError{500, e.what(), "", "server_error", ""});
+    }
   }
-  void models(const httplib::Request&, httplib::Response& res) {
+
+  void health(const HttpRequest&, HttpResponse& res) { res.body = R"({"status":"ok"})"; }
+  void dashboard(const HttpRequest&, HttpResponse& res) {
+    res.content_type = "text/html; charset=utf-8";
+    res.body = kDashboardHtml;
+  }
+  void models(const HttpRequest&, HttpResponse& res) {
     Json d{{"id", o.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "strata"}};
-    res.set_content(dump_reply(Json{{"object", "list"}, {"data", Json::array({d})}}), "application/json");
+    res.body = dump_reply(Json{{"object", "list"}, {"data", Json::array({d})}});
   }
-  void stats(const httplib::Request&, httplib::Response& res) { res.set_content(dump_reply(stats_now()), "application/json"); }
-  void prom(const httplib::Request&, httplib::Response& res) {
-    res.set_content(prometheus_metrics(stats_now()), "text/plain; version=0.0.4");
+  void stats(const HttpRequest&, HttpResponse& res) { res.body = dump_reply(stats_now()); }
+  void prom(const HttpRequest&, HttpResponse& res) {
+    res.content_type = "text/plain; version=0.0.4";
+    res.body = prometheus_metrics(stats_now());
   }
 
-  void setup() {
-    const size_t threads = static_cast<size_t>(o.sched.parallel + o.sched.queue + 8);
-    http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    // SO_REUSEADDR only (httplib's default adds SO_REUSEPORT, which would let a
-    // second server share the port silently); remember the socket.
-    http.set_socket_options([this](socket_t sock) {
-      int yes = 1;
-      setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-      listen_fd = sock;
-    });
-    http.set_payload_max_length(o.max_body);
-    http.set_read_timeout(30, 0);
-    http.set_write_timeout(30, 0);
-    // Everything here is decided from the headers, before a body is read.
-    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) { end_request(req, res); });
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      begin_request(req);
-      if (!host_allowed(o, req.get_header_value("Host"), req.get_header_value("Origin"))) {
-        send_error(res, ApiError{403,
-                                 "this Host or Origin is not one the server answers to (start it with --allow-host "
-                                 "NAME to add a name clients use)",
-                                 "", "invalid_request_error", "host_not_allowed"});
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      if (req.path != "/health" && req.path != "/" && !authorized(req)) {
-        send_error(res, ApiError{401, "invalid or missing API key (Authorization: Bearer ...)", "",
-                                 "invalid_request_error", "invalid_api_key"});
-        return httplib::Server::HandlerResponse::Handled;
-      }
-      if (req.method == "POST") {
-        // A page may POST text/plain anywhere without asking; JSON it may not.
-        std::string ct = req.get_header_value("Content-Type");
-        ct = ct.substr(0, ct.find(';'));
-        std::transform(ct.begin(), ct.end(), ct.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-        while (!ct.empty() && ct.back() == ' ') ct.pop_back();
-        if (ct != "application/json") {
-          send_error(res, ApiError{415, "the body must be JSON (Content-Type: application/json)", "",
-                                   "invalid_request_error", "unsupported_media_type"});
-          return httplib::Server::HandlerResponse::Handled;
-        }
-      }
-      if (req.has_header("Content-Length")) {
-        const std::string v = req.get_header_value("Content-Length");
-        if (v.size() > 18 || std::strtoull(v.c_str(), nullptr, 10) > o.max_body) {
-          send_error(res, ApiError{413, "the request body is too large", "", "invalid_request_error", "request_too_large"});
-          return httplib::Server::HandlerResponse::Handled;
-        }
-      }
-      return httplib::Server::HandlerResponse::Unhandled;
-    });
-    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      ApiError e{res.status, "", "", "invalid_request_error", ""};
-      if (res.status == 404) e.message = "no such endpoint", e.code = "not_found";
-      else if (res.status == 413) e.message = "the request body is too large", e.code = "request_too_large";
-      else if (res.status == 405) e.message = "method not allowed";
-      else e.message = fmt::format("HTTP {}", res.status);
-      if (res.status >= 500) e.type = "server_error";
-      res.set_content(error_json(e).dump(), "application/json");
-    });
-    http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-      send_error(res, ApiError{500, "internal error", "", "server_error", ""});
-    });
-    http.Get("/health", [this](const httplib::Request& q, httplib::Response& r) { health(q, r); });
-    http.Get("/", [](const httplib::Request&, httplib::Response& r) { r.set_content(kDashboardHtml, "text/html; charset=utf-8"); });
-    http.Get("/v1/models", guarded(&Impl::models));
-    http.Get("/v1/stats", guarded(&Impl::stats));
-    http.Get("/metrics", guarded(&Impl::prom));
-    http.Post("/v1/chat/completions", guarded(&Impl::chat));
-    http.Post("/v1/completions", guarded(&Impl::completions));
-  }
+  // Declared last: destroyed first (its threads call back into the above).
+  std::unique_ptr<Transport> transport;
 };
 
 Server::Server(const ServerModel& m, const ChatTemplate& tmpl, const GenerationConfig& gen, const ServerOptions& o)
@@ -490,62 +526,9 @@ Server::~Server() {
   stop();
 }
 
-namespace {
-
-// Why httplib could not bind (it keeps no errno): the same bind once more on
-// a socket of our own (SO_REUSEADDR, as the server's), named for a person.
-[[noreturn]] void fail_bind(const std::string& host, int port) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  addrinfo* res = nullptr;
-  const std::string service = std::to_string(port);
-  if (const int g = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); g != 0)
-    fail("serve: cannot listen on {}:{}: --host {} does not resolve ({})", host, port, host, ::gai_strerror(g));
-  int err = 0;
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
-    if (fd < 0) {
-      err = errno;
-      continue;
-    }
-    int yes = 1;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-    const int r = ::bind(fd, a->ai_addr, a->ai_addrlen);
-    err = r == 0 ? 0 : errno;
-    ::close(fd);
-    if (err != 0) break;
-  }
-  ::freeaddrinfo(res);
-  switch (err) {
-    case EADDRINUSE:
-      fail("serve: port {} on {} is in use (EADDRINUSE); choose another with --port", port, host);
-    case EACCES:
-      fail("serve: cannot listen on {}:{}: permission denied (EACCES; ports below 1024 need privileges); choose "
-           "another with --port",
-           host, port);
-    case EADDRNOTAVAIL:
-      fail("serve: cannot listen on {}:{}: {} is not an address of this machine (EADDRNOTAVAIL); check --host", host,
-           port, host);
-    case 0:
-      fail("serve: cannot listen on {}:{} (the address is free now: it was taken in between; try again)", host, port);
-    default:
-      fail("serve: cannot listen on {}:{}: {} (errno {})", host, port, std::strerror(err), err);
-  }
-}
-
-}  // namespace
-
 int Server::bind() {
-  Impl& i = *impl_;
-  if (i.o.port == 0) i.bound_port = i.http.bind_to_any_port(i.o.host);
-  else i.bound_port = i.http.bind_to_port(i.o.host, i.o.port) ? i.o.port : -1;
-  if (i.bound_port <= 0) fail_bind(i.o.host, i.o.port);
-  // httplib listens with a backlog of 5: a burst of clients overflows it and
-  // some connections fail to read. Listening again only widens the queue.
-  if (i.listen_fd >= 0) ::listen(i.listen_fd, 1024);
-  return i.bound_port;
+  impl_->bound_port = impl_->transport->bind();
+  return impl_->bound_port;
 }
 void Server::run() {
   Impl& i = *impl_;
@@ -554,8 +537,7 @@ void Server::run() {
     if (i.stopped) return;
     i.running = true;
   }
-  i.http.listen_after_bind();
-  i.run_over = true;
+  i.transport->run();
 }
 void Server::stop() {
   if (!impl_) return;
@@ -566,10 +548,8 @@ void Server::stop() {
     i.stopped = true;
     running = i.running;
   }
-  i.sched.shutdown();  // in-flight requests end (cancelled) so HTTP threads can finish
-  // httplib's stop() does nothing until its loop runs: wait for it.
-  while (running && !i.run_over && !i.http.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  i.http.stop();
+  i.sched.shutdown();  // in-flight requests end (cancelled) so handler threads can finish
+  i.transport->stop(running);
 }
 int Server::port() const { return impl_->bound_port; }
 

@@ -72,6 +72,12 @@ void Scheduler::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
+bool Scheduler::full() const {
+  std::lock_guard l(mu_);
+  const int64_t free_slots = std::max<int64_t>(0, opts_.parallel - stats_.active);
+  return stop_ || static_cast<int64_t>(waiting_.size()) >= opts_.queue + free_slots;
+}
+
 bool Scheduler::submit(const std::shared_ptr<Job>& job) {
   std::lock_guard l(mu_);
   const int64_t free_slots = std::max<int64_t>(0, opts_.parallel - stats_.active);

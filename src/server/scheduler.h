@@ -103,6 +103,9 @@ class Scheduler {
 
   // Queues a job; false when the queue is full (the caller answers 429).
   bool submit(const std::shared_ptr<Job>& job);
+  // Whether submit() would refuse now (a hint: the HTTP layer answers 429
+  // before parsing and tokenizing a request it could not queue anyway).
+  bool full() const;
   SchedulerStats stats() const;
   // Ends every request (cancelled) and refuses new ones; idempotent.
   void shutdown();

@@ -10,10 +10,17 @@
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -29,6 +36,7 @@
 #include "server/scheduler.h"
 #include "text/generation_config.h"
 #include "text/tokenizer.h"
+#include "test_http.h"
 
 namespace strata {
 namespace {
@@ -73,6 +81,7 @@ class LiveServer {
     ChatTemplate t;
     t.dialect = dialect;
     t.source = "test";
+    test_util::apply_test_transport(o);
     srv_ = std::make_unique<server::Server>(server_model(*engine_), t, shared().gen, o);
     port_ = srv_->bind();
     thread_ = std::thread([this] { srv_->run(); });
@@ -320,6 +329,269 @@ TEST(ServerHardening, ApiKeyIsCheckedBeforeTheBody) {
   ::close(fd);
   ASSERT_GT(n, 0) << "no answer within 5 s: the server waited for the body";
   EXPECT_EQ(std::string(buf).rfind("HTTP/1.1 401", 0), 0u) << buf;
+}
+
+}  // namespace
+}  // namespace strata
+
+namespace strata {
+namespace {
+
+// The transport's bounds (docs/security.md), on a live server over raw
+// sockets. They run on the beast transport; STRATA_TEST_HTTP=httplib runs
+// them on cpp-httplib, where the first five fail (the issue's "before").
+server::ServerOptions beast_options() {
+  server::ServerOptions o;
+  o.transport = server::HttpTransport::Beast;
+  return o;
+}
+
+int connect_to(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `head`, then `body_bytes` produced by `piece` (a buffer sent over and
+// over), stopping as soon as the server answers; returns what it answered
+// (up to the close or `deadline_s`) and how many bytes were sent.
+struct Exchange {
+  std::string answer;
+  size_t sent = 0;
+};
+Exchange exchange(int port, const std::string& head, const std::string& piece, size_t body_bytes,
+                  const std::string& tail = "", double deadline_s = 20) {
+  Exchange x;
+  const int fd = connect_to(port);
+  if (fd < 0) return x;
+  std::string out = head;
+  size_t off = 0, body_left = body_bytes;
+  bool tail_sent = tail.empty();
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(deadline_s);
+  char buf[4096];
+  bool reading_only = false;
+  while (std::chrono::steady_clock::now() < until) {
+    if (off == out.size() && !reading_only) {
+      if (body_left > 0) {
+        out = piece.substr(0, std::min(piece.size(), body_left));
+        body_left -= out.size();
+        off = 0;
+      } else if (!tail_sent) {
+        out = tail;
+        off = 0;
+        tail_sent = true;
+      } else {
+        reading_only = true;
+      }
+    }
+    pollfd p{fd, static_cast<short>(POLLIN | (reading_only ? 0 : POLLOUT)), 0};
+    if (::poll(&p, 1, 100) <= 0) continue;
+    if (p.revents & (POLLIN | POLLHUP | POLLERR)) {
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) break;
+      x.answer.append(buf, static_cast<size_t>(n));
+      reading_only = true;
+      continue;
+    }
+    if (p.revents & POLLOUT) {
+      const ssize_t n = ::send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && errno != EAGAIN) reading_only = true;
+      if (n > 0) off += static_cast<size_t>(n), x.sent += static_cast<size_t>(n);
+    }
+  }
+  ::close(fd);
+  return x;
+}
+
+int status_of(const std::string& answer) {
+  if (answer.rfind("HTTP/1.", 0) != 0 || answer.size() < 12) return 0;
+  return std::atoi(answer.c_str() + 9);
+}
+
+// The process's peak RSS since reset_peak_rss() (Linux: clear_refs 5).
+void reset_peak_rss() {
+  if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+long rss_kb(const char* field) {  // "VmHWM:" or "VmRSS:"
+  FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return -1;
+  char line[256];
+  long kb = -1;
+  while (std::fgets(line, sizeof line, f))
+    if (std::strncmp(line, field, std::strlen(field)) == 0) kb = std::atol(line + std::strlen(field));
+  std::fclose(f);
+  return kb;
+}
+
+// The error body's OpenAI shape: {"error":{"message","type","code",...}}.
+void expect_openai_error(const std::string& answer, int status) {
+  EXPECT_EQ(status_of(answer), status) << answer.substr(0, 300);
+  const size_t b = answer.find("\r\n\r\n");
+  ASSERT_NE(b, std::string::npos) << answer.substr(0, 300);
+  const Json j = Json::parse(answer.substr(b + 4), nullptr, false);
+  ASSERT_TRUE(j.is_object() && j.contains("error")) << answer.substr(0, 300);
+  EXPECT_TRUE(j["error"]["message"].is_string());
+  EXPECT_TRUE(j["error"]["type"].is_string());
+}
+
+const std::string kChunkedHead =
+    "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    "Transfer-Encoding: chunked\r\n\r\n";
+
+std::string chunk_of(size_t n) { return fmt::format("{:x}\r\n", n) + std::string(n, ' ') + "\r\n"; }
+
+// An 8 MiB chunked body against a 4 KiB cap: 413 while reading, and the
+// server's memory never holds the body (peak RSS grows < 2 MiB).
+TEST(ServerTransport, ChunkedBodyOverTheCapIs413WhileReading) {
+  server::ServerOptions o = beast_options();
+  o.max_body = 4096;
+  LiveServer s(o);
+  ASSERT_EQ(s.get("/health").first, 200);
+  const std::string piece = chunk_of(64 << 10);
+  reset_peak_rss();
+  const long before = rss_kb("VmRSS:");
+  const Exchange x = exchange(s.port(), kChunkedHead, piece, size_t{8} << 20, "0\r\n\r\n");
+  const long peak = rss_kb("VmHWM:");
+  expect_openai_error(x.answer, 413);
+  EXPECT_LT(peak - before, 2048) << "peak RSS grew " << peak - before << " KiB";
+  // A chunked body within the cap is read and answered.
+  const std::string ok = R"({"prompt":"hi","max_tokens":1})";
+  std::string head = kChunkedHead;
+  head.insert(head.size() - 2, "Connection: close\r\n");
+  const Exchange y = exchange(s.port(), head + fmt::format("{:x}\r\n{}\r\n0\r\n\r\n", ok.size(), ok), "", 0);
+  EXPECT_EQ(status_of(y.answer), 200) << y.answer.substr(0, 300);
+  EXPECT_EQ(s.get("/health").first, 200);
+}
+
+// A compressed body could inflate far past the cap: refused from the
+// headers (415), whatever the encoding.
+TEST(ServerTransport, CompressedBodiesAreRefused) {
+  LiveServer s(beast_options());
+  for (const char* enc : {"gzip", "br", "deflate"}) {
+    const std::string head = fmt::format(
+        "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Content-Encoding: {}\r\nContent-Length: 64\r\n\r\n",
+        enc);
+    const Exchange x = exchange(s.port(), head, std::string(64, '\x1f'), 64);
+    expect_openai_error(x.answer, 415);
+  }
+  EXPECT_EQ(s.get("/health").first, 200);
+}
+
+// One 1 MiB header line, and 100,000 short headers: 431 while reading, the
+// server's memory bounded.
+TEST(ServerTransport, OversizedHeadersAre431) {
+  LiveServer s(beast_options());
+  ASSERT_EQ(s.get("/health").first, 200);
+  reset_peak_rss();
+  const long before = rss_kb("VmRSS:");
+  const Exchange line =
+      exchange(s.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Long: ", std::string(64 << 10, 'a'),
+               size_t{1} << 20, "\r\n\r\n");
+  std::string many;
+  for (int i = 0; i < 1000; ++i) many += fmt::format("X-H{}: v\r\n", i % 10);
+  const Exchange headers = exchange(s.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n", many,
+                                    many.size() * 100, "\r\n");
+  const long peak = rss_kb("VmHWM:");
+  expect_openai_error(line.answer, 431);
+  expect_openai_error(headers.answer, 431);
+  EXPECT_LT(peak - before, 2048) << "peak RSS grew " << peak - before << " KiB";
+  EXPECT_EQ(s.get("/health").first, 200);
+}
+
+// parallel + queue + 8 connections trickling their headers take no thread:
+// /health still answers at once (cpp-httplib: not until its 30 s read
+// timeout frees a worker). The 5 s bound is far from both.
+TEST(ServerTransport, SlowSocketsDoNotStarveHealth) {
+  server::ServerOptions o = beast_options();
+  o.sched.parallel = 2;
+  o.sched.queue = 2;
+  LiveServer s(o);
+  std::vector<int> slow;
+  for (int i = 0; i < o.sched.parallel + o.sched.queue + 8; ++i) {
+    const int fd = connect_to(s.port());
+    ASSERT_GE(fd, 0);
+    const std::string part = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n";
+    ASSERT_EQ(::send(fd, part.data(), part.size(), MSG_NOSIGNAL), static_cast<ssize_t>(part.size()));
+    slow.push_back(fd);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // every one accepted and read
+  const auto t0 = std::chrono::steady_clock::now();
+  const Exchange h = exchange(s.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n", "", 0,
+                              "", 5);
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  for (int fd : slow) ::close(fd);
+  EXPECT_EQ(status_of(h.answer), 200) << "no /health answer in " << secs << " s";
+}
+
+// One deadline for a whole request, not per read: a client that sends a byte
+// every 200 ms is answered 408 once --read-timeout (1 s) has passed.
+TEST(ServerTransport, TrickledRequestGets408) {
+  server::ServerOptions o = beast_options();
+  o.read_timeout_s = 1;
+  LiveServer s(o);
+  const int fd = connect_to(s.port());
+  ASSERT_GE(fd, 0);
+  const std::string req = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+  std::string answer;
+  for (size_t i = 0; i < req.size() && answer.empty(); ++i) {
+    if (::send(fd, &req[i], 1, MSG_NOSIGNAL) != 1) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 200) > 0) {
+      char buf[4096];
+      const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n > 0) answer.assign(buf, static_cast<size_t>(n));
+      break;
+    }
+  }
+  ::close(fd);
+  expect_openai_error(answer, 408);
+}
+
+// Beyond --max-connections a connection is answered 503 (and closed), the
+// open ones unaffected.
+TEST(ServerTransport, ConnectionLimitIs503) {
+  server::ServerOptions o = beast_options();
+  o.max_connections = 4;
+  LiveServer s(o);
+  std::vector<int> idle;
+  for (int i = 0; i < 4; ++i) idle.push_back(connect_to(s.port()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const Exchange x = exchange(s.port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", "", 0, "", 5);
+  expect_openai_error(x.answer, 503);
+  for (int fd : idle) ::close(fd);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(s.get("/health").first, 200);
+}
+
+// Keep-alive: several requests on one connection, a stream among them.
+TEST(ServerTransport, KeepAliveAndStreaming) {
+  LiveServer s(beast_options());
+  httplib::Client c("127.0.0.1", s.port());
+  c.set_keep_alive(true);
+  c.set_read_timeout(60, 0);
+  for (int i = 0; i < 3; ++i) {
+    auto r = c.Post("/v1/completions", R"({"prompt":"hi","max_tokens":2,"stream":true})", "application/json");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 200);
+    const auto ev = sse_events(r->body);
+    ASSERT_FALSE(ev.empty());
+    EXPECT_EQ(ev.back(), "[DONE]");
+    auto h = c.Get("/health");
+    ASSERT_TRUE(h);
+    EXPECT_EQ(h->status, 200);
+  }
 }
 
 }  // namespace

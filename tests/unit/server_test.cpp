@@ -29,6 +29,7 @@
 #include "tiny_server.h"
 #include "text/tokenizer.h"
 #include "core/json.h"
+#include "test_http.h"
 
 namespace strata {
 namespace {
@@ -69,6 +70,7 @@ class TestServer {
     ChatTemplate raw;
     raw.dialect = dialect;
     raw.source = "test";
+    test_util::apply_test_transport(o);
     srv_ = std::make_unique<server::Server>(sm, raw, s.gen, o);
     port_ = srv_->bind();
     thread_ = std::thread([this] { srv_->run(); });
