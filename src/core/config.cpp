@@ -242,9 +242,11 @@ void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
       fail("{}: mlp_layer_types must be an array of num_hidden_layers ({}) strings", origin, L);
     for (int64_t i = 0; i < L; ++i) {
       const Json& t = (*types)[static_cast<size_t>(i)];
-      if (!t.is_string() || (t != "dense" && t != "sparse"))
+      // (compared as std::string: GCC 12 warns -Warray-bounds, wrongly, on json == "literal" inlined here)
+      const std::string kind = t.is_string() ? t.get<std::string>() : std::string();
+      if (kind != "dense" && kind != "sparse")
         fail("{}: mlp_layer_types[{}] = {} must be \"dense\" or \"sparse\"", origin, i, t.dump());
-      c.layer_is_moe[static_cast<size_t>(i)] = t == "sparse";
+      c.layer_is_moe[static_cast<size_t>(i)] = kind == "sparse";
     }
   } else {
     int64_t k = r.integer("first_k_dense_replace", 0, L, 0);
