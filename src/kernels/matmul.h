@@ -32,6 +32,10 @@ struct ComputeOptions {
   // false: int8 calls of 2+ rows use the single-row kernel (the same results
   // bit for bit; benchmarks compare the two).
   bool multi_row = true;
+  // false: int8 calls of 2+ rows skip the packed, blocked kernel (prefill
+  // GEMM) for the per-row-tile multi-row one (the same results bit for bit;
+  // benchmarks compare the two).
+  bool packed = true;
 };
 
 // What every matmul runs with, fixed when an engine (or a test) sets it up:
@@ -46,6 +50,7 @@ class Compute {
   KernelPath path() const { return path_; }
   IntActivations acts() const { return acts_; }
   bool multi_row() const { return multi_row_; }
+  bool packed() const { return packed_; }
   // dot16 (below) on this path.
   float dot(const float* a, const float* b, int64_t n) const;
 
@@ -55,6 +60,7 @@ class Compute {
   const KernelTable* kt_;
   IntActivations acts_;
   bool multi_row_;
+  bool packed_;
 };
 
 // What one matmul call needs besides its operands: the quantized
