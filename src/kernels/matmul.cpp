@@ -118,8 +118,12 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
       qw.row_bytes = quant_row_bytes(b4 ? QuantBits::Int4 : QuantBits::Int8, in);
       qw.group = W.group;
       qw.ngroups = quant_groups(in, W.group);
+      // The packed kernel from 4 superblocks per row on: measured faster at
+      // 6144 columns, slower at <= 512 (the bundled model's widths; 2048 is
+      // untested: docs/kernels.md). Either gives the same floats.
+      const bool packed = multi && kt.gemm_q8_packed && c.packed() && in >= 4 * kQSuper;
       const auto gemm = b4                                      ? kt.gemm_q4
-                        : multi && kt.gemm_q8_packed && c.packed() ? kt.gemm_q8_packed
+                        : packed                                  ? kt.gemm_q8_packed
                         : multi                                   ? kt.gemm_q8_multi
                                                                   : kt.gemm_q8;
       run(pool, par, out, [&](int64_t o0, int64_t o1) {

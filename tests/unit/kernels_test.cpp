@@ -263,12 +263,14 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
   struct Case {
     int64_t n, k, group;
   };
-  const Case cases[] = {{1, 32, 0}, {4, 500, 32}, {7, 1537, 96}, {9, 6001, 128}, {5, 12300, 512}, {3, 33000, 64}};
+  // matmul takes the packed kernel from 2048 columns on (4 superblocks).
+  const Case cases[] = {{1, 2048, 0}, {4, 2100, 32}, {7, 3000, 96}, {9, 6001, 128}, {5, 12300, 512}, {3, 33000, 64}};
   int compared = 0;
   for (const Case& c : cases) {
     const Weight w = make_int_weight(8, c.group, c.n, c.k, rng);
     for (int64_t m : ms) {
-      if (c.k > 12000 && m > 91) continue;  // keeps the test fast; row blocks are already crossed at 12300
+      // Keeps the test fast: L2 row blocks are crossed at 6001 columns (84 rows) and 12300 (36).
+      if ((c.k > 2100 && m > 128 && !(c.k == 6001 && m == 600)) || (c.k > 6001 && m > 91)) continue;
       auto x = random_floats(rng, m * c.k);
       for (int64_t i = 0; i < m * c.k; i += 17) x[static_cast<size_t>(i)] *= 40.0f;  // outliers
       for (KernelPath p : packed) {
@@ -279,8 +281,9 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
         ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on)))
             << kernel_path_name(p) << " n " << c.n << " k " << c.k << " group " << c.group << " m " << m;
         ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on, &two))) << "2 threads, m " << m << " k " << c.k;
-        if (m % 5 == 0)
+        if (m % 5 == 0) {
           ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on, &three))) << "3 threads, m " << m << " k " << c.k;
+        }
         if (m <= 7 || m == 85) {
           ComputeOptions sc;
           sc.path = KernelPath::Scalar;
