@@ -225,6 +225,7 @@ int run(int argc, char** argv) {
     std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
     ComputeOptions oo, no;
     oo.packed = false;
+    no.packed = true;
     const Compute cold(pool.get(), oo), cnew(pool.get(), no);
     std::mt19937 rng(3);
     for (const Shape& s : kShapes) {

@@ -118,9 +118,9 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
       qw.row_bytes = quant_row_bytes(b4 ? QuantBits::Int4 : QuantBits::Int8, in);
       qw.group = W.group;
       qw.ngroups = quant_groups(in, W.group);
-      // The packed kernel from 4 superblocks per row on: measured faster at
-      // 6144 columns, slower at <= 512 (the bundled model's widths; 2048 is
-      // untested: docs/kernels.md). Either gives the same floats.
+      // The packed kernel (opt-in: ComputeOptions::packed) from 4 superblocks
+      // per row on (it was slowest at <= 512 columns: docs/kernels.md).
+      // Either gives the same floats.
       const bool packed = multi && kt.gemm_q8_packed && c.packed() && in >= 4 * kQSuper;
       const auto gemm = b4                                      ? kt.gemm_q4
                         : packed                                  ? kt.gemm_q8_packed

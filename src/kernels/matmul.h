@@ -32,10 +32,11 @@ struct ComputeOptions {
   // false: int8 calls of 2+ rows use the single-row kernel (the same results
   // bit for bit; benchmarks compare the two).
   bool multi_row = true;
-  // false: int8 calls of 2+ rows skip the packed, blocked kernel (prefill
-  // GEMM) for the per-row-tile multi-row one (the same results bit for bit;
-  // benchmarks compare the two).
-  bool packed = true;
+  // true: int8 calls of 2+ rows and >= 2048 columns take the packed,
+  // blocked kernel (prefill GEMM) where the path has one, instead of the
+  // multi-row kernel: the same results bit for bit. Off by default: measured
+  // slower than the multi-row kernel on this machine (docs/kernels.md).
+  bool packed = false;
 };
 
 // What every matmul runs with, fixed when an engine (or a test) sets it up:

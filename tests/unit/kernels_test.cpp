@@ -276,6 +276,7 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
       for (KernelPath p : packed) {
         ComputeOptions on, off;
         on.path = off.path = p;
+        on.packed = true;
         off.packed = false;
         const auto want = run_matmul_with(w, x, m, off);
         ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on)))
