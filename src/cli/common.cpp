@@ -36,6 +36,10 @@ void EngineFlags::add(CLI::App* cmd) {
                   "Kernel path: auto (the best this CPU runs), scalar, avx2, avx512, avx512vnni (docs/kernels.md)")
       ->capture_default_str()
       ->group(kGroupModel);
+  cmd->add_flag("--packed-gemm", packed_gemm,
+                "Experimental: int8 calls of several rows and >= 2048 columns (prefill) on the packed, blocked kernel "
+                "(avx512vnni): the same results bit for bit; measured slower than the default here (docs/kernels.md)")
+      ->group(kGroupModel);
   cmd->add_option("--attn", attn, "Attention form: absorbed (decode form) or naive (prefill form)")
       ->check(CLI::IsMember({"absorbed", "naive"}))
       ->capture_default_str()
@@ -165,6 +169,7 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
            kernel_description(best_kernel_path()));
     o.compute.path = *p;
   }
+  o.compute.packed = packed_gemm;
   o.experts.ram_bytes = static_cast<uint64_t>(ram_gb * 1e9);
   if (pin == "all") {
     o.experts.pin_all = true;

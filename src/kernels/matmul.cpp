@@ -58,7 +58,7 @@ void run_parts(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
 }  // namespace
 
 Compute::Compute(ThreadPool* pool, const ComputeOptions& o)
-    : pool_(pool), path_(o.path.value_or(best_kernel_path())), acts_(o.acts), multi_row_(o.multi_row) {
+    : pool_(pool), path_(o.path.value_or(best_kernel_path())), acts_(o.acts), multi_row_(o.multi_row), packed_(o.packed) {
   if (!kernel_path_supported(path_))
     fail("kernel path {}: this CPU cannot run it (best available: {}; {})", kernel_path_name(path_),
          kernel_path_name(best_kernel_path()), kernel_description(best_kernel_path()));
@@ -118,7 +118,14 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
       qw.row_bytes = quant_row_bytes(b4 ? QuantBits::Int4 : QuantBits::Int8, in);
       qw.group = W.group;
       qw.ngroups = quant_groups(in, W.group);
-      const auto gemm = b4 ? kt.gemm_q4 : multi ? kt.gemm_q8_multi : kt.gemm_q8;
+      // The packed kernel (opt-in: ComputeOptions::packed) from 4 superblocks
+      // per row on (it was slowest at <= 512 columns: docs/kernels.md).
+      // Either gives the same floats.
+      const bool packed = multi && kt.gemm_q8_packed && c.packed() && in >= 4 * kQSuper;
+      const auto gemm = b4                                      ? kt.gemm_q4
+                        : packed                                  ? kt.gemm_q8_packed
+                        : multi                                   ? kt.gemm_q8_multi
+                                                                  : kt.gemm_q8;
       run(pool, par, out, [&](int64_t o0, int64_t o1) {
         QWeight part = qw;
         part.q += o0 * qw.row_bytes;

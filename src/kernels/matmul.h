@@ -32,6 +32,11 @@ struct ComputeOptions {
   // false: int8 calls of 2+ rows use the single-row kernel (the same results
   // bit for bit; benchmarks compare the two).
   bool multi_row = true;
+  // true: int8 calls of 2+ rows and >= 2048 columns take the packed,
+  // blocked kernel (prefill GEMM) where the path has one, instead of the
+  // multi-row kernel: the same results bit for bit. Off by default: measured
+  // slower than the multi-row kernel on this machine (docs/kernels.md).
+  bool packed = false;
 };
 
 // What every matmul runs with, fixed when an engine (or a test) sets it up:
@@ -46,6 +51,7 @@ class Compute {
   KernelPath path() const { return path_; }
   IntActivations acts() const { return acts_; }
   bool multi_row() const { return multi_row_; }
+  bool packed() const { return packed_; }
   // dot16 (below) on this path.
   float dot(const float* a, const float* b, int64_t n) const;
 
@@ -55,6 +61,7 @@ class Compute {
   const KernelTable* kt_;
   IntActivations acts_;
   bool multi_row_;
+  bool packed_;
 };
 
 // What one matmul call needs besides its operands: the quantized

@@ -88,6 +88,10 @@ struct KernelTable {
   // Optional: quantize_acts in SIMD, the same bytes and floats.
   QActs (*quantize)(const float* x, int64_t nrows, int64_t cols, ActLayout layout, uint8_t* q, float* scale,
                     int32_t* sum8) = nullptr;
+  // Optional: a blocked int8 kernel for prefill-sized calls (packed weight
+  // tiles, register-blocked rows x columns), on q8_multi_layout's
+  // activations; the same results bit for bit.
+  void (*gemm_q8_packed)(const QWeight& w, const QActs& a, float* y, int64_t ldy) = nullptr;
 };
 
 // The table of a path; the path must be supported (kernel_path_supported).

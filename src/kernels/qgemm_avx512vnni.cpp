@@ -22,7 +22,7 @@ namespace {
 const KernelTable& kernel_table_avx512vnni() {
   static const KernelTable t{
       KernelPath::Avx512Vnni, k_dot_f32, k_gemm_f32, k_gemm_bf16, k_gemm_q8, k_gemm_q4, ActLayout::Offset128,
-      ActLayout::SplitNibble, k_gemm_q8_dword, ActLayout::Offset128Dword, k_quantize_acts};
+      ActLayout::SplitNibble, k_gemm_q8_dword, ActLayout::Offset128Dword, k_quantize_acts, k_gemm_q8_packed};
   return t;
 }
 

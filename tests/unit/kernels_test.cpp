@@ -236,6 +236,67 @@ TEST(KernelQGemm, MultiRowKernelsMatchScalarForEveryTileSize) {
       }
 }
 
+std::vector<float> run_matmul_with(const Weight& w, const std::vector<float>& x, int64_t nrows, const ComputeOptions& o,
+                                   ThreadPool* pool = nullptr) {
+  std::vector<float> y(static_cast<size_t>(nrows * w.rows), -1.0f);
+  matmul(Compute(pool, o), w, x.data(), nrows, y.data());
+  return y;
+}
+
+TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
+  // The packed int8 kernel (prefill: weight tiles of 4 rows packed once per
+  // block of activation rows, 4 x 6 register tiles) against the multi-row
+  // kernel it replaces and the scalar reference, == on every element: rows
+  // M = 1..20 and past tiles and L2 row blocks up to 600, weight rows not a
+  // multiple of the tile, columns not a multiple of a superblock, group
+  // sizes of every scale-gathering case, 1-3 threads; and rows wider than
+  // the pack (the dword kernel's fallback).
+  std::vector<KernelPath> packed;
+  for (KernelPath p : supported_paths())
+    if (kernel_table(p).gemm_q8_packed) packed.push_back(p);
+  if (packed.empty()) GTEST_SKIP() << "no path with a packed int8 kernel on this CPU";
+  std::mt19937 rng(16);
+  ThreadPool two(2), three(3);
+  std::vector<int64_t> ms;
+  for (int64_t m = 1; m <= 20; ++m) ms.push_back(m);
+  for (int64_t m : {23, 47, 85, 91, 128, 255, 600}) ms.push_back(m);
+  struct Case {
+    int64_t n, k, group;
+  };
+  // matmul takes the packed kernel from 2048 columns on (4 superblocks).
+  const Case cases[] = {{1, 2048, 0}, {4, 2100, 32}, {7, 3000, 96}, {9, 6001, 128}, {5, 12300, 512}, {3, 33000, 64}};
+  int compared = 0;
+  for (const Case& c : cases) {
+    const Weight w = make_int_weight(8, c.group, c.n, c.k, rng);
+    for (int64_t m : ms) {
+      // Keeps the test fast: L2 row blocks are crossed at 6001 columns (84 rows) and 12300 (36).
+      if ((c.k > 2100 && m > 128 && !(c.k == 6001 && m == 600)) || (c.k > 6001 && m > 91)) continue;
+      auto x = random_floats(rng, m * c.k);
+      for (int64_t i = 0; i < m * c.k; i += 17) x[static_cast<size_t>(i)] *= 40.0f;  // outliers
+      for (KernelPath p : packed) {
+        ComputeOptions on, off;
+        on.path = off.path = p;
+        on.packed = true;
+        off.packed = false;
+        const auto want = run_matmul_with(w, x, m, off);
+        ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on)))
+            << kernel_path_name(p) << " n " << c.n << " k " << c.k << " group " << c.group << " m " << m;
+        ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on, &two))) << "2 threads, m " << m << " k " << c.k;
+        if (m % 5 == 0) {
+          ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on, &three))) << "3 threads, m " << m << " k " << c.k;
+        }
+        if (m <= 7 || m == 85) {
+          ComputeOptions sc;
+          sc.path = KernelPath::Scalar;
+          ASSERT_TRUE(all_same(run_matmul_with(w, x, m, sc), want)) << "scalar, m " << m << " k " << c.k;
+        }
+        ++compared;
+      }
+    }
+  }
+  EXPECT_GT(compared, 100);
+}
+
 TEST(KernelQGemm, SimdActivationQuantizerWritesTheScalarBytes) {
   // A path's own quantize_acts must write exactly the scalar one's bytes,
   // scales (bitwise) and sums for every layout, padding included: matmul

@@ -1,0 +1,285 @@
+// The int8 dot-product peak of this CPU and the int8 GEMM's fraction of it
+// on prefill shapes (docs/kernels.md). JSON lines on stdout:
+//
+//   build/strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--peak-only]
+//
+// {"bench":"vnni_peak",...}: vpdpbusd (512-bit) on independent accumulator
+//   chains, register operands only, per thread count (1 and 2 threads run
+//   at once), per CPU-second of each thread (summed) and per wall second;
+//   gmacs = 64 u8 x s8 multiply-adds per instruction, gops = 2 x gmacs (a
+//   multiply and an add each), the convention of peak tables.
+// {"bench":"gemm",...}: matmul() of an int8 (group 32) matrix [n, k] times
+//   m activation rows on --threads threads (default 1), the packed prefill
+//   kernel ("new") and the per-row-tile multi-row kernel ("old",
+//   ComputeOptions::packed = false) alternating in one run; medians over
+//   reps of wall and process-CPU seconds, their ratios, GOPS per CPU-second
+//   as a fraction of the 1-thread peak per CPU-second, and whether the two
+//   outputs are equal bit for bit.
+// {"bench":"load",...}: /proc/loadavg before and after (the machine may be
+//   shared: prefer the ratios).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <ctime>
+#include <vector>
+
+#include "core/quant.h"
+#include "core/thread_pool.h"
+#include "core/weight.h"
+#include "kernels/cpu_features.h"
+#include "kernels/matmul.h"
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace strata {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+// CPU seconds of this thread / this process: rates per CPU-second stay
+// meaningful when other jobs share the cores (the wall clock does not).
+double cpu_now(clockid_t id) {
+  timespec t{};
+  clock_gettime(id, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+std::string loadavg() {
+  std::ifstream f("/proc/loadavg");
+  std::string s;
+  std::getline(f, s);
+  return s;
+}
+
+#if defined(__x86_64__)
+// C independent chains of vpdpbusd, `iters` rounds; returns a sum so nothing is dead.
+template <int C>
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) int64_t vnni_chains(int64_t iters) {
+  __m512i acc[C];
+  for (int j = 0; j < C; ++j) acc[j] = _mm512_set1_epi32(j);
+  __m512i u = _mm512_set1_epi8(1), s = _mm512_set1_epi8(3);
+  asm volatile("" : "+v"(u), "+v"(s));
+  for (int64_t it = 0; it < iters; ++it) {
+    for (int j = 0; j < C; ++j) acc[j] = _mm512_dpbusd_epi32(acc[j], u, s);
+    for (int j = 0; j < C; ++j) asm volatile("" : "+v"(acc[j]));
+  }
+  __m512i t = acc[0];
+  for (int j = 1; j < C; ++j) t = _mm512_add_epi32(t, acc[j]);
+  alignas(64) int32_t out[16];
+  _mm512_store_si512(out, t);
+  int64_t r = 0;
+  for (int32_t v : out) r += v;
+  return r;
+}
+
+// `threads` threads running C chains at once: instructions per second of
+// wall clock (all threads together) and per CPU-second of each thread,
+// summed over the threads (what the cores do while they run this).
+template <int C>
+void vnni_rate(int threads, double* wall, double* cpu) {
+  const int64_t rounds = (int64_t{80} << 20) / C;  // 80 Mi instructions per thread: ~40 ms
+  std::vector<std::thread> ts;
+  std::vector<int64_t> sink(static_cast<size_t>(threads));
+  std::vector<double> tcpu(static_cast<size_t>(threads));
+  vnni_chains<C>(rounds / 16);  // warm the unit up
+  const auto t0 = Clock::now();
+  for (int t = 0; t < threads; ++t)
+    ts.emplace_back([&, t] {
+      const double c0 = cpu_now(CLOCK_THREAD_CPUTIME_ID);
+      sink[static_cast<size_t>(t)] = vnni_chains<C>(rounds);
+      tcpu[static_cast<size_t>(t)] = cpu_now(CLOCK_THREAD_CPUTIME_ID) - c0;
+    });
+  for (auto& t : ts) t.join();
+  const double s = secs(t0, Clock::now());
+  if (sink[0] == 42) std::printf("#\n");
+  *wall = static_cast<double>(rounds) * C * threads / s;
+  *cpu = 0;
+  for (double c : tcpu) *cpu += static_cast<double>(rounds) * C / c;
+}
+
+// Best of 3 per chain count; *per_core: the 1-thread peak per CPU-second (GOPS).
+void peak(double* per_core) {
+  for (int threads : {1, 2}) {
+    double best = 0, best_wall = 0;
+    int best_c = 0;
+    for (int c : {4, 8, 12, 16, 24}) {
+      double r = 0, rw = 0;
+      for (int rep = 0; rep < 3; ++rep) {
+        double w = 0, v = 0;
+        if (c == 4) vnni_rate<4>(threads, &w, &v);
+        if (c == 8) vnni_rate<8>(threads, &w, &v);
+        if (c == 12) vnni_rate<12>(threads, &w, &v);
+        if (c == 16) vnni_rate<16>(threads, &w, &v);
+        if (c == 24) vnni_rate<24>(threads, &w, &v);
+        r = std::max(r, v);
+        rw = std::max(rw, w);
+      }
+      std::printf(
+          "{\"bench\":\"vnni_peak_chains\",\"threads\":%d,\"chains\":%d,\"instr_per_cpu_ns\":%.3f,\"gops\":%.1f,"
+          "\"gops_wall\":%.1f}\n",
+          threads, c, r / 1e9, r * 128 / 1e9, rw * 128 / 1e9);
+      if (r > best) best = r, best_c = c;
+      best_wall = std::max(best_wall, rw);
+    }
+    std::printf(
+        "{\"bench\":\"vnni_peak\",\"threads\":%d,\"chains\":%d,\"instr_per_cpu_ns\":%.3f,\"gmacs\":%.1f,"
+        "\"gops\":%.1f,\"gops_per_core\":%.1f,\"gops_wall\":%.1f}\n",
+        threads, best_c, best / 1e9, best * 64 / 1e9, best * 128 / 1e9, best * 128 / 1e9 / threads,
+        best_wall * 128 / 1e9);
+    if (threads == 1) *per_core = best * 128 / 1e9;
+  }
+  std::fflush(stdout);
+}
+#endif
+
+struct Shape {
+  const char* model;
+  const char* name;
+  int64_t n, k, m;
+};
+
+// Prefill 512 tokens. Dense matrices see all 512 rows; a routed expert the
+// batch-union of the tokens routed to it, on average 512 x top-k / experts.
+const Shape kShapes[] = {
+    // GLM-5.2 slice (tools/make_model.py --preset glm52-slice): hidden 6144,
+    // q_lora 2048, kv_lora 512 + rope 64, 64 heads x 256, dense MLP 12288,
+    // experts 2048, 32 experts top-8 (128 rows each).
+    {"slice", "q_a", 2048, 6144, 512},
+    {"slice", "q_b", 16384, 2048, 512},
+    {"slice", "kv_a", 576, 6144, 512},
+    {"slice", "o_proj", 6144, 16384, 512},
+    {"slice", "dense_gate", 12288, 6144, 512},
+    {"slice", "dense_down", 6144, 12288, 512},
+    {"slice", "expert_gate", 2048, 6144, 128},
+    {"slice", "expert_down", 6144, 2048, 128},
+    // models/glm5-strata-tiny: hidden 256, q_lora 128, kv_lora 64 + rope 16,
+    // 4 heads x 48 (q), o from 4 x 32, dense MLP 512, experts 128, 16
+    // experts top-4 (128 rows each).
+    {"tiny", "q_a", 128, 256, 512},
+    {"tiny", "q_b", 192, 128, 512},
+    {"tiny", "kv_a", 80, 256, 512},
+    {"tiny", "o_proj", 256, 128, 512},
+    {"tiny", "dense_gate", 512, 256, 512},
+    {"tiny", "dense_down", 256, 512, 512},
+    {"tiny", "expert_gate", 128, 256, 128},
+    {"tiny", "expert_down", 256, 128, 128},
+};
+
+Weight make_int8(int64_t n, int64_t k, std::mt19937& rng) {
+  std::normal_distribution<float> nd(0.0f, 0.02f);
+  Weight w;
+  w.format = WeightFormat::INT8;
+  w.rows = n;
+  w.cols = k;
+  w.group = 32;
+  const int64_t rb = quant_row_bytes(QuantBits::Int8, k), ng = quant_groups(k, 32);
+  w.data.resize(static_cast<size_t>(n * rb));
+  w.scales.resize(static_cast<size_t>(n * ng));
+  std::vector<float> row(static_cast<size_t>(k));
+  for (int64_t r = 0; r < n; ++r) {
+    for (auto& v : row) v = nd(rng);
+    quantize_row(QuantBits::Int8, 32, row.data(), k, w.data.data() + r * rb, w.scales.data() + r * ng);
+  }
+  return w;
+}
+
+int run(int argc, char** argv) {
+  int reps = 5, threads = 1;
+  std::string which = "all", name;  // name: one shape only (e.g. expert_gate)
+  bool peak_only = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--reps" && i + 1 < argc) {
+      reps = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--threads" && i + 1 < argc) {
+      threads = std::max(1, std::atoi(argv[++i]));
+    } else if (a == "--shapes" && i + 1 < argc) {
+      which = argv[++i];
+    } else if (a == "--name" && i + 1 < argc) {
+      name = argv[++i];
+    } else if (a == "--peak-only") {
+      peak_only = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--peak-only]\n");
+      return 2;
+    }
+  }
+  std::printf("{\"bench\":\"load\",\"when\":\"start\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
+  double peak1 = 0;
+#if defined(__x86_64__)
+  if (kernel_path_supported(KernelPath::Avx512Vnni)) peak(&peak1);
+#endif
+  if (peak1 == 0) std::printf("{\"bench\":\"vnni_peak\",\"error\":\"no AVX-512 VNNI on this CPU\"}\n");
+  if (!peak_only) {
+    std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+    ComputeOptions oo, no;
+    oo.packed = false;
+    no.packed = true;
+    const Compute cold(pool.get(), oo), cnew(pool.get(), no);
+    std::mt19937 rng(3);
+    for (const Shape& s : kShapes) {
+      if ((which != "all" && which != s.model) || (!name.empty() && name != s.name)) continue;
+      const Weight w = make_int8(s.n, s.k, rng);
+      std::vector<float> x(static_cast<size_t>(s.m * s.k));
+      std::normal_distribution<float> nd(0.0f, 1.0f);
+      for (auto& v : x) v = nd(rng);
+      std::vector<float> yo(static_cast<size_t>(s.m * s.n)), yn(yo.size());
+      MatmulScratch so, sn;
+      matmul(cold, w, x.data(), s.m, yo.data(), so);  // warm-up, and the equality check
+      matmul(cnew, w, x.data(), s.m, yn.data(), sn);
+      const bool same = std::memcmp(yo.data(), yn.data(), yo.size() * sizeof(float)) == 0;
+      // Calls per timed sample: about 40 ms of work each.
+      const double c0 = cpu_now(CLOCK_PROCESS_CPUTIME_ID);
+      matmul(cold, w, x.data(), s.m, yo.data(), so);
+      const double one = std::max(1e-6, (cpu_now(CLOCK_PROCESS_CPUTIME_ID) - c0) / threads);
+      const int inner = std::max(1, static_cast<int>(0.04 / one));
+      std::vector<double> to, tn, co, cn;  // wall and CPU seconds per call
+      for (int rep = 0; rep < reps; ++rep)
+        for (int v = 0; v < 2; ++v) {
+          const Compute& c = v == 0 ? cold : cnew;
+          std::vector<float>& y = v == 0 ? yo : yn;
+          MatmulScratch& sc = v == 0 ? so : sn;
+          const auto a = Clock::now();
+          const double ca = cpu_now(CLOCK_PROCESS_CPUTIME_ID);
+          for (int i = 0; i < inner; ++i) matmul(c, w, x.data(), s.m, y.data(), sc);
+          (v == 0 ? co : cn).push_back((cpu_now(CLOCK_PROCESS_CPUTIME_ID) - ca) / inner);
+          (v == 0 ? to : tn).push_back(secs(a, Clock::now()) / inner);
+        }
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double mo = median(to), mn = median(tn), cpo = median(co), cpn = median(cn);
+      const double ops = 2.0 * static_cast<double>(s.n) * static_cast<double>(s.k) * static_cast<double>(s.m);
+      // Fraction of peak: GOPS per CPU-second over the 1-thread peak per
+      // CPU-second (with 2 threads the pool's waiting spin counts as CPU time,
+      // so this understates a little).
+      std::printf(
+          "{\"bench\":\"gemm\",\"model\":\"%s\",\"name\":\"%s\",\"n\":%lld,\"k\":%lld,\"m\":%lld,\"threads\":%d,"
+          "\"old_ms\":%.3f,\"new_ms\":%.3f,\"old_gops_cpu\":%.1f,\"new_gops_cpu\":%.1f,\"old_frac_peak\":%.3f,"
+          "\"new_frac_peak\":%.3f,\"speedup_wall\":%.3f,\"speedup_cpu\":%.3f,\"identical\":%s}\n",
+          s.model, s.name, static_cast<long long>(s.n), static_cast<long long>(s.k), static_cast<long long>(s.m),
+          threads, mo * 1e3, mn * 1e3, ops / cpo / 1e9, ops / cpn / 1e9, peak1 > 0 ? ops / cpo / 1e9 / peak1 : 0.0,
+          peak1 > 0 ? ops / cpn / 1e9 / peak1 : 0.0, mo / mn, cpo / cpn, same ? "true" : "false");
+      std::fflush(stdout);
+    }
+  }
+  std::printf("{\"bench\":\"load\",\"when\":\"end\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace strata
+
+int main(int argc, char** argv) { return strata::run(argc, argv); }
