@@ -159,8 +159,10 @@ TEST(Allocation, DecodeStepAllocatesNothingResident) {
 // its rows share) varies with timing under --spec auto; the forward's
 // scratch must not. After one forward of 8 rows, forwards of 1..8 rows
 // allocate nothing, including rows that all pick the same experts (the same
-// token repeated: the most rows one expert can get). Before the MoE sized
-// its per-expert scratch by the forward's rows, this counted allocations.
+// token repeated: the most rows one expert can get). Before attention's
+// scores and the indexer's buffers were sized for the most keys a row can
+// attend (not this step's count, nor by the path a step takes), this
+// counted 16 allocations.
 TEST(Allocation, ForwardAfterALargerOneAllocatesNothing) {
   const std::string dir = kSrc + "/tests/fixtures/glm5-tiny-bf16";
   EngineOptions o;
