@@ -47,7 +47,7 @@ void add_trace_command(CLI::App& app, Runner& run) {
       std::vector<int32_t> ids = read_ids_file(rf->ids_file, e.config().vocab_size);
       if (rf->max_tokens > 0 && static_cast<int64_t>(ids.size()) > rf->max_tokens)
         ids.resize(static_cast<size_t>(rf->max_tokens));
-      const RoutingTrace t =
+      const RecordedTrace t =
           record_routing(e, ids, rf->chunk, rf->window, rf->engine.model, fmt::format("{:016x}", model_fingerprint(e.model())));
       write_routing_trace(rf->out, t);
       if (!rf->engine.quiet)
@@ -90,7 +90,7 @@ void add_trace_command(CLI::App& app, Runner& run) {
     run = [pf]() -> int {
       const EngineFlags& ef = pf->engine;
       if (!is_container(ef.model)) fail("--model {}: trace replay needs a strata container (strata convert)", ef.model);
-      const RoutingTrace t = read_routing_trace(pf->trace);
+      const RecordedTrace t = read_routing_trace(pf->trace);
       ExpertFiles files;
       files.dir = ef.model;
       files.manifest = std::make_shared<const Manifest>(read_manifest(ef.model));

@@ -41,7 +41,7 @@ void RoutingRecorder::routed(int64_t layer, int64_t n, int64_t k, const int32_t*
   }
 }
 
-RoutingTrace record_routing(Engine& e, std::span<const int32_t> ids, int64_t chunk, int64_t window, const std::string& model,
+RecordedTrace record_routing(Engine& e, std::span<const int32_t> ids, int64_t chunk, int64_t window, const std::string& model,
                             const std::string& fingerprint) {
   const ModelConfig& c = e.config();
   std::vector<int64_t> moe;
@@ -70,14 +70,14 @@ RoutingTrace record_routing(Engine& e, std::span<const int32_t> ids, int64_t chu
     throw;
   }
   e.runner().set_routing_observer(nullptr);
-  RoutingTrace t = std::move(rec.trace());
+  RecordedTrace t = std::move(rec.trace());
   if (t.tokens != T) fail("routing trace: recorded {} tokens of {}", t.tokens, T);
   t.model = model;
   t.fingerprint = fingerprint;
   return t;
 }
 
-void write_routing_trace(const std::string& path, const RoutingTrace& t) {
+void write_routing_trace(const std::string& path, const RecordedTrace& t) {
   Json h;
   h["format"] = "strata-routing-trace";
   h["version"] = 1;
@@ -106,12 +106,12 @@ void write_routing_trace(const std::string& path, const RoutingTrace& t) {
   write_file_atomic(path, out);
 }
 
-RoutingTrace read_routing_trace(const std::string& path) {
+RecordedTrace read_routing_trace(const std::string& path) {
   std::ifstream f(path);
   if (!f) fail("{}: cannot open the routing trace", path);
   std::string line;
   if (!std::getline(f, line)) fail("{}: empty (expected a strata-routing-trace header line)", path);
-  RoutingTrace t;
+  RecordedTrace t;
   Json h = parse_json(line, path + ":1");
   if (!h.is_object() || h.value("format", "") != "strata-routing-trace")
     fail("{}:1: not a strata routing trace (\"format\" is not \"strata-routing-trace\")", path);

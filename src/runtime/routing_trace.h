@@ -16,7 +16,7 @@ namespace strata {
 
 class Engine;
 
-struct RoutingTrace {
+struct RecordedTrace {
   std::string model;         // where it was recorded from
   std::string fingerprint;   // the model's fingerprint (hex)
   std::vector<int64_t> layers;  // the MoE layers, in order
@@ -43,10 +43,10 @@ class RoutingRecorder final : public RoutingObserver {
  public:
   RoutingRecorder(std::vector<int64_t> moe_layers, int64_t experts, int64_t top_k);
   void routed(int64_t layer, int64_t n, int64_t k, const int32_t* chosen, const int32_t* predicted_next) override;
-  RoutingTrace& trace() { return t_; }
+  RecordedTrace& trace() { return t_; }
 
  private:
-  RoutingTrace t_;
+  RecordedTrace t_;
   std::vector<int32_t> index_;  // layer -> position in t_.layers, -1 if not MoE
   int64_t base_ = 0;            // the first token of the current forward
 };
@@ -56,13 +56,13 @@ class RoutingRecorder final : public RoutingObserver {
 // `window` > 0: the ids are independent sequences of that many tokens (each
 // from position 0, in a fresh session), as a model trained at that context
 // is evaluated; 0: one sequence.
-RoutingTrace record_routing(Engine& e, std::span<const int32_t> ids, int64_t chunk, int64_t window,
+RecordedTrace record_routing(Engine& e, std::span<const int32_t> ids, int64_t chunk, int64_t window,
                             const std::string& model, const std::string& fingerprint);
 
 // JSON lines: a header line, then one line per token (docs/streaming.md).
 // Written to a temp file and renamed.
-void write_routing_trace(const std::string& path, const RoutingTrace& t);
+void write_routing_trace(const std::string& path, const RecordedTrace& t);
 // Reads and checks one (errors name the file, the line and the field).
-RoutingTrace read_routing_trace(const std::string& path);
+RecordedTrace read_routing_trace(const std::string& path);
 
 }  // namespace strata

@@ -13,7 +13,7 @@ double now_s() {
 }
 }  // namespace
 
-TraceMapping map_trace(const RoutingTrace& t, const std::vector<int64_t>& container_layers, int64_t container_experts) {
+TraceMapping map_trace(const RecordedTrace& t, const std::vector<int64_t>& container_layers, int64_t container_experts) {
   if (container_layers.empty()) fail("trace replay: the container has no MoE layer");
   if (container_experts < 1) fail("trace replay: the container has no routed experts");
   TraceMapping m;
@@ -37,7 +37,7 @@ TraceMapping map_trace(const RoutingTrace& t, const std::vector<int64_t>& contai
   return m;
 }
 
-ReplayResult replay_trace(const RoutingTrace& t, const TraceMapping& m, ExpertStore& store, bool prefetch,
+ReplayResult replay_trace(const RecordedTrace& t, const TraceMapping& m, ExpertStore& store, bool prefetch,
                           int64_t max_tokens) {
   const int64_t Lt = static_cast<int64_t>(t.layers.size()), K = t.top_k;
   const int64_t T = max_tokens > 0 ? std::min(max_tokens, t.tokens) : t.tokens;

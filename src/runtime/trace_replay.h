@@ -26,7 +26,7 @@ struct TraceMapping {
   int64_t groups = 1;           // m
   std::string describe;         // one line, for the report
 };
-TraceMapping map_trace(const RoutingTrace& t, const std::vector<int64_t>& container_layers, int64_t container_experts);
+TraceMapping map_trace(const RecordedTrace& t, const std::vector<int64_t>& container_layers, int64_t container_experts);
 
 struct ReplayResult {
   int64_t tokens = 0;
@@ -39,7 +39,7 @@ struct ReplayResult {
 // for the next layer (store.prefetch, when `prefetch`), then the union of the
 // token's experts through begin()/next() in chunks of max_batch(), as the
 // MoE asks for them. `max_tokens` > 0 stops early.
-ReplayResult replay_trace(const RoutingTrace& t, const TraceMapping& m, ExpertStore& store, bool prefetch,
+ReplayResult replay_trace(const RecordedTrace& t, const TraceMapping& m, ExpertStore& store, bool prefetch,
                           int64_t max_tokens = 0);
 
 }  // namespace strata

@@ -694,8 +694,8 @@ namespace {
 
 // A trace of one expert per token (top-1) over the fixture's 3 MoE layers,
 // every layer the same sequence.
-RoutingTrace synthetic_trace(const std::vector<int32_t>& seq, int64_t experts) {
-  RoutingTrace t;
+RecordedTrace synthetic_trace(const std::vector<int32_t>& seq, int64_t experts) {
+  RecordedTrace t;
   t.layers = {1, 2, 3};
   t.experts = experts;
   t.top_k = 1;
@@ -727,7 +727,7 @@ TEST_F(ExpertStoreTest, LfuKeepsTheHotExpertThatLruEvictsOnASyntheticTrace) {
     seq.push_back(static_cast<int32_t>((2 * c - 2) % 7 + 1));
     seq.push_back(static_cast<int32_t>((2 * c - 1) % 7 + 1));
   }
-  const RoutingTrace t = synthetic_trace(seq, 8);
+  const RecordedTrace t = synthetic_trace(seq, 8);
   const TraceMapping map = map_trace(t, {1, 2, 3}, 8);
   EXPECT_EQ(map.groups, 1);
   for (CachePolicy policy : {CachePolicy::Lru, CachePolicy::Lfu}) {
@@ -774,7 +774,7 @@ TEST_F(ExpertStoreTest, RecordedTraceReplaysToTheDecodesOwnCounts) {
       r.forward({&row, 1}, {}, logits.data(), nullptr);
     }
   }
-  RoutingTrace t = rec.trace();
+  RecordedTrace t = rec.trace();
   ASSERT_EQ(t.tokens, static_cast<int64_t>(ids.size()));
   for (int32_t e : t.chosen) ASSERT_TRUE(e >= 0 && e < 8);
   for (size_t li = 1; li < 3; ++li) EXPECT_GE(t.predicted_at(0, li)[0], 0) << "layer " << li << " has a prediction";
@@ -784,7 +784,7 @@ TEST_F(ExpertStoreTest, RecordedTraceReplaysToTheDecodesOwnCounts) {
   t.model = "fixture";
   t.fingerprint = "0123";
   write_routing_trace(d.file("t.jsonl"), t);
-  const RoutingTrace back = read_routing_trace(d.file("t.jsonl"));
+  const RecordedTrace back = read_routing_trace(d.file("t.jsonl"));
   EXPECT_EQ(back.chosen, t.chosen);
   EXPECT_EQ(back.predicted, t.predicted);
   EXPECT_EQ(back.layers, t.layers);
@@ -810,7 +810,7 @@ TEST_F(ExpertStoreTest, RecordedTraceReplaysToTheDecodesOwnCounts) {
 
 // Container experts that outnumber the trace's: m trace layers side by side.
 TEST(TraceMapping, FoldsTraceLayersWhenTheContainerHasMoreExperts) {
-  RoutingTrace t;
+  RecordedTrace t;
   t.layers = {1, 2, 3, 4};
   t.experts = 16;
   t.top_k = 4;
