@@ -416,6 +416,16 @@ int status_of(const std::string& answer) {
   return std::atoi(answer.c_str() + 9);
 }
 
+// How much a bounded request may grow the server's peak RSS (KiB). Under
+// AddressSanitizer the shadow memory and the quarantine of freed blocks
+// count too (measured 2.1-2.3 MiB for the header test): the bound there is
+// 8 MiB, still well under what an unbounded transport reached (+16-20 MiB).
+#if defined(__SANITIZE_ADDRESS__)
+constexpr long kRssGrowthKb = 8192;
+#else
+constexpr long kRssGrowthKb = 2048;
+#endif
+
 // The process's peak RSS since reset_peak_rss() (Linux: clear_refs 5).
 void reset_peak_rss() {
   if (FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
@@ -464,7 +474,7 @@ TEST(ServerTransport, ChunkedBodyOverTheCapIs413WhileReading) {
   const Exchange x = exchange(s.port(), kChunkedHead, piece, size_t{8} << 20, "0\r\n\r\n");
   const long peak = rss_kb("VmHWM:");
   expect_openai_error(x.answer, 413);
-  EXPECT_LT(peak - before, 2048) << "peak RSS grew " << peak - before << " KiB";
+  EXPECT_LT(peak - before, kRssGrowthKb) << "peak RSS grew " << peak - before << " KiB";
   // A chunked body within the cap is read and answered.
   const std::string ok = R"({"prompt":"hi","max_tokens":1})";
   std::string head = kChunkedHead;
@@ -506,7 +516,7 @@ TEST(ServerTransport, OversizedHeadersAre431) {
   const long peak = rss_kb("VmHWM:");
   expect_openai_error(line.answer, 431);
   expect_openai_error(headers.answer, 431);
-  EXPECT_LT(peak - before, 2048) << "peak RSS grew " << peak - before << " KiB";
+  EXPECT_LT(peak - before, kRssGrowthKb) << "peak RSS grew " << peak - before << " KiB";
   EXPECT_EQ(s.get("/health").first, 200);
 }
 
