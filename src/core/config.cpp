@@ -125,6 +125,30 @@ void parse_quantization(const Reader& r, ModelConfig& c) {
   }
 }
 
+// The sigmoid router with correction bias, groups and routed scaling, plus
+// shared experts (glm_moe_dsa, glm4_moe); `shared_default` is the family's
+// n_shared_experts when the field is absent.
+void parse_sigmoid_router(const Reader& r, ModelConfig& c, int64_t shared_default) {
+  const std::string& origin = r.origin;
+  c.router = RouterKind::SigmoidGroups;
+  c.n_routed_experts = r.integer("n_routed_experts", 1, kMaxExperts);
+  c.num_experts_per_tok = r.integer("num_experts_per_tok", 1, c.n_routed_experts);
+  c.n_shared_experts = r.integer("n_shared_experts", 0, 64, shared_default);
+  c.n_group = r.integer("n_group", 1, c.n_routed_experts, 1);
+  c.topk_group = r.integer("topk_group", 1, c.n_group, 1);
+  if (c.n_routed_experts % c.n_group != 0)
+    fail("{}: n_routed_experts {} is not divisible by n_group {}", origin, c.n_routed_experts, c.n_group);
+  if (c.n_group > 1 && c.n_routed_experts / c.n_group < 2)
+    fail("{}: group-limited routing needs at least 2 experts per group", origin);
+  if (c.num_experts_per_tok > c.topk_group * (c.n_routed_experts / c.n_group))
+    fail("{}: num_experts_per_tok {} exceeds the experts in topk_group {} groups", origin,
+         c.num_experts_per_tok, c.topk_group);
+  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
+  c.routed_scaling_factor = static_cast<float>(r.number("routed_scaling_factor", 0.0, 1e4, 1.0));
+  if (const Json* sf = r.get("scoring_func"); sf && (!sf->is_string() || sf->get<std::string>() != "sigmoid"))
+    fail("{}: scoring_func {} is not supported (only \"sigmoid\")", origin, sf->dump());
+}
+
 // qwen3_moe (Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Coder-480B): GQA with
 // per-head q/k RMSNorm, softmax top-k routing, no shared expert, MoE layers
 // by decoder_sparse_step and mlp_only_layers, no MTP layer.
@@ -147,6 +171,8 @@ void parse_qwen3_moe(const Reader& r, ModelConfig& c) {
          c.num_key_value_heads);
   c.head_dim = r.integer("head_dim", 2, kMaxHeadDim, c.hidden_size / c.num_attention_heads);
   if (c.head_dim < 2 || c.head_dim % 2 != 0) fail("{}: head_dim {} must be even and at least 2", origin, c.head_dim);
+  c.rotary_dim = c.head_dim;
+  c.qk_norm = true;
   c.max_position_embeddings = r.integer("max_position_embeddings", 1, kMaxPositions, 4096);
   c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-6));
   c.rope_theta = parse_rope_theta(r);
@@ -177,6 +203,58 @@ void parse_qwen3_moe(const Reader& r, ModelConfig& c) {
   parse_quantization(r, c);
 }
 
+// glm4_moe (GLM-4.5, GLM-4.6, GLM-4.7, GLM-4.5-Air): GQA with partial
+// rotary (the first head_dim * partial_rotary_factor dims of each head,
+// half-split), q/k/v bias when attention_bias, per-head q/k RMSNorm when
+// use_qk_norm, the sigmoid router of glm_moe_dsa (correction bias, groups,
+// routed scaling), shared experts, the first first_k_dense_replace layers
+// dense, an MTP layer when num_nextn_predict_layers = 1. Defaults are
+// transformers' Glm4MoeConfig defaults.
+void parse_glm4_moe(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  c.attention = AttentionKind::Gqa;
+  c.vocab_size = r.integer("vocab_size", 1, kMaxVocab);
+  c.hidden_size = r.integer("hidden_size", 1, kMaxHidden);
+  c.num_hidden_layers = r.integer("num_hidden_layers", 1, kMaxLayers);
+  c.intermediate_size = r.integer("intermediate_size", 1, kMaxWidth);
+  c.moe_intermediate_size = r.integer("moe_intermediate_size", 1, kMaxWidth);
+  parse_sigmoid_router(r, c, 1);
+  c.num_attention_heads = r.integer("num_attention_heads", 1, kMaxHeads);
+  c.num_key_value_heads = r.integer("num_key_value_heads", 1, c.num_attention_heads);
+  if (c.num_attention_heads % c.num_key_value_heads != 0)
+    fail("{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", origin, c.num_attention_heads,
+         c.num_key_value_heads);
+  c.head_dim = r.integer("head_dim", 2, kMaxHeadDim, c.hidden_size / c.num_attention_heads);
+  if (c.head_dim < 2 || c.head_dim % 2 != 0) fail("{}: head_dim {} must be even and at least 2", origin, c.head_dim);
+  // partial_rotary_factor: top level, or inside rope_parameters (transformers v5).
+  double factor = r.number("partial_rotary_factor", 1e-6, 1.0, 0.5);
+  if (const Json* rp = r.get("rope_parameters"); rp && rp->is_object() && rp->contains("partial_rotary_factor"))
+    factor = Reader{*rp, origin}.number("partial_rotary_factor", 1e-6, 1.0);
+  c.rotary_dim = static_cast<int64_t>(static_cast<double>(c.head_dim) * factor);  // int() as transformers
+  if (c.rotary_dim < 2 || c.rotary_dim % 2 != 0)
+    fail("{}: partial_rotary_factor {} gives {} rotary dims of head_dim {} (must be even and at least 2)", origin,
+         factor, c.rotary_dim, c.head_dim);
+  c.attention_bias = r.boolean("attention_bias", false);
+  c.qk_norm = r.boolean("use_qk_norm", false);
+  c.max_position_embeddings = r.integer("max_position_embeddings", 1, kMaxPositions, 131072);
+  c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-5));
+  c.rope_theta = parse_rope_theta(r);
+  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0, 1, 0);
+  if (const Json* act = r.get("hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
+    fail("{}: hidden_act {} is not supported (only \"silu\")", origin, act->dump());
+  if (r.boolean("tie_word_embeddings", false))
+    fail("{}: tie_word_embeddings=true is not supported (strata needs a separate lm_head)", origin);
+  parse_special_tokens(r, c);
+
+  // The first first_k_dense_replace layers are dense, the rest MoE.
+  const int64_t L = c.num_hidden_layers;
+  const int64_t k = r.integer("first_k_dense_replace", 0, L, 1);
+  c.layer_is_moe.assign(static_cast<size_t>(L), false);
+  for (int64_t i = 0; i < L; ++i) c.layer_is_moe[static_cast<size_t>(i)] = i >= k;
+  c.layer_indexer_full.assign(static_cast<size_t>(L), false);
+  parse_quantization(r, c);
+}
+
 // glm_moe_dsa (GLM-5, GLM-5.2): MLA with the DSA indexer, sigmoid routing with
 // a correction bias and groups, shared experts, first dense layers, MTP layer.
 void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
@@ -187,22 +265,7 @@ void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
   c.num_hidden_layers = r.integer("num_hidden_layers", 1, kMaxLayers);
   c.intermediate_size = r.integer("intermediate_size", 1, kMaxWidth);
   c.moe_intermediate_size = r.integer("moe_intermediate_size", 1, kMaxWidth);
-  c.n_routed_experts = r.integer("n_routed_experts", 1, kMaxExperts);
-  c.num_experts_per_tok = r.integer("num_experts_per_tok", 1, c.n_routed_experts);
-  c.n_shared_experts = r.integer("n_shared_experts", 0, 64, 0);
-  c.n_group = r.integer("n_group", 1, c.n_routed_experts, 1);
-  c.topk_group = r.integer("topk_group", 1, c.n_group, 1);
-  if (c.n_routed_experts % c.n_group != 0)
-    fail("{}: n_routed_experts {} is not divisible by n_group {}", origin, c.n_routed_experts, c.n_group);
-  if (c.n_group > 1 && c.n_routed_experts / c.n_group < 2)
-    fail("{}: group-limited routing needs at least 2 experts per group", origin);
-  if (c.num_experts_per_tok > c.topk_group * (c.n_routed_experts / c.n_group))
-    fail("{}: num_experts_per_tok {} exceeds the experts in topk_group {} groups", origin,
-         c.num_experts_per_tok, c.topk_group);
-  c.norm_topk_prob = r.boolean("norm_topk_prob", true);
-  c.routed_scaling_factor = static_cast<float>(r.number("routed_scaling_factor", 0.0, 1e4, 1.0));
-  if (const Json* sf = r.get("scoring_func"); sf && (!sf->is_string() || sf->get<std::string>() != "sigmoid"))
-    fail("{}: scoring_func {} is not supported (only \"sigmoid\")", origin, sf->dump());
+  parse_sigmoid_router(r, c, 0);
 
   c.num_attention_heads = r.integer("num_attention_heads", 1, kMaxHeads);
   c.q_lora_rank = r.integer("q_lora_rank", 1, kMaxWidth);
@@ -299,9 +362,11 @@ ModelConfig parse_model_config(const Json& j, const std::string& origin) {
     parse_glm_moe_dsa(r, c);
   else if (c.model_type == "qwen3_moe")
     parse_qwen3_moe(r, c);
+  else if (c.model_type == "glm4_moe")
+    parse_glm4_moe(r, c);
   else
-    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\" and \"qwen3_moe\")", origin,
-         c.model_type);
+    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\", \"qwen3_moe\" and \"glm4_moe\")",
+         origin, c.model_type);
   return c;
 }
 

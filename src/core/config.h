@@ -1,10 +1,11 @@
 // The typed, validated model configuration (Hugging Face config.json of a
-// supported family: glm_moe_dsa, qwen3_moe). Every dimension is bounded
+// supported family: glm_moe_dsa, qwen3_moe, glm4_moe). Every dimension is bounded
 // before anything is allocated from it; a hostile config fails with a message
 // naming the field.
 //
 // A family is a description, not a fork: which attention (MLA with the DSA
-// indexer, or GQA with per-head q/k norms), which router (sigmoid scores with
+// indexer, or GQA with its variations: partial rotary, q/k/v bias, optional
+// per-head q/k norms), which router (sigmoid scores with
 // a correction bias and group limits, or softmax top-k), whether layers have
 // a shared expert, the dense/MoE layer pattern (layer_is_moe) and the tensor
 // names that follow from the attention kind. The forward branches on these
@@ -21,7 +22,8 @@ namespace strata {
 
 enum class AttentionKind : uint8_t {
   Mla,  // multi-head latent attention (+ DSA indexer): glm_moe_dsa
-  Gqa,  // grouped-query attention, per-head RMSNorm on q and k, half-split RoPE: qwen3_moe
+  Gqa,  // grouped-query attention, half-split RoPE over the first rotary_dim dims of each head,
+        // optional q/k/v bias and per-head q/k RMSNorm: qwen3_moe, glm4_moe
 };
 
 enum class RouterKind : uint8_t {
@@ -50,6 +52,14 @@ struct ModelConfig {
   // GQA only (zero for MLA): kv heads, the per-head width of q, k and v.
   int64_t num_key_value_heads = 0;
   int64_t head_dim = 0;
+  // GQA: the first rotary_dim dims of every q / k head rotate (half-split
+  // pairs (i, i + rotary_dim/2)), the rest pass through (glm4_moe's
+  // partial_rotary_factor; head_dim for qwen3_moe). attention_bias: q/k/v
+  // projections have a bias (o has none). qk_norm: RMSNorm over head_dim on
+  // every q and k head before RoPE.
+  int64_t rotary_dim = 0;
+  bool attention_bias = false;
+  bool qk_norm = false;
   // MLA only (zero for GQA).
   int64_t q_lora_rank = 0;
   int64_t kv_lora_rank = 0;

@@ -222,8 +222,15 @@ Plan layout(const Checkpoint* ckp, const ConvertOptions& o) {
       P.matrix(ap + ".k_proj.weight", kvw, D, fmt_for(o.attn_bits), g);
       P.matrix(ap + ".v_proj.weight", kvw, D, fmt_for(o.attn_bits), g);
       P.matrix(ap + ".o_proj.weight", D, H * hd, fmt_for(o.o_bits), g);
-      P.vector(ap + ".q_norm.weight", hd);
-      P.vector(ap + ".k_norm.weight", hd);
+      if (c.qk_norm) {
+        P.vector(ap + ".q_norm.weight", hd);
+        P.vector(ap + ".k_norm.weight", hd);
+      }
+      if (c.attention_bias) {
+        P.vector(ap + ".q_proj.bias", H * hd);
+        P.vector(ap + ".k_proj.bias", kvw);
+        P.vector(ap + ".v_proj.bias", kvw);
+      }
     } else {
       P.matrix(ap + ".q_a_proj.weight", c.q_lora_rank, D, fmt_for(o.attn_bits), g);
       P.vector(ap + ".q_a_layernorm.weight", c.q_lora_rank);

@@ -1,7 +1,9 @@
-// Grouped-query attention (AttentionKind::Gqa, qwen3_moe): q / k / v
-// projections, RMSNorm over head_dim on every q and k head, half-split RoPE
-// over the whole head, then softmax attention of each query head over the
-// causal keys of its kv head (heads / kv_heads query heads share one).
+// Grouped-query attention (AttentionKind::Gqa: qwen3_moe, glm4_moe): q / k /
+// v projections (+ bias when attention_bias), RMSNorm over head_dim on every
+// q and k head when qk_norm, half-split RoPE over the first rotary_dim dims of
+// each head (the rest pass through: glm4_moe's partial rotary), then softmax
+// attention of each query head over the causal keys of its kv head (heads /
+// kv_heads query heads share one).
 //
 // The cache holds per position the normed, roped keys and the values of
 // every kv head (LayerCache::k, v). A row's keys are written before any row
@@ -23,13 +25,13 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
   const AttentionWeights& aw = m_.weights.layers[static_cast<size_t>(L)].attn;
   const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
   const int64_t H = c.num_attention_heads, KH = c.num_key_value_heads, hd = c.head_dim;
-  const int64_t kvw = KH * hd, group = H / KH, half = hd / 2;
+  const int64_t kvw = KH * hd, group = H / KH, rd = c.rotary_dim, half = rd / 2;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   const float* xn = ws_.xn.data();
 
   float* rc = grow(ws_.rope_cos, static_cast<size_t>(n * half));
   float* rsn = grow(ws_.rope_sin, static_cast<size_t>(n * half));
-  for (int64_t r = 0; r < n; ++r) rope_angles(rows[r].pos, c.rope_theta, hd, rc + r * half, rsn + r * half);
+  for (int64_t r = 0; r < n; ++r) rope_angles(rows[r].pos, c.rope_theta, rd, rc + r * half, rsn + r * half);
 
   float* q = grow(ws_.q, static_cast<size_t>(n * H * hd));
   mm(aw.q, xn, n, q);
@@ -38,6 +40,15 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
   float* v = kv + n * kvw;
   mm(aw.k, xn, n, k);
   mm(aw.v, xn, n, v);
+  if (c.attention_bias) {
+    for (int64_t r = 0; r < n; ++r) {
+      for (int64_t i = 0; i < H * hd; ++i) q[r * H * hd + i] += aw.q_bias[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < kvw; ++i) {
+        k[r * kvw + i] += aw.k_bias[static_cast<size_t>(i)];
+        v[r * kvw + i] += aw.v_bias[static_cast<size_t>(i)];
+      }
+    }
+  }
 
   for (int64_t r = 0; r < n; ++r) {
     LayerCache& cache = rows[r].seq->layer(L);
@@ -46,13 +57,16 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
     const float* sn = rsn + r * half;
     for (int64_t h = 0; h < H; ++h) {
       float* qh = q + (r * H + h) * hd;
-      rmsnorm(qh, aw.q_norm.data(), hd, c.rms_norm_eps, qh);
-      rope_half(qh, cs, sn, hd);
+      if (c.qk_norm) rmsnorm(qh, aw.q_norm.data(), hd, c.rms_norm_eps, qh);
+      rope_half(qh, cs, sn, rd);
     }
     for (int64_t h = 0; h < KH; ++h) {
       float* kh = cache.k.data() + p * kvw + h * hd;
-      rmsnorm(k + r * kvw + h * hd, aw.k_norm.data(), hd, c.rms_norm_eps, kh);
-      rope_half(kh, cs, sn, hd);
+      if (c.qk_norm)
+        rmsnorm(k + r * kvw + h * hd, aw.k_norm.data(), hd, c.rms_norm_eps, kh);
+      else
+        std::memcpy(kh, k + r * kvw + h * hd, static_cast<size_t>(hd) * sizeof(float));
+      rope_half(kh, cs, sn, rd);
     }
     std::memcpy(cache.v.data() + p * kvw, v + r * kvw, static_cast<size_t>(kvw) * sizeof(float));
   }

@@ -88,8 +88,15 @@ std::unique_ptr<Model> load_model(const std::string& dir, const LoadOptions& opt
       a.k = ld.w(ap + ".k_proj.weight", KH * hd, D);
       a.v = ld.w(ap + ".v_proj.weight", KH * hd, D);
       a.o = ld.w(ap + ".o_proj.weight", D, H * hd);
-      a.q_norm = ld.v(ap + ".q_norm.weight", hd);
-      a.k_norm = ld.v(ap + ".k_norm.weight", hd);
+      if (c.qk_norm) {
+        a.q_norm = ld.v(ap + ".q_norm.weight", hd);
+        a.k_norm = ld.v(ap + ".k_norm.weight", hd);
+      }
+      if (c.attention_bias) {
+        a.q_bias = ld.v(ap + ".q_proj.bias", H * hd);
+        a.k_bias = ld.v(ap + ".k_proj.bias", KH * hd);
+        a.v_bias = ld.v(ap + ".v_proj.bias", KH * hd);
+      }
     } else {
       a.q_a = ld.w(ap + ".q_a_proj.weight", c.q_lora_rank, D);
       a.q_a_norm = ld.v(ap + ".q_a_layernorm.weight", c.q_lora_rank);

@@ -29,12 +29,14 @@ struct AttentionWeights {
   std::vector<float> q_a_norm, kv_a_norm;
   bool has_indexer = false;
   IndexerWeights indexer;
-  // GQA (AttentionKind::Gqa): self_attn.{q,k,v}_proj, q_norm / k_norm over
-  // head_dim; o above is shared ([hidden, heads*head_dim] here).
+  // GQA (AttentionKind::Gqa): self_attn.{q,k,v}_proj (+ .bias when
+  // attention_bias), q_norm / k_norm over head_dim when qk_norm; o above is
+  // shared ([hidden, heads*head_dim] here).
   Weight q;  // [heads*head_dim, hidden]
   Weight k;  // [kv_heads*head_dim, hidden]
   Weight v;  // [kv_heads*head_dim, hidden]
-  std::vector<float> q_norm, k_norm;  // [head_dim]
+  std::vector<float> q_norm, k_norm;            // [head_dim], empty without qk_norm
+  std::vector<float> q_bias, k_bias, v_bias;    // [rows of q / k / v], empty without attention_bias
 };
 
 struct RouterWeights {
