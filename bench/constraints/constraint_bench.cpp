@@ -89,9 +89,15 @@ void run_masks(benchmark::State& state, Constraint& c, const JsonVocab& v) {
 const char* kJsonSchema = R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"number"},
     "xs":{"type":"array","items":{"type":"string","maxLength":8}}},"required":["name","n","xs"]})";
 
-void json_mask(benchmark::State& state, const std::string& vocab_name, const std::string& prefix) {
+// A string with a `pattern` (its DFA steps per decoded character; the whole
+// trie is walked: the plain-token length fast path does not apply).
+const char* kPatternSchema = R"({"type":"object","properties":{"name":{"type":"string",
+    "pattern":"^[A-Za-z][a-z ]{0,30}(-[0-9]{2})?$"}},"required":["name"]})";
+
+void json_mask(benchmark::State& state, const std::string& vocab_name, const std::string& prefix,
+               const char* schema = kJsonSchema) {
   const auto v = vocab(vocab_name);
-  JsonConstraint c(JsonGrammar::from_schema(nlohmann::ordered_json::parse(kJsonSchema)), v);
+  JsonConstraint c(JsonGrammar::from_schema(nlohmann::ordered_json::parse(schema)), v);
   if (!walk_in(c, byte_tokens(*v), prefix)) {
     fail_bench(state, "cannot walk in: " + prefix);
     return;
@@ -138,6 +144,12 @@ void register_all() {
                                      json_mask(s, vn, prefix);
                                    })
           ->Unit(benchmark::kMicrosecond);
+  for (const char* vn : {"tiny", "fake150k"})
+    benchmark::RegisterBenchmark(("JsonMask/" + std::string(vn) + "/in_pattern_string").c_str(),
+                                 [vn = std::string(vn)](benchmark::State& s) {
+                                   json_mask(s, vn, "{\"name\":\"hello wo", kPatternSchema);
+                                 })
+        ->Unit(benchmark::kMicrosecond);
   const std::vector<std::pair<std::string, std::string>> tool_states = {
       {"start", ""},
       {"in_name", "<tool_call>get_w"},
