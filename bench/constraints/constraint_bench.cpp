@@ -89,14 +89,32 @@ void run_masks(benchmark::State& state, Constraint& c, const JsonVocab& v) {
 const char* kJsonSchema = R"({"type":"object","properties":{"name":{"type":"string"},"n":{"type":"number"},
     "xs":{"type":"array","items":{"type":"string","maxLength":8}}},"required":["name","n","xs"]})";
 
-void json_mask(benchmark::State& state, const std::string& vocab_name, const std::string& prefix) {
+// A string with a `pattern` (its DFA steps per decoded character; the whole
+// trie is walked: the plain-token length fast path does not apply).
+const char* kPatternSchema = R"({"type":"object","properties":{"name":{"type":"string",
+    "pattern":"^[A-Za-z][a-z ]{0,30}(-[0-9]{2})?$"}},"required":["name"]})";
+
+void json_mask(benchmark::State& state, const std::string& vocab_name, const std::string& prefix,
+               const char* schema = kJsonSchema) {
   const auto v = vocab(vocab_name);
-  JsonConstraint c(JsonGrammar::from_schema(nlohmann::ordered_json::parse(kJsonSchema)), v);
+  JsonConstraint c(JsonGrammar::from_schema(nlohmann::ordered_json::parse(schema)), v);
   if (!walk_in(c, byte_tokens(*v), prefix)) {
     fail_bench(state, "cannot walk in: " + prefix);
     return;
   }
-  run_masks(state, c, *v);
+  if (state.range(0) == 0) {
+    run_masks(state, c, *v);
+    return;
+  }
+  // The walk itself: mask() at one state reuses its cached set, allowed() recomputes it.
+  std::vector<uint8_t> out;
+  size_t allowed = 0;
+  for (auto _ : state) {
+    allowed = c.allowed(out, {});
+    benchmark::DoNotOptimize(out.data());
+  }
+  if (allowed == 0) fail_bench(state, "the walk allows no token");
+  state.counters["allowed"] = static_cast<double>(allowed);
 }
 
 void tool_mask(benchmark::State& state, const std::string& vocab_name, const std::string& prefix) {
@@ -131,13 +149,24 @@ void register_all() {
       {"in_number", "{\"name\":\"x\",\"n\":12"},
       {"in_array", "{\"name\":\"x\",\"n\":1,\"xs\":[\"ab\","},
   };
-  for (const char* vn : {"tiny", "fake150k"})
-    for (const auto& [what, prefix] : json_states)
-      benchmark::RegisterBenchmark(("JsonMask/" + std::string(vn) + "/" + what).c_str(),
-                                   [vn = std::string(vn), prefix = prefix](benchmark::State& s) {
-                                     json_mask(s, vn, prefix);
+  for (const char* kind : {"JsonMask", "JsonWalk"}) {
+    const int64_t walk = std::string(kind) == "JsonWalk";
+    for (const char* vn : {"tiny", "fake150k"}) {
+      for (const auto& [what, prefix] : json_states)
+        benchmark::RegisterBenchmark((std::string(kind) + "/" + vn + "/" + what).c_str(),
+                                     [vn = std::string(vn), prefix = prefix](benchmark::State& s) {
+                                       json_mask(s, vn, prefix);
+                                     })
+            ->Arg(walk)
+            ->Unit(benchmark::kMicrosecond);
+      benchmark::RegisterBenchmark((std::string(kind) + "/" + vn + "/in_pattern_string").c_str(),
+                                   [vn = std::string(vn)](benchmark::State& s) {
+                                     json_mask(s, vn, "{\"name\":\"hello wo", kPatternSchema);
                                    })
+          ->Arg(walk)
           ->Unit(benchmark::kMicrosecond);
+    }
+  }
   const std::vector<std::pair<std::string, std::string>> tool_states = {
       {"start", ""},
       {"in_name", "<tool_call>get_w"},

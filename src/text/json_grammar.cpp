@@ -234,7 +234,7 @@ struct JsonSchemaCompiler {
     static const std::set<std::string> kKeywords = {
         "type",  "properties", "required", "additionalProperties", "enum",      "const",
         "items", "minItems",   "maxItems", "minLength",            "maxLength", "anyOf", "$ref",
-        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format"};
+        "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "format", "pattern"};
     bool has_other = false;
     for (auto it = s.begin(); it != s.end(); ++it) {
       if (kAnnotations.count(it.key())) continue;
@@ -287,7 +287,8 @@ struct JsonSchemaCompiler {
       if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
         n.types |= G::kObject;
       if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) n.types |= G::kArray;
-      if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) n.types |= G::kString;
+      if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") || s.contains("pattern"))
+        n.types |= G::kString;
       if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
           s.contains("exclusiveMaximum"))
         n.types |= G::kNumber;
@@ -340,6 +341,17 @@ struct JsonSchemaCompiler {
     if (s.contains("maxLength")) n.max_len = get_count(s, "maxLength", path);
     if (n.min_len > n.max_len) bad(path, "'minLength' is larger than 'maxLength'");
     if (s.contains("format")) compile_format(s, n, path);
+    if (s.contains("pattern")) {
+      const SJson& pt = s["pattern"];
+      if (!pt.is_string()) bad(path, "'pattern' must be a string");
+      if (s.contains("format")) bad(path, "'pattern' with 'format' is not supported");
+      try {
+        g.patterns_.push_back(JsonPattern::compile(pt.get<std::string>(), n.min_len, n.max_len));
+      } catch (const Error& e) {
+        bad(path, e.what());
+      }
+      n.pattern = static_cast<int32_t>(g.patterns_.size() - 1);
+    }
     compile_bounds(s, n, path);
 
     // Arrays.

@@ -7,7 +7,8 @@
 // minLength/maxLength, anyOf (branches of different JSON types),
 // $defs/definitions + local $ref (not recursive), minimum/maximum/
 // exclusiveMinimum/exclusiveMaximum (integer and number), multipleOf
-// (integers), format date/time/date-time/uuid/email. Annotations (title,
+// (integers), format date/time/date-time/uuid/email, pattern (a regex
+// subset compiled to a DFA: json_pattern.h). Annotations (title,
 // description, default, examples, $schema, $id, $comment, deprecated,
 // readOnly, writeOnly) are ignored; any other keyword throws strata::Error
 // naming it and where it is.
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "core/json.h"
+#include "text/json_pattern.h"
 
 namespace strata {
 
@@ -62,6 +64,7 @@ class JsonGrammar {
     bool bounded = false;
     int64_t int_lo = 0, int_hi = 0, frac_pos_max = 0, frac_neg_min = 0, multiple = 1;
     uint8_t format = 0;  // Format (strings)
+    int32_t pattern = -1;  // strings: index into patterns()
   };
   enum Format : uint8_t { kFmtNone, kFmtDate, kFmtTime, kFmtDateTime, kFmtUuid, kFmtEmail };
 
@@ -79,6 +82,7 @@ class JsonGrammar {
   const Node& node(int32_t i) const { return nodes_[static_cast<size_t>(i)]; }
   const std::vector<std::string>& literals(int32_t t) const { return lits_[static_cast<size_t>(t)]; }
   int32_t root() const { return root_; }
+  const JsonPattern& pattern(int32_t i) const { return patterns_[static_cast<size_t>(i)]; }
 
   // The first-byte class of a value starting with `c` (a Type bit; number
   // for '-' and digits; 0 when no value starts so).
@@ -103,6 +107,7 @@ class JsonGrammar {
   JsonGrammar();
   std::vector<Node> nodes_;
   std::vector<std::vector<std::string>> lits_;  // each sorted, unique
+  std::vector<JsonPattern> patterns_;
   int32_t root_ = 0;
 };
 

@@ -16,7 +16,7 @@ enum ArrPhase : uint8_t { A_START, A_NEXT, A_INVAL, A_AFTER };
 enum StrPhase : uint8_t { S_BODY, S_ESC, S_HEX };
 enum NumPhase : uint8_t { N_BEGIN, N_MINUS, N_ZERO, N_INT, N_DOT, N_FRAC, N_E, N_ESIGN, N_EXP };
 
-constexpr uint8_t kStrIsKey = 1, kStrHexD = 2, kStrFmt = 4;  // Str flags
+constexpr uint8_t kStrIsKey = 1, kStrHexD = 2, kStrFmt = 4, kStrPat = 8;  // Str flags
 constexpr uint8_t kNumIntOnly = 1, kNumBounded = 2, kNumNeg = 4;  // Num flags
 
 bool is_digit(uint8_t c) { return c >= '0' && c <= '9'; }
@@ -234,6 +234,7 @@ bool JsonState::start_value(int32_t node, uint8_t c) {
       f.kind = kStr;
       f.phase = S_BODY;
       if (n.format) f.flags = kStrFmt, f.small = n.format;
+      else if (n.pattern >= 0) f.flags = kStrPat;
       return push(f);
     case JsonGrammar::kNumber:
       f.kind = kNum;
@@ -494,6 +495,7 @@ bool JsonState::num_feed_bounded(Frame& f, uint8_t c, bool& redispatch) {
 
 bool JsonState::str_feed(Frame& f, uint8_t c) {
   if (f.flags & kStrFmt) return fmt_feed(f, c);
+  if (f.flags & kStrPat) return pat_feed(f, c);
   const bool key = f.flags & kStrIsKey;
   const JsonGrammar::Node* n = key ? nullptr : &g_->node(f.node);
   switch (f.phase) {
@@ -554,6 +556,102 @@ bool JsonState::str_feed(Frame& f, uint8_t c) {
       if (f.small == 1 && (f.flags & kStrHexD) && !(c >= '0' && c <= '7')) return false;  // no surrogates
       if (++f.small == 4) f.phase = S_BODY;
       return true;
+    default: return false;
+  }
+}
+
+// Strings with a pattern: the DFA steps with decoded code points. Frame use:
+// a = characters so far, b = UTF-8 continuation bytes still needed (bits
+// 0-1) and the sequence's length (bits 2-4), small = \u hex digits read,
+// mask = DFA state (bits 0-31) and the code point's bits read so far (32-63).
+// A byte that starts or continues a character is taken only if some code
+// point it can still become leads to a state that can match within maxLength.
+bool JsonState::pat_feed(Frame& f, uint8_t c) {
+  const JsonGrammar::Node& n = g_->node(f.node);
+  const JsonPattern& p = g_->pattern(n.pattern);
+  const int32_t s = static_cast<int32_t>(f.mask & 0xffffffffu);
+  const uint32_t part = static_cast<uint32_t>(f.mask >> 32);
+  const uint64_t room = n.max_len == UINT32_MAX ? UINT64_MAX : uint64_t{n.max_len} - f.a;  // characters left
+  auto take = [&](uint32_t cp) {
+    const int32_t t = p.step(s, cp);
+    if (t < 0 || p.dist(t) >= room) return false;
+    f.mask = static_cast<uint32_t>(t);
+    ++f.a;
+    f.b = 0;
+    f.phase = S_BODY;
+    return true;
+  };
+  auto pend = [&](uint32_t v) { f.mask = (uint64_t{v} << 32) | static_cast<uint32_t>(s); };
+  switch (f.phase) {
+    case S_BODY: {
+      const uint32_t need = f.b & 3;
+      if (need) {
+        if ((c & 0xC0) != 0x80) return false;
+        const uint32_t v = (part << 6) | (c & 0x3F);
+        if (need == 1) return take(v);
+        static constexpr uint32_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+        const uint32_t len = (f.b >> 2) & 7, bits = 6 * (need - 1);
+        const uint32_t lo = std::max(v << bits, kMin[len]), hi = (v << bits) | ((1u << bits) - 1);
+        if (!p.live(s, lo, hi, room)) return false;
+        pend(v);
+        f.b = (need - 1) | (len << 2);
+        return true;
+      }
+      if (c == '"') {
+        if (!p.accepting(s)) return false;
+        pop_done();
+        return true;
+      }
+      if (c == '\\') {
+        if (!p.live(s, 0, 0xFFFF, room)) return false;
+        f.phase = S_ESC;
+        return true;
+      }
+      if (c < 0x20) return false;
+      if (c < 0x80) return take(c);
+      uint32_t len = 0, v = 0, lo = 0;
+      if (c >= 0xC0 && c <= 0xDF) len = 2, v = c & 0x1F, lo = 0x80;
+      else if (c >= 0xE0 && c <= 0xEF) len = 3, v = c & 0x0F, lo = 0x800;
+      else if (c >= 0xF0 && c <= 0xF7) len = 4, v = c & 0x07, lo = 0x10000;
+      else return false;
+      const uint32_t bits = 6 * (len - 1);
+      if (!p.live(s, std::max(v << bits, lo), (v << bits) | ((1u << bits) - 1), room)) return false;
+      pend(v);
+      f.b = (len - 1) | (len << 2);
+      return true;
+    }
+    case S_ESC: {
+      uint32_t cp = 0;
+      switch (c) {
+        case '"': cp = '"'; break;
+        case '\\': cp = '\\'; break;
+        case '/': cp = '/'; break;
+        case 'b': cp = 0x08; break;
+        case 'f': cp = 0x0C; break;
+        case 'n': cp = 0x0A; break;
+        case 'r': cp = 0x0D; break;
+        case 't': cp = 0x09; break;
+        case 'u':
+          f.phase = S_HEX;
+          f.small = 0;
+          pend(0);
+          return true;
+        default: return false;
+      }
+      return take(cp);
+    }
+    case S_HEX: {
+      if (!is_hex(c)) return false;
+      const uint32_t h = is_digit(c) ? c - '0' : static_cast<uint32_t>((c | 0x20) - 'a' + 10);
+      const uint32_t v = part * 16 + h;
+      const uint32_t k = f.small + 1u;
+      if (k == 4) return take(v);
+      const uint32_t bits = 4 * (4 - k);
+      if (!p.live(s, v << bits, (v << bits) | ((1u << bits) - 1), room)) return false;
+      pend(v);
+      f.small = static_cast<uint8_t>(k);
+      return true;
+    }
     default: return false;
   }
 }
@@ -717,7 +815,7 @@ bool JsonState::accepting() const {
 
 int64_t JsonState::string_room() const {
   const Frame& t = fr_[static_cast<size_t>(depth_ - 1)];
-  if (t.kind != kStr || t.phase != S_BODY || (t.b & 0xff) || (t.flags & kStrFmt)) return -1;
+  if (t.kind != kStr || t.phase != S_BODY || (t.b & 0xff) || (t.flags & (kStrFmt | kStrPat))) return -1;
   if (t.flags & kStrIsKey) return INT64_MAX;
   const uint32_t mx = g_->node(t.node).max_len;
   if (mx == UINT32_MAX) return INT64_MAX;

@@ -30,6 +30,10 @@
 //     time HH:MM:SS[.1-9 digits](Z|+HH:MM|-HH:MM) (no leap second),
 //     date-time DATE'T'TIME, uuid 8-4-4-4-12 lowercase hex, email (a
 //     documented subset: json_state.cpp);
+//   - strings with a pattern (json_pattern.h): the decoded characters (an
+//     escape is its character) step the pattern's DFA; a byte is taken only
+//     if some completion of its character keeps a match reachable within
+//     maxLength, the closing quote only on a match (minLength is in the DFA);
 //   - nesting at most 32 containers deep.
 // The mask walk (token_mask.h) copies a state per trie depth, so a state is
 // a fixed array of frames and a copy moves only the frames in use.
@@ -93,6 +97,7 @@ class JsonState {
   bool num_feed_bounded(Frame& f, uint8_t c, bool& redispatch);
   bool str_feed(Frame& f, uint8_t c);
   bool fmt_feed(Frame& f, uint8_t c);
+  bool pat_feed(Frame& f, uint8_t c);
   bool key_feed(Frame& f, uint8_t c);
   bool obj_feed(Frame& f, uint8_t c);
   bool arr_feed(Frame& f, uint8_t c);

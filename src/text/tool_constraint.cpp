@@ -109,6 +109,12 @@ std::shared_ptr<const ToolCallGrammar> ToolCallGrammar::build(const OrderedJson&
         p.required = root.props[k].required;
         p.raw = declared_string(it.value());
         if (p.raw) {
+          // Raw text (no '<', no leading or trailing white space, no control
+          // characters but tab and newlines) could dead-end a pattern's DFA.
+          if (fn.grammar->node(p.node).pattern >= 0)
+            fail("{}.parameters.properties.{}: 'pattern' is not supported on tool string parameters (they are "
+                 "generated as raw text)",
+                 where, p.key);
           // Raw text cannot spell every string: refuse enum/const values it cannot.
           std::vector<const OrderedJson*> lits;
           if (it.value().contains("const")) lits.push_back(&it.value()["const"]);

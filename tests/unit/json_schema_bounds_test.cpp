@@ -215,7 +215,8 @@ TEST(JsonSchemaBounds, Errors) {
   EXPECT_NE(schema_error(R"({"type":"number","minimum":0.2,"maximum":0.8})").find("no integer"), std::string::npos);
   EXPECT_NE(schema_error(R"({"type":"string","format":"uri"})").find("'format'"), std::string::npos);
   EXPECT_NE(schema_error(R"({"type":"string","format":"date","maxLength":3})").find("'format'"), std::string::npos);
-  EXPECT_NE(schema_error(R"({"type":"string","pattern":"a+"})").find("'pattern'"), std::string::npos);
+  EXPECT_NE(schema_error(R"({"type":"string","pattern":"\\Bx"})").find("'pattern'"), std::string::npos);
+  EXPECT_NO_THROW(schema(R"({"type":"string","pattern":"a+"})"));
   EXPECT_NO_THROW(schema(R"({"type":"integer","title":"t","description":"d","default":1,"examples":[2],
       "$schema":"https://json-schema.org/draft/2020-12/schema","$comment":"c","deprecated":false,"$id":"x",
       "minimum":0})"));

@@ -6,6 +6,7 @@
 #include <httplib.h>
 
 #include <memory>
+#include <regex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -199,6 +200,60 @@ TEST(ServerJson, JsonObjectMode) {
   std::printf("[ json_object ] %d of 3 answers complete within 300 tokens\n", parsed);
 }
 
+// `pattern` end to end on the bundled model: greedy and sampled, chat and
+// completions, JSON and SSE; every answer finishes and its strings match
+// (checked with std::regex, ECMAScript grammar: an independent matcher).
+TEST(ServerJson, JsonSchemaPattern) {
+  TinyServer s;
+  const Json schema = Json::parse(R"({"type":"object","properties":{
+      "code":{"type":"string","pattern":"^[A-Z]{3}-[0-9]{4}$"},
+      "tag":{"type":"string","pattern":"^(red|green|blue)(/[a-z]{1,4})?$"},
+      "note":{"type":"string","pattern":"ok","maxLength":12}},
+      "required":["code","tag","note"],"additionalProperties":false})");
+  const Json rf = {{"type", "json_schema"}, {"json_schema", {{"name", "pat"}, {"schema", schema}}}};
+  const std::regex code("^[A-Z]{3}-[0-9]{4}$"), tag("^(red|green|blue)(/[a-z]{1,4})?$"), note("ok");
+  auto check = [&](const std::string& text) {
+    Json v;
+    ASSERT_NO_THROW(v = Json::parse(text)) << text;
+    EXPECT_TRUE(std::regex_search(v["code"].get<std::string>(), code)) << text;
+    EXPECT_TRUE(std::regex_search(v["tag"].get<std::string>(), tag)) << text;
+    const std::string n = v["note"];
+    EXPECT_TRUE(std::regex_search(n, note)) << text;
+    size_t cps = 0;
+    for (unsigned char c : n) cps += (c & 0xC0) != 0x80;
+    EXPECT_LE(cps, 12u) << text;
+  };
+  for (const auto& [temp, seed] : std::vector<std::pair<double, uint64_t>>{{0.0, 1}, {1.0, 2}, {1.0, 3}, {1.5, 4}}) {
+    const auto [status, body] = s.post("/v1/chat/completions", chat_body(rf, temp, seed, false).dump());
+    ASSERT_EQ(status, 200) << body;
+    const Json r = Json::parse(body);
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop") << body;
+    check(r["choices"][0]["message"]["content"].get<std::string>());
+  }
+  for (bool stream : {false, true}) {
+    Json b = {{"prompt", "A code as JSON:"}, {"max_tokens", 200}, {"temperature", 1.0}, {"seed", 5},
+              {"response_format", rf}, {"stream", stream}};
+    const auto [status, body] = s.post("/v1/completions", b.dump());
+    ASSERT_EQ(status, 200) << body;
+    std::string text, finish;
+    if (stream) {
+      std::tie(text, finish) = sse_text(body, false);
+    } else {
+      const Json r = Json::parse(body);
+      text = r["choices"][0]["text"];
+      finish = r["choices"][0]["finish_reason"];
+    }
+    EXPECT_EQ(finish, "stop") << body;
+    check(text);
+  }
+  // A refused construct is a 400 naming `pattern`.
+  const auto [st, rep] = s.post("/v1/completions", R"({"prompt":"x","response_format":{"type":"json_schema",
+      "json_schema":{"name":"x","schema":{"type":"string","pattern":"(a)\\1"}}}})");
+  EXPECT_EQ(st, 400) << rep;
+  EXPECT_NE(rep.find("'pattern'"), std::string::npos) << rep;
+  EXPECT_NE(rep.find("backreference"), std::string::npos) << rep;
+}
+
 TEST(ServerJson, BadResponseFormats) {
   TinyServer s;
   const std::vector<std::pair<std::string, std::string>> cases = {
@@ -213,7 +268,7 @@ TEST(ServerJson, BadResponseFormats) {
       {R"({"type":"json_schema","json_schema":{"name":"a b","schema":{}}})", "response_format.json_schema.name"},
       {R"({"type":"json_schema","json_schema":{"name":"x","strict":"yes","schema":{}}})",
        "response_format.json_schema.strict"},
-      {R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a"}}})",
+      {R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"string","pattern":"a\\1"}}})",
        "response_format.json_schema.schema"},
       {R"({"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"a":{"format":"uri"}}}}})",
        "response_format.json_schema.schema"},

@@ -221,7 +221,7 @@ TEST(Server, BadRequests) {
       {"/v1/chat/completions", msgs(R"(,"response_format":{"type":"json_schema","json_schema":{}})"), 400},
       {"/v1/chat/completions", msgs(R"(,"response_format":{"type":"json_schema","json_schema":{"schema":[]}})"), 400},
       {"/v1/chat/completions",
-       msgs(R"(,"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"x"}}})"), 400},
+       msgs(R"(,"response_format":{"type":"json_schema","json_schema":{"schema":{"type":"string","pattern":"\\bx"}}})"), 400},
       {"/v1/chat/completions", msgs(R"(,"logprobs":true,"top_logprobs":50)"), 400},
       {"/v1/chat/completions", msgs(R"(,"top_logprobs":2)"), 400},
       {"/v1/chat/completions", msgs(R"(,"seed":"abc")"), 400},
