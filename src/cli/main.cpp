@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/atlas_page.h"
 #include "cli/commands.h"
 #include "cli/usage.h"
 #include "core/error.h"
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   add_doctor_command(app, run);
   add_plan_command(app, run);
   add_trace_command(app, run);
+  add_atlas_command(app, run);
   add_score_command(app, run);
   add_generate_command(app, run);
   add_eval_command(app, run);
