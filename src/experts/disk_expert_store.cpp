@@ -830,9 +830,14 @@ ExpertStoreStats DiskExpertStore::stats() const {
   return s;
 }
 
+// On the caller's thread, like acquire(): slots change hands only there.
 ExpertMemory DiskExpertStore::memory() const {
+  uint64_t used = 0;
+  for (const Layer& l : layers_)
+    for (const Slot& s : l.slots)
+      if (s.expert >= 0 && !s.pinned) used += l.read_bytes;
   return ExpertMemory{true, budget_, pinned_bytes_, cache_bytes_, total_bytes_,
-                      io_mode_ == IoMode::Mmap ? "mmap" : cache_policy_name(policy_)};
+                      io_mode_ == IoMode::Mmap ? "mmap" : cache_policy_name(policy_), used};
 }
 
 std::string DiskExpertStore::describe() const {

@@ -48,6 +48,7 @@ struct ExpertMemory {
   uint64_t cache_bytes = 0;    // LRU capacity
   uint64_t on_disk_bytes = 0;  // every expert, as stored
   const char* policy = "";     // the cache policy ("lru", "lfu"; "mmap": the page cache)
+  uint64_t cache_used_bytes = 0;  // of cache_bytes, the slots holding an expert now (mmap: 0, not known)
 };
 
 class ExpertStore {

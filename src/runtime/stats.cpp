@@ -162,6 +162,7 @@ Json stats_memory_json(const EngineStats& s) {
   if (s.memory.on_disk) {
     mem["pinned_bytes"] = s.memory.pinned_bytes;
     mem["cache_bytes"] = s.memory.cache_bytes;
+    mem["cache_used_bytes"] = s.memory.cache_used_bytes;
     mem["on_disk_bytes"] = s.memory.on_disk_bytes;
     mem["ram_budget_bytes"] = s.memory.budget_bytes;
     mem["cache_policy"] = s.memory.policy;

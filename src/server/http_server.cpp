@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <functional>
 #include <mutex>
@@ -19,11 +20,13 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/json.h"
+#include "runtime/stats.h"
 #include "server/glm_output.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/stats_history.h"
 #include "text/tool_constraint.h"
 
 namespace strata::server {
@@ -199,8 +202,51 @@ struct Server::Impl final : HttpHandler {
     log.write(r);
   }
 
+  // The history /v1/stats/history serves (stats_history.h): a thread adds
+  // the scheduler's counters once per interval, whatever the transport; the
+  // generation step never sees it.
+  StatsHistory history{o.history_points, o.history_interval_s};
+  std::mutex history_mu;
+  std::condition_variable history_cv;
+  bool history_stop = false;
+  std::thread sampler;
+
+  void sample() {
+    const SchedulerStats st = sched.stats();
+    HistorySample h;
+    h.t = static_cast<double>(now_ns() - start_ns) / 1e9;
+    h.generated_tokens = st.generated_tokens;
+    h.prefilled_tokens = st.prefilled_tokens;
+    h.expert_requests = st.engine.experts.requests;
+    h.expert_hits = st.engine.experts.hits;
+    h.expert_bytes_read = st.engine.experts.bytes_read;
+    std::lock_guard l(history_mu);
+    history.add(h);
+  }
+  void sample_loop() {
+    const auto period = std::chrono::nanoseconds(static_cast<int64_t>(o.history_interval_s * 1e9));
+    auto next = std::chrono::steady_clock::now();
+    std::unique_lock l(history_mu);
+    while (!history_stop) {
+      next += period;
+      if (history_cv.wait_until(l, next, [&] { return history_stop; })) break;
+      l.unlock();
+      sample();
+      l.lock();
+    }
+  }
+  void stop_sampler() {
+    {
+      std::lock_guard l(history_mu);
+      history_stop = true;
+    }
+    history_cv.notify_all();
+    if (sampler.joinable()) sampler.join();
+  }
+
   Impl(const ServerModel& m_, const ChatTemplate& t, const GenerationConfig& g, const ServerOptions& o_)
       : m(m_), tmpl(t), gen(g), o(o_), sched(m_, o_.sched) {
+    sample();  // the history starts at start-up
     TransportOptions to;
     to.host = o.host;
     to.port = o.port;
@@ -210,7 +256,9 @@ struct Server::Impl final : HttpHandler {
     to.max_connections = o.max_connections;
     to.handler_threads = o.sched.parallel + o.sched.queue + 8;
     transport = o.transport == HttpTransport::Beast ? make_beast_transport(*this, to) : make_httplib_transport(*this, to);
+    sampler = std::thread([this] { sample_loop(); });  // last: nothing after it throws
   }
+  ~Impl() override { stop_sampler(); }
 
 
   int64_t ctx() const { return o.sched.ctx; }
@@ -416,6 +464,7 @@ struct Server::Impl final : HttpHandler {
                          m.kv != nullptr};
     SchedulerStats st = sched.stats();
     st.rejected += busy_early.load();  // 429s answered before parsing count as the scheduler's
+    st.engine.peak_rss_bytes = peak_rss_bytes();  // now (the snapshot is the last step's)
     return stats_json(st, c);
   }
 
@@ -472,6 +521,7 @@ struct Server::Impl final : HttpHandler {
     static constexpr RouteEntry kRoutes[] = {
         {"GET", "/health", &Impl::health, true},         {"GET", "/", &Impl::dashboard, true},
         {"GET", "/v1/models", &Impl::models, false},     {"GET", "/v1/stats", &Impl::stats, false},
+        {"GET", "/v1/stats/history", &Impl::stats_history, false},
         {"GET", "/metrics", &Impl::prom, false},         {"POST", "/v1/chat/completions", &Impl::chat, false},
         {"POST", "/v1/completions", &Impl::completions, false},
     };
@@ -510,7 +560,20 @@ struct Server::Impl final : HttpHandler {
     Json d{{"id", o.model_id}, {"object", "model"}, {"created", 0}, {"owned_by", "strata"}};
     res.body = dump_reply(Json{{"object", "list"}, {"data", Json::array({d})}});
   }
-  void stats(const HttpRequest&, HttpResponse& res) { res.body = dump_reply(stats_now()); }
+  void stats(const HttpRequest&, HttpResponse& res) {
+    Json j = stats_now();
+    j["recent_requests"] = log.recent();
+    res.body = dump_reply(j);
+  }
+  void stats_history(const HttpRequest&, HttpResponse& res) {
+    Json j;
+    {
+      std::lock_guard l(history_mu);
+      j = history.json();
+    }
+    j["uptime_s"] = static_cast<double>(now_ns() - start_ns) / 1e9;
+    res.body = dump_reply(j);
+  }
   void prom(const HttpRequest&, HttpResponse& res) {
     res.content_type = "text/plain; version=0.0.4";
     res.body = prometheus_metrics(stats_now());
@@ -548,6 +611,7 @@ void Server::stop() {
     i.stopped = true;
     running = i.running;
   }
+  i.stop_sampler();
   i.sched.shutdown();  // in-flight requests end (cancelled) so handler threads can finish
   i.transport->stop(running);
 }

@@ -42,6 +42,10 @@ struct ServerOptions {
   std::vector<std::string> allowed_hosts;
   std::string model_id = "strata";  // what /v1/models lists
   LogFormat log_format = LogFormat::Text;  // one line per request on stderr (request_log.h)
+  // The history of /v1/stats/history (stats_history.h): one sample per
+  // interval, at most this many points (thinned, spacing doubled, when full).
+  double history_interval_s = 1.0;
+  size_t history_points = 720;
   bool think = true;  // enable_thinking when a request does not say (false: the template's no-think prompt)
   SchedulerOptions sched;
 };

@@ -96,7 +96,8 @@ class HttplibTransport final : public Transport {
       h_.handle(view_of(req, true), r);
       put(r, res);
     };
-    for (const char* p : {"/health", "/", "/v1/models", "/v1/stats", "/metrics"}) http_.Get(p, route);
+    for (const char* p : {"/health", "/", "/v1/models", "/v1/stats", "/v1/stats/history", "/metrics"})
+      http_.Get(p, route);
     for (const char* p : {"/v1/chat/completions", "/v1/completions"}) http_.Post(p, route);
   }
 

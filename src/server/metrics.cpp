@@ -42,6 +42,7 @@ Json stats_json(const SchedulerStats& s, const StatsContext& ctx) {
   j["spec"] = stats_spec_json(s.engine);
   Json mem = stats_memory_json(s.engine);
   mem["session_bytes"] = s.session_bytes;
+  mem["peak_rss_bytes"] = s.engine.peak_rss_bytes;
   // What the process may hold: model, expert cache, and the sessions.
   mem["session_budget_bytes"] = session_budget_bytes(*ctx.model, *ctx.sched);
   j["memory"] = mem;

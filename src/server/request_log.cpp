@@ -28,18 +28,20 @@ std::string printable(const std::string& s) {
 
 }  // namespace
 
+Json request_log_json(const RequestRecord& r, int64_t unix_ms) {
+  Json j{{"time", utc_time(unix_ms)}, {"method", printable(r.method)}, {"path", printable(r.path)},
+         {"status", r.status}};
+  if (r.prompt_tokens >= 0) j["prompt_tokens"] = r.prompt_tokens;
+  if (r.cached_tokens >= 0) j["cached_tokens"] = r.cached_tokens;
+  if (r.completion_tokens >= 0) j["completion_tokens"] = r.completion_tokens;
+  if (!r.finish.empty()) j["finish"] = r.finish;
+  j["ms"] = static_cast<double>(static_cast<int64_t>(r.ms * 10 + 0.5)) / 10;
+  if (!r.client.empty()) j["client"] = printable(r.client);
+  return j;
+}
+
 std::string request_log_line(const RequestRecord& r, LogFormat f, int64_t unix_ms) {
-  if (f == LogFormat::Json) {
-    Json j{{"time", utc_time(unix_ms)}, {"method", printable(r.method)}, {"path", printable(r.path)},
-           {"status", r.status}};
-    if (r.prompt_tokens >= 0) j["prompt_tokens"] = r.prompt_tokens;
-    if (r.cached_tokens >= 0) j["cached_tokens"] = r.cached_tokens;
-    if (r.completion_tokens >= 0) j["completion_tokens"] = r.completion_tokens;
-    if (!r.finish.empty()) j["finish"] = r.finish;
-    j["ms"] = static_cast<double>(static_cast<int64_t>(r.ms * 10 + 0.5)) / 10;
-    if (!r.client.empty()) j["client"] = printable(r.client);
-    return j.dump();
-  }
+  if (f == LogFormat::Json) return request_log_json(r, unix_ms).dump();
   std::string line = fmt::format("{} {} {} {}", utc_time(unix_ms), printable(r.method), printable(r.path), r.status);
   if (r.prompt_tokens >= 0) {
     line += fmt::format(" prompt={}", r.prompt_tokens);
@@ -60,19 +62,33 @@ std::string request_log_line(const RequestRecord& r, LogFormat f, int64_t unix_m
 
 bool request_is_logged(const RequestRecord& r) {
   if (r.status >= 200 && r.status < 300 && r.method == "GET")
-    return !(r.path == "/health" || r.path == "/v1/stats" || r.path == "/metrics");
+    return !(r.path == "/health" || r.path == "/v1/stats" || r.path == "/v1/stats/history" || r.path == "/metrics");
   return true;
 }
 
 void RequestLog::write(const RequestRecord& r) {
-  if (f_ == LogFormat::Off || !request_is_logged(r)) return;
-  const int64_t now = std::chrono::duration_cast<std::chrono::milliseconds>(
-                          std::chrono::system_clock::now().time_since_epoch())
-                          .count();
-  const std::string line = request_log_line(r, f_, now) + "\n";
+  write(r, std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+               .count());
+}
+
+void RequestLog::write(const RequestRecord& r, int64_t unix_ms) {
+  if (!request_is_logged(r)) return;
+  const std::string line = f_ == LogFormat::Off ? std::string() : request_log_line(r, f_, unix_ms) + "\n";
   std::lock_guard l(mu_);
+  if (keep_ > 0) {
+    if (recent_.size() >= keep_) recent_.pop_front();
+    recent_.emplace_back(r, unix_ms);
+  }
+  if (line.empty()) return;
   std::fwrite(line.data(), 1, line.size(), out_);
   std::fflush(out_);
+}
+
+Json RequestLog::recent() const {
+  std::lock_guard l(mu_);
+  Json a = Json::array();
+  for (auto it = recent_.rbegin(); it != recent_.rend(); ++it) a.push_back(request_log_json(it->first, it->second));
+  return a;
 }
 
 }  // namespace strata::server

@@ -6,8 +6,11 @@
 #pragma once
 #include <cstdint>
 #include <cstdio>
+#include <deque>
 #include <mutex>
 #include <string>
+
+#include "core/json.h"
 
 namespace strata::server {
 
@@ -30,22 +33,32 @@ struct RequestRecord {
 //          "completion_tokens":40,"finish":"stop","ms":512.3,"client":"127.0.0.1"}
 // `unix_ms` is the wall-clock time of the line.
 std::string request_log_line(const RequestRecord& r, LogFormat f, int64_t unix_ms);
+// The json form as an object.
+Json request_log_json(const RequestRecord& r, int64_t unix_ms);
 
 // Polls of the monitoring endpoints (/health, /v1/stats, /metrics) that
 // succeed are not logged: the dashboard asks every second.
 bool request_is_logged(const RequestRecord& r);
 
-// Writes whole lines to a stream from any thread.
+// Writes whole lines to a stream from any thread, and keeps the last
+// `keep` logged requests (whatever the format, `off` included) for the
+// dashboard's table (/v1/stats "recent_requests").
 class RequestLog {
  public:
-  explicit RequestLog(LogFormat f, std::FILE* out = stderr) : f_(f), out_(out) {}
+  explicit RequestLog(LogFormat f, std::FILE* out = stderr, size_t keep = 50) : f_(f), out_(out), keep_(keep) {}
   void write(const RequestRecord& r);
+  // Like write(), at the wall-clock time `unix_ms`.
+  void write(const RequestRecord& r, int64_t unix_ms);
   LogFormat format() const { return f_; }
+  // The kept requests, newest first, as request_log_json() objects.
+  Json recent() const;
 
  private:
   LogFormat f_;
   std::FILE* out_;
-  std::mutex mu_;
+  size_t keep_;
+  mutable std::mutex mu_;
+  std::deque<std::pair<RequestRecord, int64_t>> recent_;  // newest at the back
 };
 
 }  // namespace strata::server

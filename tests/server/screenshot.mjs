@@ -12,8 +12,10 @@ const browser = await chromium.launch({ executablePath: process.env.CHROMIUM || 
 const page = await browser.newPage({ viewport: { width: 1000, height: 760 } });
 const errors = [];
 page.on('pageerror', (e) => errors.push(String(e)));
+page.on('console', (m) => { if (m.type() === 'error') errors.push(m.text()); });
 await page.goto(url);
-await page.waitForFunction(() => document.querySelector('#cards').children.length > 0, null, { timeout: 10000 });
+await page.waitForFunction(() => document.querySelector('#cards').children.length > 0 &&
+  Number(document.getElementById('hist-gen').dataset.points) > 0, null, { timeout: 10000 });
 await page.waitForTimeout(2500);
 await page.screenshot({ path: out, fullPage: true });
 await browser.close();
