@@ -130,7 +130,7 @@ TEST(KvStore, ConversationsAreOfferedWithinTheirScopeOnly) {
   test_util::TempDir d;
   const auto s = filled(20, 1);
   const auto t = toks(20);
-  const uint64_t a = key_scope("alpha"), b = key_scope("beta");
+  const uint64_t a = server::key_scope("alpha"), b = server::key_scope("beta");
   ASSERT_NE(a, b);
   ASSERT_NE(a, 0u);
   {
@@ -151,7 +151,7 @@ TEST(KvStore, ConversationsAreOfferedWithinTheirScopeOnly) {
     EXPECT_EQ(kv.find(t, t.size(), a).common, 12u);
     EXPECT_EQ(kv.find(t, t.size(), b).common, 20u);
     EXPECT_EQ(kv.find(t, t.size(), 0).id, -1);
-    EXPECT_EQ(kv.find(t, t.size(), key_scope("gamma")).id, -1);
+    EXPECT_EQ(kv.find(t, t.size(), server::key_scope("gamma")).id, -1);
   }
   // A file from before scopes (zeros at byte 32): keyless only.
   for (const fs::path& f : kv_files(d.str())) {
