@@ -3,10 +3,12 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -20,19 +22,36 @@ namespace strata::cli {
 
 namespace {
 
-// The API key from exactly one place: --api-key (visible to local users in
-// /proc and ps), --api-key-file (its first line) or STRATA_API_KEY.
-std::string api_key_of(const std::string& flag, const std::string& file) {
+// The API keys from exactly one place: --api-key (one key, visible to local
+// users in /proc and ps), --api-key-file (one key per line; blank lines and
+// lines starting with '#' skipped) or STRATA_API_KEY (one key).
+std::vector<std::string> api_keys_of(const std::string& flag, const std::string& file) {
   if (!flag.empty() && !file.empty()) fail("serve: give --api-key or --api-key-file, not both");
-  if (!flag.empty()) return flag;
+  if (!flag.empty()) return {flag};
   if (!file.empty()) {
-    std::string k = read_small_file(file, 4096);
-    k = k.substr(0, k.find('\n'));
-    while (!k.empty() && (k.back() == '\r' || k.back() == ' ' || k.back() == '\t')) k.pop_back();
-    if (k.empty()) fail("--api-key-file {}: the first line is empty", file);
-    return k;
+    const std::string text = read_small_file(file, 1 << 20);
+    std::vector<std::string> keys;
+    size_t line = 0;
+    for (size_t at = 0; at < text.size();) {
+      size_t end = text.find('\n', at);
+      if (end == std::string::npos) end = text.size();
+      std::string k = text.substr(at, end - at);
+      at = end + 1;
+      ++line;
+      while (!k.empty() && (k.back() == '\r' || k.back() == ' ' || k.back() == '\t')) k.pop_back();
+      while (!k.empty() && (k.front() == ' ' || k.front() == '\t')) k.erase(0, 1);
+      if (k.empty() || k[0] == '#') continue;
+      for (const char c : k)
+        if (static_cast<unsigned char>(c) < 0x21 || c == 0x7f)
+          fail("--api-key-file {}: line {}: a key may not hold spaces or control characters", file, line);
+      if (std::find(keys.begin(), keys.end(), k) != keys.end())
+        fail("--api-key-file {}: line {}: the same key twice", file, line);
+      keys.push_back(std::move(k));
+    }
+    if (keys.empty()) fail("--api-key-file {}: no key in it (one per line)", file);
+    return keys;
   }
-  if (const char* env = std::getenv("STRATA_API_KEY"); env && *env) return env;
+  if (const char* env = std::getenv("STRATA_API_KEY"); env && *env) return {env};
   return {};
 }
 
@@ -80,8 +99,10 @@ void add_serve_command(CLI::App& app, Runner& run) {
     bool raw = false;
     std::string kv_dir;
     int kv_max_files = 64;
-    std::string api_key_file;
+    std::string api_key, api_key_file;
+    std::string prefix_reuse = "on";
     std::string think = "on";
+    std::string http = "beast";
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
@@ -93,11 +114,13 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--port", so.port, "Port (0: any free port, printed at start)")->check(CLI::Range(0, 65535))
       ->capture_default_str()
       ->group(kGroupServer);
-  cmd->add_option("--api-key", so.api_key,
+  cmd->add_option("--api-key", f->api_key,
                   "Require 'Authorization: Bearer KEY' (default: no key; visible to local users: prefer "
                   "--api-key-file or STRATA_API_KEY)")
       ->group(kGroupServer);
-  cmd->add_option("--api-key-file", f->api_key_file, "Read the API key from the first line of this file")
+  cmd->add_option("--api-key-file", f->api_key_file,
+                  "Read the API keys from this file, one per line ('#' lines skipped); each key's saved "
+                  "prefixes are reused only for its own requests")
       ->group(kGroupServer);
   cmd->add_option("--allow-host", so.allowed_hosts,
                   "A DNS name clients use to reach the server, accepted in Host and Origin besides addresses, "
@@ -121,6 +144,12 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->group(kGroupServer);
   cmd->add_option("--keep-sessions", so.sched.keep_sessions, "Idle sessions kept for prefix reuse (LRU)")
       ->check(CLI::Range(0, 256))
+      ->capture_default_str()
+      ->group(kGroupServer);
+  cmd->add_option("--prefix-reuse", f->prefix_reuse,
+                  "Resume a prompt from a kept session or --kv-dir conversation of the same API key: on, or off "
+                  "(every prompt prefilled whole, cached_tokens always 0; docs/security.md)")
+      ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str()
       ->group(kGroupServer);
   cmd->add_option("--prefill-chunk", so.sched.prefill_chunk, "Prefill rows per step (interleaved with decodes)")
@@ -153,27 +182,35 @@ void add_serve_command(CLI::App& app, Runner& run) {
       ->check(CLI::IsMember({"on", "off"}))
       ->capture_default_str()
       ->group(kGroupTemplate);
-  cmd->add_option("--http", so.transport,
+  // One transport is left; the option stays so scripts that name it keep
+  // working, and so the removed one is refused with the reason.
+  cmd->add_option("--http", f->http,
                   "HTTP transport: beast (Boost.Beast: bounds headers, bodies and time while reading; idle "
-                  "connections hold no thread) or httplib (cpp-httplib, a thread per connection; docs/security.md)")
-      ->transform(CLI::CheckedTransformer(std::map<std::string, server::HttpTransport>{
-                                              {"beast", server::HttpTransport::Beast},
-                                              {"httplib", server::HttpTransport::Httplib}})
-                     .description(""))
-      ->type_name("TEXT:{beast,httplib}")
-      ->default_str(so.transport == server::HttpTransport::Beast ? "beast" : "httplib")
+                  "connections hold no thread; the only one)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            if (v == "beast") return {};
+            if (v == "httplib")
+              return "the cpp-httplib server transport was removed: it buffered chunked bodies whole, grew a "
+                     "header line without bound, gave each connection a thread (slowloris) and had no "
+                     "connection limit (docs/security.md); use beast, the default";
+            return "unknown transport '" + v + "' (beast is the only one)";
+          },
+          "", "http"))
+      ->type_name("TEXT:{beast}")
+      ->capture_default_str()
       ->group(kGroupServer);
   cmd->add_option("--max-header-bytes", so.max_header_bytes,
-                  "Largest request line + headers in bytes (431 above; --http beast)")
+                  "Largest request line + headers in bytes (431 above)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 24))
       ->capture_default_str()
       ->group(kGroupServer);
   cmd->add_option("--read-timeout", so.read_timeout_s,
-                  "Seconds to receive one whole request, headers and body (408 after; httplib: per read)")
+                  "Seconds to receive one whole request, headers and body (408 after)")
       ->check(CLI::Range(0.1, 3600.0))
       ->capture_default_str()
       ->group(kGroupServer);
-  cmd->add_option("--max-connections", so.max_connections, "Open connections at once (503 beyond; --http beast)")
+  cmd->add_option("--max-connections", so.max_connections, "Open connections at once (503 beyond)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str()
       ->group(kGroupServer);
@@ -189,7 +226,11 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->callback([f, &run] {
     run = [f]() -> int {
       server::ServerOptions o = f->server;
-      o.api_key = api_key_of(o.api_key, f->api_key_file);
+      o.api_keys = api_keys_of(f->api_key, f->api_key_file);
+      o.sched.prefix_reuse = f->prefix_reuse == "on";
+      if (!o.sched.prefix_reuse && !f->kv_dir.empty())
+        fail("serve: --kv-dir saves conversations to resume them, --prefix-reuse off never resumes any: "
+             "give one or the other");
       o.think = f->think == "on";
       // Blocked first, so every thread started below inherits the mask; the
       // waiter starts before the model loads.
@@ -255,14 +296,17 @@ void add_serve_command(CLI::App& app, Runner& run) {
       const int port = srv.bind();
       f->engine.announce(e);  // once the model, its template and the port are all there
       const uint64_t start_ns = now_ns();
-      if (o.api_key.empty() && !loopback_host(o.host))
+      if (o.api_keys.empty() && !loopback_host(o.host))
         std::fprintf(stderr,
                      "strata: warning: serving on %s without an API key: anyone who can reach this address can use "
                      "the model (set --api-key-file or STRATA_API_KEY)\n",
                      o.host.c_str());
       std::fprintf(stderr, "strata: serving %s on http://%s:%d (ctx %lld, parallel %d, queue %d%s)\n",
                    o.model_id.c_str(), o.host.c_str(), port, static_cast<long long>(o.sched.ctx), o.sched.parallel,
-                   o.sched.queue, o.api_key.empty() ? "" : ", API key required");
+                   o.sched.queue,
+                   o.api_keys.empty()       ? ""
+                   : o.api_keys.size() == 1 ? ", API key required"
+                                            : fmt::format(", {} API keys", o.api_keys.size()).c_str());
       std::fflush(stderr);
       srv.run();
       std::fprintf(stderr, "strata: serve: stopped on http://%s:%d after %.0f s\n", o.host.c_str(), port,

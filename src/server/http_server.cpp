@@ -143,6 +143,49 @@ bool host_allowed(const ServerOptions& o, std::string_view host_header, std::str
   return true;
 }
 
+// Why host:port cannot be listened on (http_transport.h).
+void fail_bind(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  const std::string service = std::to_string(port);
+  if (const int g = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &res); g != 0)
+    fail("serve: cannot listen on {}:{}: --host {} does not resolve ({})", host, port, host, ::gai_strerror(g));
+  int err = 0;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) {
+      err = errno;
+      continue;
+    }
+    int yes = 1;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    const int r = ::bind(fd, a->ai_addr, a->ai_addrlen);
+    err = r == 0 ? 0 : errno;
+    ::close(fd);
+    if (err != 0) break;
+  }
+  ::freeaddrinfo(res);
+  switch (err) {
+    case EADDRINUSE:
+      fail("serve: port {} on {} is in use (EADDRINUSE); choose another with --port", port, host);
+    case EACCES:
+      fail("serve: cannot listen on {}:{}: permission denied (EACCES; ports below 1024 need privileges); choose "
+           "another with --port",
+           host, port);
+    case EADDRNOTAVAIL:
+      fail("serve: cannot listen on {}:{}: {} is not an address of this machine (EADDRNOTAVAIL); check --host", host,
+           port, host);
+    case 0:
+      fail("serve: cannot listen on {}:{} (the address is free now: it was taken in between; try again)", host, port);
+    default:
+      fail("serve: cannot listen on {}:{}: {} (errno {})", host, port, std::strerror(err), err);
+  }
+}
+
+
 struct Server::Impl final : HttpHandler {
   ServerModel m;
   ChatTemplate tmpl;
@@ -255,7 +298,7 @@ struct Server::Impl final : HttpHandler {
     to.read_timeout_s = o.read_timeout_s;
     to.max_connections = o.max_connections;
     to.handler_threads = o.sched.parallel + o.sched.queue + 8;
-    transport = o.transport == HttpTransport::Beast ? make_beast_transport(*this, to) : make_httplib_transport(*this, to);
+    transport = make_beast_transport(*this, to);
     sampler = std::thread([this] { sample_loop(); });  // last: nothing after it throws
   }
   ~Impl() override { stop_sampler(); }
@@ -263,16 +306,33 @@ struct Server::Impl final : HttpHandler {
 
   int64_t ctx() const { return o.sched.ctx; }
 
-  bool authorized(const HttpRequest& req) const {
-    if (o.api_key.empty()) return true;
+  // The index of the request's key in o.api_keys; -1: none matches. Every
+  // key is compared (constant time in their contents).
+  int key_index(const HttpRequest& req) const {
     const std::string h = req.header("Authorization");
     constexpr std::string_view kBearer = "Bearer ";
-    if (h.size() < kBearer.size() || h.compare(0, kBearer.size(), kBearer) != 0) return false;
-    return same_key(std::string_view(h).substr(kBearer.size()), o.api_key);
+    if (h.size() < kBearer.size() || h.compare(0, kBearer.size(), kBearer) != 0) return -1;
+    const std::string_view got = std::string_view(h).substr(kBearer.size());
+    int hit = -1;
+    for (size_t i = 0; i < o.api_keys.size(); ++i)
+      if (same_key(got, o.api_keys[i])) hit = static_cast<int>(i);
+    return hit;
+  }
+  bool authorized(const HttpRequest& req) const { return o.api_keys.empty() || key_index(req) >= 0; }
+  // The prefix-reuse scope of an authorized request: its key's
+  // (key_scope), 0 on a keyless server (one namespace for every client).
+  const std::vector<uint64_t> scopes = [this] {
+    std::vector<uint64_t> s;
+    for (const std::string& k : o.api_keys) s.push_back(key_scope(k));
+    return s;
+  }();
+  uint64_t scope_of(const HttpRequest& req) const {
+    const int i = o.api_keys.empty() ? -1 : key_index(req);
+    return i < 0 ? 0 : scopes[static_cast<size_t>(i)];
   }
 
   // Tokens -> a Job with the limits applied.
-  std::shared_ptr<Job> make_job(std::vector<int32_t> prompt, const CommonRequest& c) const {
+  std::shared_ptr<Job> make_job(std::vector<int32_t> prompt, const CommonRequest& c, const HttpRequest& req) const {
     if (prompt.empty()) bad("prompt", "the prompt is empty");
     if (static_cast<int64_t>(prompt.size()) >= ctx())
       bad("messages", fmt::format("the prompt is {} tokens and the context is {}", prompt.size(), ctx()),
@@ -288,6 +348,7 @@ struct Server::Impl final : HttpHandler {
     job->ignore_eos = c.ignore_eos;
     if (c.json) job->constraint = std::make_shared<JsonConstraint>(c.json, json_vocab());
     job->deadline_ns = o.timeout_s > 0 ? now_ns() + static_cast<uint64_t>(o.timeout_s * 1e9) : 0;
+    job->scope = scope_of(req);
     return job;
   }
 
@@ -397,7 +458,7 @@ struct Server::Impl final : HttpHandler {
       bad("messages", e.what());
     }
     const bool raw = tmpl.dialect == ChatDialect::Raw;
-    auto job = make_job(m.tok->encode(prompt_text, /*add_special=*/raw), r.common);
+    auto job = make_job(m.tok->encode(prompt_text, /*add_special=*/raw), r.common, req);
     if (r.tool_grammar)
       job->constraint = std::make_shared<ToolCallConstraint>(r.tool_grammar, json_vocab("tool_choice"), tool_markup_ids(*m.tok));
     // Constrained JSON output is the answer as generated: not split by the GLM parser.
@@ -437,7 +498,7 @@ struct Server::Impl final : HttpHandler {
     }
     const Json j = parse_request_body(req.body, o.max_body);
     CompletionRequest r = parse_completion_request(j, req.body, gen, *m.tok, m.engine->config().vocab_size);
-    auto job = make_job(std::move(r.prompt), r.common);
+    auto job = make_job(std::move(r.prompt), r.common, req);
     const bool want_lp = r.common.top_logprobs >= 0;
     submit(job);
     track(req, job);

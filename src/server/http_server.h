@@ -19,23 +19,21 @@
 
 namespace strata::server {
 
-// What reads and writes HTTP (docs/server.md, docs/security.md): Boost.Beast
-// over Boost.Asio (bounds headers, bodies and time while reading; idle
-// connections hold no thread) or cpp-httplib (a thread per connection).
-enum class HttpTransport { Beast, Httplib };
-
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;                  // 0: an ephemeral port (see Server::port)
-  std::string api_key;              // empty: no authentication
+  // Accepted API keys ('Authorization: Bearer KEY'); empty: no authentication.
+  // Each key is its own prefix-reuse scope (docs/security.md): a saved prefix
+  // is reused only for a request made with the key that saved it.
+  std::vector<std::string> api_keys;
   int64_t max_tokens_ceiling = 4096;  // larger max_tokens are clamped, not refused
   size_t max_body = 1 << 20;        // request bodies above this get 413
   double timeout_s = 600;           // per request, queueing included
-  HttpTransport transport = HttpTransport::Beast;
-  size_t max_header_bytes = 64 << 10;  // start line and headers together (431 above; beast)
-  double read_timeout_s = 30;          // to receive one request, headers and body (408 after; beast: whole
-                                       // request, httplib: each read)
-  int max_connections = 256;           // open connections (503 beyond; beast)
+  // HTTP is read and written by Boost.Beast over Boost.Asio (docs/security.md),
+  // bounding these while it reads:
+  size_t max_header_bytes = 64 << 10;  // start line and headers together (431 above)
+  double read_timeout_s = 30;          // to receive one whole request, headers and body (408 after)
+  int max_connections = 256;           // open connections (503 beyond)
   // Host names accepted in the Host header and an Origin, besides IP
   // literals, "localhost" and `host` (against DNS rebinding: a web page
   // whose name points at this server). "*": any name (no check).

@@ -1,7 +1,7 @@
 // The seam between the HTTP routes (http_server.cpp: one route table, the
 // header checks, request -> response) and a transport that parses, bounds
-// and writes HTTP (httplib_transport.cpp: cpp-httplib; beast_transport.cpp:
-// Boost.Beast over Boost.Asio). Internal to the server layer.
+// and writes HTTP (beast_transport.cpp: Boost.Beast over
+// Boost.Asio). Internal to the server layer.
 #pragma once
 #include <cstddef>
 #include <functional>
@@ -74,7 +74,6 @@ class Transport {
   virtual void stop(bool started) = 0;
 };
 
-std::unique_ptr<Transport> make_httplib_transport(HttpHandler& h, const TransportOptions& o);
 std::unique_ptr<Transport> make_beast_transport(HttpHandler& h, const TransportOptions& o);
 
 // Throws why host:port cannot be listened on, named for a person (tries the

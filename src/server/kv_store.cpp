@@ -26,6 +26,7 @@ constexpr char kMagic[8] = {'S', 'T', 'R', 'A', 'T', 'A', 'K', 'V'};
 constexpr uint32_t kVersion = 2;  // 2: the record checksum covers the token
 constexpr size_t kHeader = 64;
 constexpr size_t kCountAt = 24;
+constexpr size_t kScopeAt = 32;
 constexpr size_t kRecHead = 16;  // token, zero, checksum
 
 // --kv-dir may be shared with other users: a link planted there is never
@@ -83,6 +84,14 @@ uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f, IntActivations 
   return XXH3_64bits(id.data(), id.size());
 }
 
+uint64_t key_scope(std::string_view api_key) {
+  constexpr std::string_view kDomain = "strata prefix-reuse scope\n";
+  std::string s(kDomain);
+  s += api_key;
+  const uint64_t h = XXH3_64bits(s.data(), s.size());
+  return h == 0 ? 1 : h;
+}
+
 KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, int max_files, bool verbose)
     : dir_(std::move(dir)),
       fingerprint_(fingerprint),
@@ -132,11 +141,12 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
       continue;
     }
     uint32_t version = 0, rb = 0;
-    uint64_t fp = 0, count = 0;
+    uint64_t fp = 0, count = 0, scope = 0;
     std::memcpy(&version, h + 8, 4);
     std::memcpy(&rb, h + 12, 4);
     std::memcpy(&fp, h + 16, 8);
     std::memcpy(&count, h + kCountAt, 8);
+    std::memcpy(&scope, h + kScopeAt, 8);
     const char* why = nullptr;
     if (std::memcmp(h, kMagic, 8) != 0) why = "not a strata KV file";
     else if (version != kVersion) why = "another format version";
@@ -155,6 +165,7 @@ KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, in
     Conv cv;
     cv.path = path;
     cv.disk_count = count;
+    cv.scope = scope;
     cv.tokens.reserve(count);
     for (uint64_t i = 0; i < count; ++i) {
       int32_t t = -1;
@@ -182,10 +193,11 @@ KvStore::Conv* KvStore::by_id(int64_t id) {
   return nullptr;
 }
 
-KvStore::Match KvStore::find(std::span<const int32_t> prompt, size_t limit) const {
+KvStore::Match KvStore::find(std::span<const int32_t> prompt, size_t limit, uint64_t scope) const {
   Match best;
   limit = std::min(limit, prompt.size());
   for (const Conv& c : convs_) {
+    if (c.scope != scope) continue;
     const size_t lim = std::min(limit, c.tokens.size());
     size_t n = 0;
     while (n < lim && c.tokens[n] == prompt[n]) ++n;
@@ -280,6 +292,7 @@ void KvStore::write_new(Conv& c, const Session& s, std::span<const int32_t> toke
     std::memcpy(h + 16, &fingerprint_, 8);
     const uint64_t count = tokens.size();
     std::memcpy(h + kCountAt, &count, 8);
+    std::memcpy(h + kScopeAt, &c.scope, 8);
     pwrite_full(fd, h, kHeader, 0);
     saved_step("write", tmp);
     write_records(fd, s, tokens, 0);
@@ -343,11 +356,11 @@ void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens)
   c.disk_count = tokens.size();
 }
 
-int64_t KvStore::save(int64_t origin, const Session& s, std::span<const int32_t> tokens) {
+int64_t KvStore::save(int64_t origin, const Session& s, std::span<const int32_t> tokens, uint64_t scope) {
   tokens = tokens.first(std::min(tokens.size(), static_cast<size_t>(std::max<int64_t>(0, s.n_past))));
   if (tokens.empty()) return origin;
   Conv* c = by_id(origin);
-  if (c && c->tokens.size() <= tokens.size() && std::equal(c->tokens.begin(), c->tokens.end(), tokens.begin())) {
+  if (c && c->scope == scope && c->tokens.size() <= tokens.size() && std::equal(c->tokens.begin(), c->tokens.end(), tokens.begin())) {
     std::error_code ec;
     if (fs::exists(c->path, ec)) {
       if (c->tokens.size() < tokens.size()) append(*c, s, tokens);
@@ -366,6 +379,7 @@ int64_t KvStore::save(int64_t origin, const Session& s, std::span<const int32_t>
   char name[40];
   std::snprintf(name, sizeof name, "conv-%08lld.kv", static_cast<long long>(next_id_++));
   nc.path = (fs::path(dir_) / name).string();
+  nc.scope = scope;
   write_new(nc, s, tokens);
   nc.last_used = ++tick_;
   convs_.push_back(std::move(nc));

@@ -5,6 +5,8 @@
 // File layout (little-endian):
 //   header, 64 bytes: magic "STRATAKV", version u32, record_bytes u32,
 //     fingerprint u64 (model + forward options), count u64 (at byte 24),
+//     scope u64 (at byte 32: key_scope of the API key that saved it, 0
+//     without keys; files written before scopes existed hold 0 there),
 //     the rest zero;
 //   records from byte 64, one per position, record_bytes each:
 //     token i32, zero u32, XXH3-64 of the data seeded with the token u64, then per decoder layer
@@ -37,6 +39,13 @@ namespace strata::server {
 // path does not: every path computes the same bits).
 uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f, IntActivations acts = IntActivations::Int8);
 
+// The prefix-reuse scope of an API key (docs/security.md): a hash of it,
+// never 0 (0 is the keyless namespace). What the conversation files record
+// instead of the key. XXH3-64, not a password hash: whoever can read the
+// files can test guesses at a short key (the files, mode 0600, hold the
+// conversations themselves).
+uint64_t key_scope(std::string_view api_key);
+
 class KvStore {
  public:
   // Opens (creating) `dir` and indexes its conversation files: headers and
@@ -52,18 +61,19 @@ class KvStore {
     int64_t id = -1;  // conversation, -1 when none shares a token
     size_t common = 0;
   };
-  // The saved conversation sharing the longest prefix with `prompt`,
-  // counting at most `limit` tokens.
-  Match find(std::span<const int32_t> prompt, size_t limit) const;
+  // The saved conversation of `scope` sharing the longest prefix with
+  // `prompt`, counting at most `limit` tokens. Another scope's are never offered.
+  Match find(std::span<const int32_t> prompt, size_t limit, uint64_t scope = 0) const;
   // Reads positions [0, n) of conversation `id` into `s` (n_past = n) and
   // their tokens into `tokens`; checks every record's checksum. Returns the
   // positions actually loaded (fewer when a record is damaged).
   size_t load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tokens);
-  // Saves the state of a finished turn: `s` holds `tokens` (n_past of them).
-  // `origin` is the conversation the session was resumed from (or -1): when
-  // its tokens are a prefix of `tokens`, only the new positions are
-  // appended; otherwise a new conversation file is written. Returns the id.
-  int64_t save(int64_t origin, const Session& s, std::span<const int32_t> tokens);
+  // Saves the state of a finished turn of `scope`: `s` holds `tokens`
+  // (n_past of them). `origin` is the conversation the session was resumed
+  // from (or -1): when it is of the same scope and its tokens are a prefix of
+  // `tokens`, only the new positions are appended; otherwise a new
+  // conversation file is written. Returns the id.
+  int64_t save(int64_t origin, const Session& s, std::span<const int32_t> tokens, uint64_t scope = 0);
 
   // Test hook (tests/unit/kv_store_test.cpp, crashes during a save): when
   // set, called after each step of a save that changes the disk: "write" (a
@@ -86,6 +96,7 @@ class KvStore {
     std::vector<int32_t> tokens;  // the positions offered (a prefix of the file's records)
     uint64_t disk_count = 0;      // the count in the file's header (>= tokens.size())
     uint64_t last_used = 0;
+    uint64_t scope = 0;           // key_scope of the key that saved it (header byte 32)
   };
   Conv* by_id(int64_t id);
   void forget(int64_t id);

@@ -182,10 +182,12 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
   Seq s;
   s.job = job;
   const std::vector<int32_t>& p = job->prompt;
-  // The idle session sharing the longest prefix; at least the last prompt
-  // token is recomputed, for its logits.
+  // The idle session of the job's scope sharing the longest prefix (none
+  // with --prefix-reuse off); at least the last prompt token is recomputed,
+  // for its logits.
   size_t best = idle_.size(), best_common = 0;
-  for (size_t i = 0; i < idle_.size(); ++i) {
+  for (size_t i = 0; i < idle_.size() && opts_.prefix_reuse; ++i) {
+    if (idle_[i].scope != job->scope) continue;
     const auto& t = idle_[i].tokens;
     size_t c = 0;
     const size_t lim = std::min(t.size(), p.size() - 1);
@@ -203,7 +205,7 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
   // A conversation saved on disk (--kv-dir) that shares more: its records
   // are read into a session instead of prefilling them again.
   KvStore::Match saved;
-  if (m_.kv && p.size() > 1) saved = m_.kv->find(p, p.size() - 1);
+  if (m_.kv && opts_.prefix_reuse && p.size() > 1) saved = m_.kv->find(p, p.size() - 1, job->scope);
   const bool from_disk = saved.id >= 0 && saved.common > best_common;
   if (from_disk && best == idle_.size() && !idle_.empty() &&
       static_cast<int64_t>(active_.size() + idle_.size()) >= opts_.parallel + opts_.keep_sessions) {
@@ -219,7 +221,7 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
   if (best < idle_.size()) {
     session = std::move(idle_[best].session);
     held = std::move(idle_[best].tokens);
-    s.conv = idle_[best].conv;
+    s.conv = best_common > 0 ? idle_[best].conv : -1;  // a recycled session continues nothing
     idle_.erase(idle_.begin() + static_cast<std::ptrdiff_t>(best));
     session->truncate(static_cast<int64_t>(best_common));
     held.resize(best_common);
@@ -404,7 +406,7 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
   // answer the client has seen is one a restarted server resumes from.
   if (m_.kv && s.seq && (f == Finish::Stop || f == Finish::Length)) {
     try {
-      s.conv = m_.kv->save(s.conv, s.seq->session(), s.seq->tokens());
+      s.conv = m_.kv->save(s.conv, s.seq->session(), s.seq->tokens(), job->scope);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "strata: kv: saving the conversation failed: %s\n", e.what());
     }
@@ -425,7 +427,7 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
   job->cv.notify_all();
   if (s.seq && opts_.keep_sessions > 0 && f != Finish::Error) {
     std::vector<int32_t> tokens = s.seq->tokens();
-    idle_.push_back({s.seq->release_session(), std::move(tokens), ++tick_, s.conv});
+    idle_.push_back({s.seq->release_session(), std::move(tokens), ++tick_, s.conv, job->scope});
     if (static_cast<int64_t>(idle_.size()) > opts_.keep_sessions) {
       size_t old = 0;
       for (size_t i = 1; i < idle_.size(); ++i)

@@ -41,6 +41,10 @@ struct SchedulerOptions {
   int parallel = 4;             // requests decoded together
   int queue = 16;               // requests waiting beyond those (then 429)
   int keep_sessions = 4;        // idle sessions kept for prefix reuse
+  // Whether a prompt may resume from a kept session or a saved conversation
+  // (--prefix-reuse). Off: every prompt is prefilled whole, cached_tokens is
+  // always 0. On: only within one scope (Job::scope).
+  bool prefix_reuse = true;
   int64_t ctx = 4096;           // tokens per session
   int64_t prefill_chunk = 256;  // prefill rows per step, over all admitted prompts
 };
@@ -62,6 +66,10 @@ struct Job {
   // advanced by each token (the scheduler thread only touches it after submit).
   std::shared_ptr<TokenConstraint> constraint;
   uint64_t deadline_ns = 0;  // 0: none
+  // Prefix-reuse scope (docs/security.md): a kept session or saved
+  // conversation is resumed only by a job of the same scope. The server sets
+  // the hash of the request's API key (key_scope), 0 without keys.
+  uint64_t scope = 0;
 
   std::atomic<bool> cancel{false};  // set by the HTTP side (client gone)
 
@@ -123,6 +131,7 @@ class Scheduler {
     std::vector<int32_t> tokens;
     uint64_t last_used = 0;
     int64_t conv = -1;
+    uint64_t scope = 0;  // the Job::scope of the request that left it
   };
 
   void loop();

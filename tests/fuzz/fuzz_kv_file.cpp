@@ -6,6 +6,7 @@
 //   1: a valid header (magic, version, record size, fingerprint), then the
 //      input from the count on;
 //   2: as 1, and every record's checksum recomputed over its bytes.
+// The scope (byte 32, the input's in every mode) is found only by itself.
 // The model is a tiny config (2 layers, 2 + 1 + 1 floats per position).
 #include <xxhash.h>
 
@@ -72,6 +73,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   }
   fuzz::write_file(dir + "/conv-0.kv", file);
+  // The prefix-reuse scope the file records (byte 32): its conversation is
+  // offered to that scope only.
+  uint64_t scope = 0;
+  if (file.size() >= 40) std::memcpy(&scope, file.data() + 32, 8);
   try {
     server::KvStore store(dir, cfg, kFingerprint, 4, /*verbose=*/false);
     STRATA_FUZZ_CHECK(store.record_bytes() == kRecord);
@@ -83,12 +88,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       STRATA_FUZZ_CHECK(n == tokens.size() && static_cast<int64_t>(n) == s.n_past);
       for (const int32_t t : tokens) STRATA_FUZZ_CHECK(t >= 0 && t < cfg.vocab_size);
       if (n > 0) {
-        const auto m = store.find(tokens, tokens.size());
+        const auto m = store.find(tokens, tokens.size(), scope);
         STRATA_FUZZ_CHECK(m.common == n);
+        STRATA_FUZZ_CHECK(store.find(tokens, tokens.size(), ~scope).id < 0);  // never another scope's
       }
     }
     const std::vector<int32_t> prompt(data, data + std::min<size_t>(size, 40));
-    (void)store.find(prompt, prompt.size());
+    (void)store.find(prompt, prompt.size(), scope);
   } catch (const Error&) {
   }
   return 0;

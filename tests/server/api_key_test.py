@@ -3,9 +3,11 @@
 
     python3 tests/server/api_key_test.py STRATA_BINARY
 
---api-key-file F (its first line) and STRATA_API_KEY each make /v1/models answer 401 without the
-key and 200 with it; --api-key-file together with --api-key is refused; --host 0.0.0.0 without
-a key prints a warning.
+--api-key-file F (one key per line, '#' lines skipped) and STRATA_API_KEY each make /v1/models
+answer 401 without a key and 200 with each key; --api-key-file together with --api-key is
+refused; a key file holding a key with a space is refused naming the line; --host 0.0.0.0
+without a key prints a warning; the removed `--http httplib` and `--prefix-reuse off` with
+`--kv-dir` are refused saying why.
 """
 import os
 import re
@@ -65,10 +67,11 @@ tmp = tempfile.mkdtemp(prefix="strata-apikey-")
 try:
     keyfile = os.path.join(tmp, "key")
     with open(keyfile, "w") as f:
-        f.write("s3cret-from-file \nsecond line\n")
+        f.write("s3cret-from-file \n# a comment, skipped\n\n  second-key\r\n")
     env_no_key = {k: v for k, v in os.environ.items() if k != "STRATA_API_KEY"}
 
     cases = [("--api-key-file", ["--api-key-file", keyfile], env_no_key, "s3cret-from-file"),
+             ("--api-key-file, second key", ["--api-key-file", keyfile], env_no_key, "second-key"),
              ("STRATA_API_KEY", [], dict(env_no_key, STRATA_API_KEY="s3cret-from-env"), "s3cret-from-env")]
     for name, args, env, key in cases:
         p, port, log = start(args, env)
@@ -92,6 +95,23 @@ try:
         failures.append(f"--api-key-file with --api-key: unexpected error: {log}")
     else:
         print("ok: --api-key-file with --api-key is refused")
+
+    badfile = os.path.join(tmp, "bad")
+    with open(badfile, "w") as f:
+        f.write("good-key\ntwo words\n")
+    refusals = [("a key with a space", ["--api-key-file", badfile], "line 2"),
+                ("--http httplib", ["--http", "httplib"], "removed"),
+                ("--prefix-reuse off with --kv-dir", ["--prefix-reuse", "off", "--kv-dir", os.path.join(tmp, "kv")],
+                 "--prefix-reuse off")]
+    for name, args, why in refusals:
+        p, port, log = start(args, env_no_key)
+        if port is not None:
+            stop(p)
+            failures.append(f"{name} was accepted")
+        elif why not in log:
+            failures.append(f"{name}: the error does not say '{why}': {log}")
+        else:
+            print(f"ok: {name} is refused ({why})")
 
     p, port, log = start(["--host", "0.0.0.0"], env_no_key)
     if port is None:

@@ -6,6 +6,7 @@
 // stale temporary files, a header count larger than the file.
 #include "server/kv_store.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,6 +120,49 @@ TEST(KvStore, RoundTripAndAppendBitExact) {
   const auto other = std::vector<int32_t>{10, 11, 12, 13, 77, 78};
   const KvStore::Match p = kv.find(other, other.size() - 1);
   EXPECT_EQ(p.common, 4u);
+}
+
+// A conversation is offered only to its own scope (an API key's key_scope;
+// 0 without keys), also after a restart; a turn of another scope resumed
+// from nothing never appends to it. Files written before scopes existed
+// hold 0 at byte 32: the keyless namespace.
+TEST(KvStore, ConversationsAreOfferedWithinTheirScopeOnly) {
+  test_util::TempDir d;
+  const auto s = filled(20, 1);
+  const auto t = toks(20);
+  const uint64_t a = server::key_scope("alpha"), b = server::key_scope("beta");
+  ASSERT_NE(a, b);
+  ASSERT_NE(a, 0u);
+  {
+    KvStore kv(d.str(), config(), 42, 8, false);
+    const int64_t id = kv.save(-1, *s, std::span(t).first(12), a);
+    EXPECT_EQ(kv.find(t, t.size(), a).common, 12u);
+    EXPECT_EQ(kv.find(t, t.size(), b).id, -1);
+    EXPECT_EQ(kv.find(t, t.size(), 0).id, -1);
+    // B's turn with A's conversation as its origin: a file of its own.
+    EXPECT_NE(kv.save(id, *s, t, b), id);
+    EXPECT_EQ(kv.conversations(), 2u);
+    EXPECT_EQ(kv.find(t, t.size(), a).common, 12u);  // A's is unchanged
+    EXPECT_EQ(kv.find(t, t.size(), b).common, 20u);
+  }
+  {
+    KvStore kv(d.str(), config(), 42, 8, false);  // a restart: the scopes come from the files
+    ASSERT_EQ(kv.conversations(), 2u);
+    EXPECT_EQ(kv.find(t, t.size(), a).common, 12u);
+    EXPECT_EQ(kv.find(t, t.size(), b).common, 20u);
+    EXPECT_EQ(kv.find(t, t.size(), 0).id, -1);
+    EXPECT_EQ(kv.find(t, t.size(), server::key_scope("gamma")).id, -1);
+  }
+  // A file from before scopes (zeros at byte 32): keyless only.
+  for (const fs::path& f : kv_files(d.str())) {
+    const Fd fd = try_open_file(f.string(), O_WRONLY);
+    ASSERT_TRUE(fd);
+    const uint64_t zero = 0;
+    pwrite_full(fd, &zero, 8, 32);
+  }
+  KvStore kv(d.str(), config(), 42, 8, false);
+  EXPECT_EQ(kv.find(t, t.size(), 0).common, 20u);
+  EXPECT_EQ(kv.find(t, t.size(), a).id, -1);
 }
 
 TEST(KvStore, CrashMidAppendKeepsWhatWasSaved) {

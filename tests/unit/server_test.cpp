@@ -10,6 +10,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <latch>
 #include <memory>
 #include <string>
@@ -28,8 +30,8 @@
 #include "test_util.h"
 #include "tiny_server.h"
 #include "text/tokenizer.h"
+#include "core/io.h"
 #include "core/json.h"
-#include "test_http.h"
 
 namespace strata {
 namespace {
@@ -70,7 +72,6 @@ class TestServer {
     ChatTemplate raw;
     raw.dialect = dialect;
     raw.source = "test";
-    test_util::apply_test_transport(o);
     srv_ = std::make_unique<server::Server>(sm, raw, s.gen, o);
     port_ = srv_->bind();
     thread_ = std::thread([this] { srv_->run(); });
@@ -543,7 +544,7 @@ TEST(Server, JsonSchemaBoundsAndFormats) {
 TEST(Server, LimitsKeyQueueTimeout) {
   {
     server::ServerOptions o;
-    o.api_key = "sekrit";
+    o.api_keys = {"sekrit"};
     TestServer s(o);
     const std::string body = R"({"prompt":"a","max_tokens":1})";
     Reply r = post(s, "/v1/completions", body);
@@ -808,6 +809,106 @@ TEST(Server, ConversationSurvivesRestart) {
   const Json st = get(s, "/v1/stats").json();
   EXPECT_EQ(st["prefilled_tokens"], 3);  // only 40, 41, 42
   EXPECT_EQ(st["kv_store"]["positions_loaded"], 8);
+}
+
+// Saved prefixes are reused only within one API key (docs/security.md):
+// cached_tokens tells a client nothing about another key's prompts. Client
+// A's prompt, then B's identical prompt: B reuses nothing; A's repeat does.
+// The same through --kv-dir across a restart: the file records the key's
+// scope (a hash, never the key) and is offered to that key only.
+TEST(Server, PrefixReuseIsScopedPerApiKey) {
+  const std::string body = R"({"prompt":[5,6,7,8,9,10,11,12],"max_tokens":3,"temperature":0,"ignore_eos":true})";
+  const httplib::Headers a{{"Authorization", "Bearer key-a"}}, b{{"Authorization", "Bearer key-b"}};
+  auto cached = [](const Reply& r) {
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? r.json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>() : -1;
+  };
+  std::string fresh;
+  {
+    server::ServerOptions o;
+    o.api_keys = {"key-a", "key-b"};
+    o.sched.keep_sessions = 4;
+    TestServer s(o);
+    const Reply first = post(s, "/v1/completions", body, a);
+    EXPECT_EQ(cached(first), 0);
+    fresh = first.json()["choices"][0].dump();
+    const Reply other = post(s, "/v1/completions", body, b);
+    EXPECT_EQ(cached(other), 0);  // A's session is there, but not B's to reuse
+    EXPECT_EQ(other.json()["choices"][0].dump(), fresh);
+    const Reply again = post(s, "/v1/completions", body, a);
+    EXPECT_EQ(cached(again), 7);  // all but the last prompt token
+    EXPECT_EQ(again.json()["choices"][0].dump(), fresh);
+    EXPECT_EQ(cached(post(s, "/v1/completions", body, b)), 7);  // B's own session now
+  }
+  // --kv-dir: A saves; after a restart B is offered nothing, A resumes.
+  test_util::TempDir d;
+  const uint64_t fp = server::kv_fingerprint(*shared().model, ForwardOptions{});
+  {
+    server::KvStore kv(d.str(), shared().model->config, fp, 8, false);
+    server::ServerOptions o;
+    o.api_keys = {"key-a", "key-b"};
+    o.sched.keep_sessions = 0;  // only the disk can help
+    TestServer s(o, ChatDialect::Raw, &kv);
+    EXPECT_EQ(cached(post(s, "/v1/completions", body, a)), 0);
+    EXPECT_EQ(cached(post(s, "/v1/completions", body, b)), 0);  // A's file is not B's
+  }
+  // The files record the scope (the hash at byte 32), never the key itself.
+  std::vector<uint64_t> scopes;
+  for (const auto& e : std::filesystem::directory_iterator(d.path())) {
+    if (!e.path().filename().string().starts_with("conv-")) continue;
+    const std::string bytes = read_small_file(e.path().string(), 64 << 20);
+    ASSERT_GE(bytes.size(), 64u);
+    EXPECT_EQ(bytes.find("key-a"), std::string::npos);
+    EXPECT_EQ(bytes.find("key-b"), std::string::npos);
+    uint64_t sc = 0;
+    std::memcpy(&sc, bytes.data() + 32, 8);
+    scopes.push_back(sc);
+  }
+  std::sort(scopes.begin(), scopes.end());
+  std::vector<uint64_t> want{server::key_scope("key-a"), server::key_scope("key-b")};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(scopes, want);
+  EXPECT_NE(server::key_scope("key-a"), server::key_scope("key-b"));
+  server::KvStore kv(d.str(), shared().model->config, fp, 8, false);  // the restart
+  ASSERT_EQ(kv.conversations(), 2u);
+  server::ServerOptions o;
+  o.api_keys = {"key-a", "key-c"};
+  o.sched.keep_sessions = 0;
+  TestServer s(o, ChatDialect::Raw, &kv);
+  EXPECT_EQ(cached(post(s, "/v1/completions", body, {{"Authorization", "Bearer key-c"}})), 0);
+  const Reply resumed = post(s, "/v1/completions", body, a);
+  EXPECT_EQ(cached(resumed), 7);
+  EXPECT_EQ(resumed.json()["choices"][0].dump(), fresh);
+  EXPECT_EQ(get(s, "/v1/stats", a).json()["kv_store"]["positions_loaded"], 7);
+}
+
+// A keyless server is one namespace: any client reuses any prefix (the
+// default, as before). --prefix-reuse off: nothing is ever reused.
+TEST(Server, PrefixReuseOffAndKeylessNamespace) {
+  const std::string body = R"({"prompt":[5,6,7,8,9,10,11,12],"max_tokens":3,"temperature":0,"ignore_eos":true})";
+  auto cached = [](const Reply& r) {
+    EXPECT_EQ(r.status, 200) << r.body;
+    return r.status == 200 ? r.json()["usage"]["prompt_tokens_details"]["cached_tokens"].get<int64_t>() : -1;
+  };
+  {
+    TestServer s;
+    EXPECT_EQ(cached(post(s, "/v1/completions", body)), 0);
+    EXPECT_EQ(cached(post(s, "/v1/completions", body)), 7);
+  }
+  server::ServerOptions o;
+  o.sched.prefix_reuse = false;
+  o.sched.keep_sessions = 4;
+  TestServer s(o);
+  std::string first;
+  for (int i = 0; i < 3; ++i) {
+    const Reply r = post(s, "/v1/completions", body);
+    EXPECT_EQ(cached(r), 0) << "request " << i;
+    if (i == 0) first = r.json()["choices"][0].dump();
+    EXPECT_EQ(r.json()["choices"][0].dump(), first);
+  }
+  const Json st = get(s, "/v1/stats").json();
+  EXPECT_EQ(st["cached_tokens"], 0);
+  EXPECT_EQ(st["prefilled_tokens"], 24);
 }
 
 }  // namespace

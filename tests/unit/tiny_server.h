@@ -14,7 +14,6 @@
 #include "server/http_server.h"
 #include "text/generation_config.h"
 #include "text/tokenizer.h"
-#include "test_http.h"
 
 namespace strata::test_util {
 
@@ -53,7 +52,6 @@ class TinyServer {
     ChatTemplate glm;
     glm.dialect = ChatDialect::Glm;
     glm.source = "test";
-    apply_test_transport(o);
     srv_ = std::make_unique<server::Server>(sm, glm, t.gen, o);
     port_ = srv_->bind();
     thread_ = std::thread([this] { srv_->run(); });
