@@ -570,7 +570,11 @@ JsonPattern JsonPattern::compile(std::string_view pattern, uint32_t min_len, uin
     for (auto [lo, hi] : parser.sets[i]) set_classes[i].emplace_back(cls(lo), cls(hi + 1) - 1);
 
   Nfa nfa(parser.re);
-  const auto [nfa_in, nfa_out] = nfa.emit(root);
+  // Plain variables, not a structured binding: clang 14 (the fuzz build)
+  // refuses a lambda that names a binding.
+  const auto nfa_ends = nfa.emit(root);
+  const auto nfa_in = nfa_ends.first;
+  const auto nfa_out = nfa_ends.second;
 
   // Subset construction.
   int64_t work = 0;
