@@ -83,6 +83,17 @@ void parse_special_tokens(const Reader& r, ModelConfig& c) {
   c.pad_token_id = r.integer("pad_token_id", 0, c.vocab_size - 1, -1);
 }
 
+// The GQA families' shared tail: SiLU experts only, a separate lm_head, then
+// the special tokens.
+void parse_silu_untied_and_special_tokens(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  if (const Json* act = r.get("hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
+    fail("{}: hidden_act {} is not supported (only \"silu\")", origin, act->dump());
+  if (r.boolean("tie_word_embeddings", false))
+    fail("{}: tie_word_embeddings=true is not supported (strata needs a separate lm_head)", origin);
+  parse_special_tokens(r, c);
+}
+
 // RoPE: rope_parameters (transformers v5) or top-level rope_theta; only the
 // default rope type (no scaling) is supported.
 double parse_rope_theta(const Reader& r) {
@@ -179,11 +190,7 @@ void parse_qwen3_moe(const Reader& r, ModelConfig& c) {
   if (r.boolean("use_sliding_window", false))
     fail("{}: use_sliding_window=true is not supported (qwen3_moe runs full attention)", origin);
   if (r.boolean("attention_bias", false)) fail("{}: attention_bias=true is not supported for qwen3_moe", origin);
-  if (const Json* act = r.get("hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
-    fail("{}: hidden_act {} is not supported (only \"silu\")", origin, act->dump());
-  if (r.boolean("tie_word_embeddings", false))
-    fail("{}: tie_word_embeddings=true is not supported (strata needs a separate lm_head)", origin);
-  parse_special_tokens(r, c);
+  parse_silu_untied_and_special_tokens(r, c);
 
   // MoE layers: not in mlp_only_layers and (layer + 1) % decoder_sparse_step == 0.
   const int64_t L = c.num_hidden_layers;
@@ -240,11 +247,7 @@ void parse_glm4_moe(const Reader& r, ModelConfig& c) {
   c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-5));
   c.rope_theta = parse_rope_theta(r);
   c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0, 1, 0);
-  if (const Json* act = r.get("hidden_act"); act && (!act->is_string() || act->get<std::string>() != "silu"))
-    fail("{}: hidden_act {} is not supported (only \"silu\")", origin, act->dump());
-  if (r.boolean("tie_word_embeddings", false))
-    fail("{}: tie_word_embeddings=true is not supported (strata needs a separate lm_head)", origin);
-  parse_special_tokens(r, c);
+  parse_silu_untied_and_special_tokens(r, c);
 
   // The first first_k_dense_replace layers are dense, the rest MoE.
   const int64_t L = c.num_hidden_layers;
