@@ -56,7 +56,16 @@ try:
             return json.load(r)
 
     answer = call("/v1/completions", {"prompt": PROMPT, "max_tokens": N, "temperature": 0})
+    # The answer can reach the client before the step after its last token
+    # has been counted (the server keeps the session's KV for reuse): read the
+    # stats once they have stopped changing (at most 10 s).
     served = call("/v1/stats")["experts"]
+    for _ in range(50):
+        time.sleep(0.2)
+        again = call("/v1/stats")["experts"]
+        if again == served:
+            break
+        served = again
     server.terminate()
     server.wait(timeout=60)
     server = None
