@@ -1,22 +1,35 @@
-// `strata export-gguf`: converts a Hugging Face glm_moe_dsa checkpoint into a
-// GGUF file that llama.cpp's `glm-dsa` architecture loads, so the engine can
-// be cross-checked against an independent implementation
-// (docs/llama-cpp-crosscheck.md).
+// `strata export-gguf`: converts a Hugging Face checkpoint into a GGUF file
+// that llama.cpp loads, so the engine can be cross-checked against an
+// independent implementation (docs/llama-cpp-crosscheck.md). One llama.cpp
+// architecture per strata family:
 //
-// The layout follows llama.cpp's own converter for GlmMoeDsaForCausalLM
+//   glm_moe_dsa -> glm-dsa, qwen3_moe -> qwen3moe, glm4_moe -> glm4moe.
+//
+// glm-dsa follows llama.cpp's own converter for GlmMoeDsaForCausalLM
 // (DeepseekV2-derived): kv_b_proj is split per head into attn_k_b (stored
-// transposed, [H, kv_lora, nope]) and attn_v_b ([H, v, kv_lora]); routed
-// experts are stacked into one 3-D tensor per projection and layer; the router
-// bias is exp_probs_b.bias; the MTP layer is block num_hidden_layers with its
-// nextn.* tensors; the per-layer indexer schedule goes in
-// attention.indexer.types. The vocabulary is a gpt2-style list of placeholder
+// transposed, [H, kv_lora, nope]) and attn_v_b ([H, v, kv_lora]); the
+// per-layer indexer schedule goes in attention.indexer.types. The two GQA
+// families store q/k/v/o as they are (plus q/k norms and q/k/v biases where
+// the checkpoint has them). In every family routed experts are stacked into
+// one 3-D tensor per projection and layer, the router bias is
+// exp_probs_b.bias, and an MTP layer is block num_hidden_layers with its
+// nextn.* tensors. The vocabulary is a gpt2-style list of placeholder
 // strings: the cross-check works on token ids, and a checkpoint directory has
 // no tokenizer strata reads.
+//
+// llama.cpp's qwen3moe has no dense layers (every block is MoE, one expert
+// width). A qwen3_moe dense layer (mlp_only_layers, decoder_sparse_step) is
+// written as a MoE layer that computes the same function: a zero router
+// (uniform softmax, so any top-k of the experts, each weighted 1/k after
+// renormalisation) over experts that are all the dense MLP. When the dense
+// width differs from moe_intermediate_size, every expert is zero-padded to
+// the wider one (a padded channel contributes silu(0) * 0 = 0).
 //
 // Tensors are read and converted one at a time while the file is written, so
 // memory stays at about one tensor (one expert for stacked experts).
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -39,7 +52,8 @@ namespace strata::cli {
 
 namespace {
 
-constexpr const char* kArch = "glm-dsa";
+// The llama.cpp architecture a strata family is written as.
+enum class GgufArch { GlmDsa, Qwen3Moe, Glm4Moe };
 
 struct ExportOptions {
   std::string model_dir;
@@ -118,46 +132,79 @@ class Exporter {
   int64_t blocks() const { return c_.num_hidden_layers + (with_mtp_ ? c_.num_nextn_predict_layers : 0); }
 
  private:
-  std::string key(const char* suffix) const { return std::string(kArch) + "." + suffix; }
+  std::string key(const char* suffix) const { return std::string(arch_name_) + "." + suffix; }
   static std::string blk(int64_t i, const char* suffix) { return "blk." + std::to_string(i) + "." + suffix; }
   static std::string hf(int64_t i, const char* suffix) { return "model.layers." + std::to_string(i) + "." + suffix; }
 
   void validate() {
     const std::string origin = ck_.dir() + "/config.json";
-    if (c_.model_type != "glm_moe_dsa")
-      fail("{}: export-gguf supports model_type \"glm_moe_dsa\" only; \"{}\" is not exported yet", origin,
-           c_.model_type);
+    if (c_.model_type == "glm_moe_dsa") {
+      arch_ = GgufArch::GlmDsa, arch_name_ = "glm-dsa";
+    } else if (c_.model_type == "qwen3_moe") {
+      arch_ = GgufArch::Qwen3Moe, arch_name_ = "qwen3moe";
+    } else if (c_.model_type == "glm4_moe") {
+      arch_ = GgufArch::Glm4Moe, arch_name_ = "glm4moe";
+    } else {
+      fail("{}: export-gguf supports model_type \"glm_moe_dsa\", \"qwen3_moe\" and \"glm4_moe\"; \"{}\" is not "
+           "exported yet",
+           origin, c_.model_type);
+    }
+    if (arch_ == GgufArch::Qwen3Moe) {
+      validate_qwen3(origin);
+      return;
+    }
     // llama.cpp describes the dense/MoE schedule by one number, the count of
     // leading dense layers.
     lead_dense_ = 0;
     while (lead_dense_ < c_.num_hidden_layers && !c_.layer_is_moe[static_cast<size_t>(lead_dense_)]) ++lead_dense_;
     for (int64_t i = lead_dense_; i < c_.num_hidden_layers; ++i)
       if (!c_.layer_is_moe[static_cast<size_t>(i)])
-        fail("{}: layer {} is dense after MoE layer {}; GGUF glm-dsa only supports leading dense layers "
+        fail("{}: layer {} is dense after MoE layer {}; GGUF {} only supports leading dense layers "
              "(leading_dense_block_count)",
-             origin, i, lead_dense_);
+             origin, i, lead_dense_, arch_name_);
     if (lead_dense_ == c_.num_hidden_layers)
-      fail("{}: every layer is dense; llama.cpp's glm-dsa expects MoE layers", origin);
-    if (c_.n_shared_experts < 1)
+      fail("{}: every layer is dense; llama.cpp's {} expects MoE layers", origin, arch_name_);
+    if (arch_ == GgufArch::GlmDsa && c_.n_shared_experts < 1)
       fail("{}: n_shared_experts = 0; llama.cpp's glm-dsa graph always runs a shared expert", origin);
+    if (arch_ == GgufArch::Glm4Moe && c_.n_group > 1 && c_.n_routed_experts % c_.n_group != 0)
+      fail("{}: n_routed_experts {} is not a multiple of n_group {}", origin, c_.n_routed_experts, c_.n_group);
     const std::string mtp_probe = hf(c_.num_hidden_layers, "eh_proj.weight");
     with_mtp_ = !opt_.no_mtp && c_.num_nextn_predict_layers > 0 && ck_.has(mtp_probe);
     if (!opt_.no_mtp && c_.num_nextn_predict_layers > 0 && !with_mtp_ && !opt_.quiet)
       std::fprintf(stderr, "strata: note: %s has no MTP layer tensors (%s); exporting without MTP\n",
                    ck_.dir().c_str(), mtp_probe.c_str());
-    if (c_.index_head_dim % 64 != 0 && !opt_.quiet)
+    if (arch_ == GgufArch::GlmDsa && c_.index_head_dim % 64 != 0 && !opt_.quiet)
       std::fprintf(stderr,
                    "strata: warning: index_head_dim %lld is not a multiple of 64; llama.cpp's glm-dsa graph "
                    "multiplies the indexer q/k by a 64x64-or-larger Hadamard matrix and aborts at context creation\n",
                    static_cast<long long>(c_.index_head_dim));
   }
 
+  // llama.cpp's qwen3moe: softmax router renormalised over the top-k, no
+  // shared expert, no MTP, RoPE over the whole head, every block MoE with one
+  // expert width (dense layers are rewritten, see the top of this file).
+  void validate_qwen3(const std::string& origin) {
+    if (!c_.norm_topk_prob)
+      fail("{}: norm_topk_prob is false; llama.cpp's qwen3moe always renormalises the top-k weights", origin);
+    if (c_.n_shared_experts != 0)
+      fail("{}: n_shared_experts = {}; llama.cpp's qwen3moe has no shared expert", origin, c_.n_shared_experts);
+    if (c_.rotary_dim != c_.head_dim)
+      fail("{}: RoPE over {} of {} head dims; llama.cpp's qwen3moe rotates the whole head", origin, c_.rotary_dim,
+           c_.head_dim);
+    if (c_.attention_bias || !c_.qk_norm)
+      fail("{}: llama.cpp's qwen3moe needs q/k norms and no attention bias", origin);
+    ff_exp_ = c_.moe_intermediate_size;
+    for (int64_t i = 0; i < c_.num_hidden_layers; ++i)
+      if (!c_.is_moe(i)) ff_exp_ = std::max(ff_exp_, c_.intermediate_size);
+    with_mtp_ = false;
+  }
+
   void metadata() {
-    w_.add_string("general.architecture", kArch);
+    w_.add_string("general.architecture", arch_name_);
     w_.add_string("general.type", "model");
     std::string name = std::filesystem::path(ck_.dir()).lexically_normal().filename().string();
     if (name.empty() || name == ".") name = std::filesystem::path(ck_.dir()).lexically_normal().parent_path().filename().string();
-    w_.add_string("general.name", name.empty() ? "glm_moe_dsa" : name);
+    w_.add_string("general.name", name.empty() ? c_.model_type : name);
     // llama_ftype: 0 = all f32, 1 = mostly f16, 2 = mostly q4_0, 7 = mostly q8_0, 32 = mostly bf16.
     const uint32_t ftype = mat_type_ == GgmlType::F32    ? 0u
                            : mat_type_ == GgmlType::F16  ? 1u
@@ -165,6 +212,10 @@ class Exporter {
                            : mat_type_ == GgmlType::Q8_0 ? 7u
                                                          : 32u;
     w_.add_u32("general.file_type", ftype);
+    if (arch_ != GgufArch::GlmDsa) {
+      gqa_metadata();
+      return;
+    }
 
     w_.add_u32(key("block_count"), static_cast<uint32_t>(blocks()));
     w_.add_u32(key("context_length"), static_cast<uint32_t>(c_.max_position_embeddings));
@@ -203,6 +254,42 @@ class Exporter {
     // Written even when every layer is full: without it llama.cpp guesses the
     // schedule from the context length.
     w_.add_array_bool(key("attention.indexer.types"), c_.layer_indexer_full);
+    if (with_mtp_) w_.add_u32(key("nextn_predict_layers"), static_cast<uint32_t>(c_.num_nextn_predict_layers));
+  }
+
+  // qwen3moe / glm4moe: plain GQA heads (key_length = value_length =
+  // head_dim); RoPE (NEOX, half-split) over rope.dimension_count dims.
+  void gqa_metadata() {
+    w_.add_u32(key("block_count"), static_cast<uint32_t>(blocks()));
+    w_.add_u32(key("context_length"), static_cast<uint32_t>(c_.max_position_embeddings));
+    w_.add_u32(key("embedding_length"), static_cast<uint32_t>(c_.hidden_size));
+    w_.add_u32(key("feed_forward_length"), static_cast<uint32_t>(c_.intermediate_size));
+    w_.add_u32(key("vocab_size"), static_cast<uint32_t>(c_.vocab_size));
+    w_.add_u32(key("attention.head_count"), static_cast<uint32_t>(c_.num_attention_heads));
+    w_.add_u32(key("attention.head_count_kv"), static_cast<uint32_t>(c_.num_key_value_heads));
+    w_.add_u32(key("attention.key_length"), static_cast<uint32_t>(c_.head_dim));
+    w_.add_u32(key("attention.value_length"), static_cast<uint32_t>(c_.head_dim));
+    w_.add_f32(key("attention.layer_norm_rms_epsilon"), c_.rms_norm_eps);
+    w_.add_f32(key("rope.freq_base"), static_cast<float>(c_.rope_theta));
+    w_.add_u32(key("rope.dimension_count"), static_cast<uint32_t>(c_.rotary_dim));
+    w_.add_u32(key("expert_count"), static_cast<uint32_t>(c_.n_routed_experts));
+    w_.add_u32(key("expert_used_count"), static_cast<uint32_t>(c_.num_experts_per_tok));
+    if (arch_ == GgufArch::Qwen3Moe) {
+      w_.add_u32(key("expert_feed_forward_length"), static_cast<uint32_t>(ff_exp_));
+      return;
+    }
+    w_.add_u32(key("expert_feed_forward_length"), static_cast<uint32_t>(c_.moe_intermediate_size));
+    w_.add_u32(key("leading_dense_block_count"), static_cast<uint32_t>(lead_dense_));
+    w_.add_u32(key("expert_shared_count"), static_cast<uint32_t>(c_.n_shared_experts));
+    // Group selection only when it can drop a group (llama.cpp asserts
+    // 0 < used < count when count > 1; keeping every group selects as no groups).
+    if (c_.n_group > 1 && c_.topk_group < c_.n_group) {
+      w_.add_u32(key("expert_group_count"), static_cast<uint32_t>(c_.n_group));
+      w_.add_u32(key("expert_group_used_count"), static_cast<uint32_t>(c_.topk_group));
+    }
+    w_.add_f32(key("expert_weights_scale"), c_.routed_scaling_factor);
+    w_.add_bool(key("expert_weights_norm"), c_.norm_topk_prob);
+    w_.add_u32(key("expert_gating_func"), 2);  // LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
     if (with_mtp_) w_.add_u32(key("nextn_predict_layers"), static_cast<uint32_t>(c_.num_nextn_predict_layers));
   }
 
@@ -384,12 +471,132 @@ class Exporter {
     mat(blk(i, "ffn_down_shexp.weight"), hf(i, "mlp.shared_experts.down_proj.weight"), d, sff);
   }
 
+  // `names` ([E] checkpoint matrices of [src_rows, src_cols]) stacked into
+  // [E, rows, cols], each zero-padded at the end of its rows and columns.
+  void padded_stack(const std::string& gguf_name, std::vector<std::string> names, int64_t src_rows, int64_t src_cols,
+                    int64_t rows, int64_t cols) {
+    for (const std::string& n : names) check_shape(n, {src_rows, src_cols});
+    const Checkpoint* ck = &ck_;
+    const int64_t br = c_.fp8_block_rows, bc = c_.fp8_block_cols;
+    const GgmlType type = mat_type_;
+    const int64_t E = static_cast<int64_t>(names.size());
+    w_.add_tensor(gguf_name, {E, rows, cols}, type, [=](const GgufWriter::Sink& sink) {
+      std::vector<float> row(static_cast<size_t>(cols), 0.0f);
+      RowEncoder enc(type);
+      for (const std::string& n : names) {
+        Weight wt = load_weight(*ck, n, src_rows, src_cols, br, bc);
+        for (int64_t r = 0; r < rows; ++r) {
+          std::fill(row.begin(), row.end(), 0.0f);
+          if (r < src_rows) wt.row_f32(r, row.data());
+          enc.emit(sink, row.data(), row.size());
+        }
+      }
+    });
+  }
+
+  // The GQA families' block: q/k/v/o, optional q/k norms and q/k/v biases,
+  // then a dense MLP, or router + stacked experts (+ shared experts).
+  void gqa_layer(int64_t i) {
+    const int64_t d = c_.hidden_size, H = c_.num_attention_heads, KH = c_.num_key_value_heads, hd = c_.head_dim;
+    const bool mtp = i >= c_.num_hidden_layers;
+    if (mtp) {
+      mat(blk(i, "nextn.eh_proj.weight"), hf(i, "eh_proj.weight"), d, 2 * d);
+      vec(blk(i, "nextn.enorm.weight"), hf(i, "enorm.weight"), d);
+      vec(blk(i, "nextn.hnorm.weight"), hf(i, "hnorm.weight"), d);
+      if (ck_.has(hf(i, "shared_head.norm.weight")))
+        vec(blk(i, "nextn.shared_head_norm.weight"), hf(i, "shared_head.norm.weight"), d);
+      if (ck_.has(hf(i, "embed_tokens.weight")))
+        mat(blk(i, "nextn.embed_tokens.weight"), hf(i, "embed_tokens.weight"), c_.vocab_size, d);
+      if (ck_.has(hf(i, "shared_head.head.weight")))
+        mat(blk(i, "nextn.shared_head_head.weight"), hf(i, "shared_head.head.weight"), c_.vocab_size, d);
+    }
+    vec(blk(i, "attn_norm.weight"), hf(i, "input_layernorm.weight"), d);
+    mat(blk(i, "attn_q.weight"), hf(i, "self_attn.q_proj.weight"), H * hd, d);
+    mat(blk(i, "attn_k.weight"), hf(i, "self_attn.k_proj.weight"), KH * hd, d);
+    mat(blk(i, "attn_v.weight"), hf(i, "self_attn.v_proj.weight"), KH * hd, d);
+    if (c_.attention_bias) {
+      vec(blk(i, "attn_q.bias"), hf(i, "self_attn.q_proj.bias"), H * hd);
+      vec(blk(i, "attn_k.bias"), hf(i, "self_attn.k_proj.bias"), KH * hd);
+      vec(blk(i, "attn_v.bias"), hf(i, "self_attn.v_proj.bias"), KH * hd);
+    }
+    mat(blk(i, "attn_output.weight"), hf(i, "self_attn.o_proj.weight"), d, H * hd);
+    if (c_.qk_norm) {
+      vec(blk(i, "attn_q_norm.weight"), hf(i, "self_attn.q_norm.weight"), hd);
+      vec(blk(i, "attn_k_norm.weight"), hf(i, "self_attn.k_norm.weight"), hd);
+    }
+    // qwen3moe calls the pre-MLP norm ffn_norm, glm4moe post_attention_norm.
+    vec(blk(i, arch_ == GgufArch::Qwen3Moe ? "ffn_norm.weight" : "post_attention_norm.weight"),
+        hf(i, "post_attention_layernorm.weight"), d);
+
+    const int64_t E = c_.n_routed_experts;
+    if (!c_.is_moe(i)) {
+      const int64_t ff = c_.intermediate_size;
+      if (arch_ == GgufArch::Glm4Moe) {
+        mat(blk(i, "ffn_gate.weight"), hf(i, "mlp.gate_proj.weight"), ff, d);
+        mat(blk(i, "ffn_up.weight"), hf(i, "mlp.up_proj.weight"), ff, d);
+        mat(blk(i, "ffn_down.weight"), hf(i, "mlp.down_proj.weight"), d, ff);
+        return;
+      }
+      // qwen3moe: the dense MLP as E identical experts behind a zero router.
+      w_.add_tensor(blk(i, "ffn_gate_inp.weight"), {E, d}, GgmlType::F32, [E, d](const GgufWriter::Sink& sink) {
+        const std::vector<float> zero(static_cast<size_t>(E * d), 0.0f);
+        sink(zero.data(), zero.size() * sizeof(float));
+      });
+      const std::vector<std::string> g(static_cast<size_t>(E), hf(i, "mlp.gate_proj.weight"));
+      const std::vector<std::string> u(static_cast<size_t>(E), hf(i, "mlp.up_proj.weight"));
+      const std::vector<std::string> dn(static_cast<size_t>(E), hf(i, "mlp.down_proj.weight"));
+      padded_stack(blk(i, "ffn_gate_exps.weight"), g, ff, d, ff_exp_, d);
+      padded_stack(blk(i, "ffn_up_exps.weight"), u, ff, d, ff_exp_, d);
+      padded_stack(blk(i, "ffn_down_exps.weight"), dn, d, ff, d, ff_exp_);
+      return;
+    }
+    const int64_t ff = c_.moe_intermediate_size;
+    mat(blk(i, "ffn_gate_inp.weight"), hf(i, "mlp.gate.weight"), E, d, /*keep_float=*/true);
+    if (arch_ == GgufArch::Glm4Moe) {
+      // glm4moe requires the selection bias; a checkpoint without one selects by the plain scores.
+      if (ck_.has(hf(i, "mlp.gate.e_score_correction_bias"))) {
+        vec(blk(i, "exp_probs_b.bias"), hf(i, "mlp.gate.e_score_correction_bias"), E);
+      } else {
+        w_.add_tensor(blk(i, "exp_probs_b.bias"), {E}, GgmlType::F32, [E](const GgufWriter::Sink& sink) {
+          const std::vector<float> zero(static_cast<size_t>(E), 0.0f);
+          sink(zero.data(), zero.size() * sizeof(float));
+        });
+      }
+    }
+    const int64_t fx = arch_ == GgufArch::Qwen3Moe ? ff_exp_ : ff;
+    std::vector<std::string> g, u, dn;
+    for (int64_t e = 0; e < E; ++e) {
+      const std::string ep = hf(i, "mlp.experts.") + std::to_string(e) + ".";
+      g.push_back(ep + "gate_proj.weight"), u.push_back(ep + "up_proj.weight"), dn.push_back(ep + "down_proj.weight");
+    }
+    if (fx == ff) {
+      experts(blk(i, "ffn_gate_exps.weight"), i, "gate_proj", ff, d);
+      experts(blk(i, "ffn_up_exps.weight"), i, "up_proj", ff, d);
+      experts(blk(i, "ffn_down_exps.weight"), i, "down_proj", d, ff);
+    } else {
+      padded_stack(blk(i, "ffn_gate_exps.weight"), g, ff, d, fx, d);
+      padded_stack(blk(i, "ffn_up_exps.weight"), u, ff, d, fx, d);
+      padded_stack(blk(i, "ffn_down_exps.weight"), dn, d, ff, d, fx);
+    }
+    if (arch_ == GgufArch::Glm4Moe && c_.n_shared_experts > 0) {
+      const int64_t sff = ff * c_.n_shared_experts;
+      mat(blk(i, "ffn_gate_shexp.weight"), hf(i, "mlp.shared_experts.gate_proj.weight"), sff, d);
+      mat(blk(i, "ffn_up_shexp.weight"), hf(i, "mlp.shared_experts.up_proj.weight"), sff, d);
+      mat(blk(i, "ffn_down_shexp.weight"), hf(i, "mlp.shared_experts.down_proj.weight"), d, sff);
+    }
+  }
+
   void tensors() {
     const int64_t d = c_.hidden_size;
     mat("token_embd.weight", "model.embed_tokens.weight", c_.vocab_size, d);
     vec("output_norm.weight", "model.norm.weight", d);
     mat("output.weight", "lm_head.weight", c_.vocab_size, d);
-    for (int64_t i = 0; i < blocks(); ++i) layer(i);
+    for (int64_t i = 0; i < blocks(); ++i) {
+      if (arch_ == GgufArch::GlmDsa)
+        layer(i);
+      else
+        gqa_layer(i);
+    }
   }
 
   const ExportOptions& opt_;
@@ -398,7 +605,10 @@ class Exporter {
   const Json& raw_;
   GgmlType mat_type_ = GgmlType::F32;
   GgmlType kvb_type_ = GgmlType::F32;
+  GgufArch arch_ = GgufArch::GlmDsa;
+  const char* arch_name_ = "glm-dsa";
   int64_t lead_dense_ = 0;
+  int64_t ff_exp_ = 0;  // qwen3moe: the one expert width (moe_intermediate_size, or wider for dense layers)
   bool with_mtp_ = false;
   GgufWriter w_;
 };
@@ -425,7 +635,9 @@ int run_export(const ExportOptions& opt) {
 void add_export_gguf_command(CLI::App& app, Runner& run) {
   auto opt = std::make_shared<ExportOptions>();
   CLI::App* cmd = app.add_subcommand(
-      "export-gguf", "Convert a glm_moe_dsa checkpoint to a GGUF file for llama.cpp (architecture glm-dsa)");
+      "export-gguf",
+      "Convert a checkpoint to a GGUF file for llama.cpp (glm_moe_dsa -> glm-dsa, qwen3_moe -> qwen3moe, "
+      "glm4_moe -> glm4moe)");
   cmd->add_option("--model", opt->model_dir, "Checkpoint directory (config.json + safetensors)")->required();
   cmd->add_option("--out", opt->out_path, "Output .gguf file (written atomically)")->required();
   cmd->add_option("--type", opt->type,

@@ -1,15 +1,16 @@
 #!/usr/bin/python3
 """Deterministic generator for the tiny random-weight `glm4_moe` fixture + reference outputs.
 
-    /usr/bin/python3 tests/reference/make_glm4_fixture.py --out tests/fixtures [--seed N]
+    /usr/bin/python3 tests/reference/make_glm4_fixture.py --out tests/fixtures [--variant air] [--seed N]
 
 Writes <out>/glm4moe-tiny-bf16/{config.json, generation_config.json, model.safetensors,
-reference.json}.  Weights come from numpy's PCG64 stream (no BLAS): the same seed gives
+reference.json} (--variant air: <out>/glm4moe-air-tiny-bf16, GLM-4.5-Air's options: no q/k norm, one
+expert group, routed scaling 1.0; and no attention bias, so that path has a fixture too).  Weights come from numpy's PCG64 stream (no BLAS): the same seed gives
 byte-identical weights.  Candidate seeds are tried in order; the first whose reference has router
 gaps (k-th minus (k+1)-th expert choice score, and the same for the group scores) of at least
 1e-4, top-1 / greedy / MTP top-1 margins of at least 1e-2 and every router choice score positive
 (so masking the dropped groups with 0.0, as transformers does, or -inf, as strata does, selects
-the same experts) is kept (recorded as "seed"), so a float reordering cannot flip a routing choice
+the same experts; only checked when there are groups to drop) is kept (recorded as "seed"), so a float reordering cannot flip a routing choice
 or a top-1.  The reference is computed by
 glm4_moe_ref.py in float32.
 """
@@ -36,11 +37,22 @@ except Exception:  # pragma: no cover
     pass
 
 NAME = "glm4moe-tiny-bf16"
+AIR_NAME = "glm4moe-air-tiny-bf16"
 SEQ_LEN = 48
 EOS_IDS = [253, 254, 255]
 PAD_ID = 253
 TARGET = {"min_router_gap": 1e-4, "min_margin": 1e-2}
 GAIN = {"lm_head": 6.0, "q_proj": 1.5, "k_proj": 1.5}
+
+
+def air_config() -> dict:
+    # GLM-4.5-Air's options on the same tiny shapes: no q/k norm, n_group 1, routed scaling 1.0.
+    # attention_bias is off here (the real GLM-4.5-Air has it on) so the no-bias path is covered;
+    # the bias path is covered by glm4moe-tiny-bf16.
+    c = config()
+    c.update({"attention_bias": False, "use_qk_norm": False, "n_group": 1, "topk_group": 1,
+              "routed_scaling_factor": 1.0})
+    return c
 
 
 def config() -> dict:
@@ -160,19 +172,20 @@ def write(out_dir: str, cfg: dict, storage: dict, ref: dict):
     os.replace(tmp, os.path.join(out_dir, "reference.json"))
 
 
-def check(committed: str) -> int:
+def check(committed: str, variant: str) -> int:
     import tempfile
+    name = os.path.basename(committed)
     with open(os.path.join(committed, "reference.json")) as f:
         want = json.load(f)
     with tempfile.TemporaryDirectory() as tmp:
-        if main(["--out", tmp, "--seed", str(want["seed"])]) != 0:
+        if main(["--out", tmp, "--seed", str(want["seed"]), "--variant", variant]) != 0:
             return 1
         errs = []
         for fn in ("config.json", "generation_config.json", "model.safetensors"):
-            with open(os.path.join(committed, fn), "rb") as a, open(os.path.join(tmp, NAME, fn), "rb") as b:
+            with open(os.path.join(committed, fn), "rb") as a, open(os.path.join(tmp, name, fn), "rb") as b:
                 if a.read() != b.read():
                     errs.append(f"{fn} differs from the regenerated one")
-        with open(os.path.join(tmp, NAME, "reference.json")) as f:
+        with open(os.path.join(tmp, name, "reference.json")) as f:
             got = json.load(f)
         for k in ("ids", "top1", "greedy", "mlp_layer_types", "mtp_top1"):
             if (got[k]["ids"] if k == "greedy" else got[k]) != (want[k]["ids"] if k == "greedy" else want[k]):
@@ -184,7 +197,7 @@ def check(committed: str) -> int:
                     errs.append(f"reference.json {key}@{p} differ by {d:.3g}")
     for e in errs:
         print("FAILED:", e, file=sys.stderr)
-    print("glm4 fixture regenerates" if not errs else f"{len(errs)} problems", file=sys.stderr)
+    print(f"{name} regenerates" if not errs else f"{len(errs)} problems", file=sys.stderr)
     return 1 if errs else 0
 
 
@@ -192,34 +205,45 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--seed", type=int, help="pin the seed (must still meet the targets)")
+    ap.add_argument("--variant", choices=("full", "air"), default="full",
+                    help="full: glm4moe-tiny-bf16 (q/k norm, bias, 2 groups); air: glm4moe-air-tiny-bf16")
     ap.add_argument("--check", action="store_true",
-                    help="regenerate <out>/glm4moe-tiny-bf16 with its committed seed into a temp dir and compare: "
+                    help="regenerate <out>/<fixture> with its committed seed into a temp dir and compare: "
                          "files byte for byte, ids / top-1 / greedy exactly, logits within 1e-4")
     a = ap.parse_args(argv)
+    air = a.variant == "air"
+    name = AIR_NAME if air else NAME
     if a.check:
-        return check(os.path.join(a.out, NAME))
-    cfg = config()
-    seeds = [a.seed] if a.seed is not None else list(range(3000, 3060))
+        return check(os.path.join(a.out, name), a.variant)
+    cfg = air_config() if air else config()
+    seeds = [a.seed] if a.seed is not None else list(range(3100 if air else 3000, 3160 if air else 3060))
     for tried, seed in enumerate(seeds, 1):
         storage = build_storage(cfg, seed)
         w = {n: torch.from_numpy(fmt.storage_to_f32(dt, arr).copy()) for n, (dt, arr) in storage.items()}
         model = Q.Glm4MoeRef(Q.Config(cfg), w)
         ids = make_ids(seed, cfg["vocab_size"])
         ref = Q.compute_reference(model, ids)
-        ok = (ref["min_router_gap"] >= TARGET["min_router_gap"] and ref["min_group_gap"] >= TARGET["min_router_gap"]
+        grouped = cfg["n_group"] > 1
+        ok = (ref["min_router_gap"] >= TARGET["min_router_gap"]
+              and (not grouped or ref["min_group_gap"] >= TARGET["min_router_gap"])
               and ref["min_top1_margin"] >= TARGET["min_margin"] and ref["min_greedy_margin"] >= TARGET["min_margin"]
-              and ref["min_mtp_top1_margin"] >= TARGET["min_margin"] and ref["min_choice_score"] > 0)
-        print(f"seed {seed}: router gap {ref['min_router_gap']:.3g}, group gap {ref['min_group_gap']:.3g}, "
+              and ref["min_mtp_top1_margin"] >= TARGET["min_margin"] and (not grouped or ref["min_choice_score"] > 0))
+        gg = f"{ref['min_group_gap']:.3g}" if ref["min_group_gap"] is not None else "n/a"
+        print(f"seed {seed}: router gap {ref['min_router_gap']:.3g}, group gap {gg}, "
               f"top1 margin {ref['min_top1_margin']:.3g}, greedy margin {ref['min_greedy_margin']:.3g}, "
               f"mtp margin {ref['min_mtp_top1_margin']:.3g}{'' if ok else ' (rejected)'}", file=sys.stderr)
         if ok:
-            ref = {"fixture": NAME, "seed": seed, "seeds_tried": tried,
-                   "generator": "tests/reference/make_glm4_fixture.py",
-                   "description": "glm4_moe layout: 3 layers (layer 0 dense via first_k_dense_replace, 2 MoE) "
+            desc = ("glm4_moe with GLM-4.5-Air's options: 3 layers (layer 0 dense, 2 MoE) + MTP layer, GQA 4 "
+                    "heads / 2 kv heads, head_dim 32, partial rotary 0.5 (16 dims), no q/k norm, no attention "
+                    "bias (GLM-4.5-Air has one: covered by glm4moe-tiny-bf16), 8 experts in 1 group top-2 "
+                    "sigmoid with correction bias, routed scaling 1.0, 1 shared expert, bf16 weights")
+            ref = {"fixture": name, "seed": seed, "seeds_tried": tried,
+                   "generator": "tests/reference/make_glm4_fixture.py" + (" --variant air" if air else ""),
+                   "description": desc if air else "glm4_moe layout: 3 layers (layer 0 dense via first_k_dense_replace, 2 MoE) "
                                   "+ MTP layer, GQA 4 heads / 2 kv heads, head_dim 32, partial rotary 0.5 (16 "
                                   "dims), q/k/v bias, q/k norm, 8 experts in 2 groups (1 kept) top-2 sigmoid "
                                   "with correction bias, routed scaling 2.5, 1 shared expert, bf16 weights", **ref}
-            write(os.path.join(a.out, NAME), cfg, storage, ref)
+            write(os.path.join(a.out, name), cfg, storage, ref)
             return 0
     print("no seed met the targets", file=sys.stderr)
     return 1

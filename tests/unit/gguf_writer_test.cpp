@@ -430,6 +430,123 @@ TEST_F(ExportGgufTest, RejectsADenseLayerAfterMoeLayers) {
   EXPECT_FALSE(fs::exists(out));
 }
 
+// qwen3moe: GQA tensors under llama.cpp's names, the dense layer 0
+// (mlp_only_layers) as a zero router over E copies of the dense MLP, and every
+// expert zero-padded to the one expert width llama.cpp's qwen3moe allows.
+TEST_F(ExportGgufTest, Qwen3FixtureHasTheQwen3moeLayout) {
+  const std::string fx = fixture("qwen3moe-tiny-bf16");
+  if (fx.empty()) GTEST_SKIP() << "tests/fixtures/qwen3moe-tiny-bf16 not present";
+  const std::string out = path("q.gguf");
+  ASSERT_EQ(run_export(fx, out), 0) << stderr_text();
+  ParsedFile f = parse(out);
+  const ModelConfig c = load_model_config(fx);
+  const Checkpoint ck(fx);
+  ASSERT_FALSE(c.is_moe(0));
+  ASSERT_GT(c.intermediate_size, c.moe_intermediate_size);
+  const int64_t L = c.num_hidden_layers, E = c.n_routed_experts, d = c.hidden_size, F = c.intermediate_size,
+                fe = c.moe_intermediate_size;
+  EXPECT_EQ(std::get<std::string>(f.kv.at("general.architecture").values[0]), "qwen3moe");
+  EXPECT_EQ(kv_u(f, "qwen3moe.block_count"), static_cast<uint64_t>(L));
+  EXPECT_EQ(kv_u(f, "qwen3moe.attention.head_count_kv"), static_cast<uint64_t>(c.num_key_value_heads));
+  EXPECT_EQ(kv_u(f, "qwen3moe.attention.key_length"), static_cast<uint64_t>(c.head_dim));
+  EXPECT_EQ(kv_u(f, "qwen3moe.attention.value_length"), static_cast<uint64_t>(c.head_dim));
+  EXPECT_EQ(kv_u(f, "qwen3moe.rope.dimension_count"), static_cast<uint64_t>(c.head_dim));
+  EXPECT_EQ(kv_u(f, "qwen3moe.expert_feed_forward_length"), static_cast<uint64_t>(F));  // padded to the dense width
+  EXPECT_EQ(kv_u(f, "qwen3moe.expert_used_count"), static_cast<uint64_t>(c.num_experts_per_tok));
+  EXPECT_EQ(f.kv.count("qwen3moe.nextn_predict_layers"), 0u);
+  for (const char* n : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight", "attn_q_norm.weight",
+                        "attn_k_norm.weight", "ffn_norm.weight", "ffn_gate_inp.weight"})
+    for (int64_t i = 0; i < L; ++i) EXPECT_NE(find_tensor(f, "blk." + std::to_string(i) + "." + n), nullptr) << n;
+  EXPECT_EQ(find_tensor(f, "blk.1.post_attention_norm.weight"), nullptr);
+  EXPECT_EQ(find_tensor(f, "blk.1.attn_q.bias"), nullptr);
+
+  // Dense layer 0: zero router, each expert = the dense MLP (F wide, no padding).
+  const ParsedTensor* r0 = find_tensor(f, "blk.0.ffn_gate_inp.weight");
+  ASSERT_NE(r0, nullptr);
+  for (int64_t k = 0; k < E * d; ++k) ASSERT_EQ(f32_at(f, *r0, k), 0.0f);
+  const ParsedTensor* down0 = find_tensor(f, "blk.0.ffn_down_exps.weight");
+  ASSERT_NE(down0, nullptr);
+  EXPECT_EQ(down0->dims, (std::vector<uint64_t>{uint64_t(F), uint64_t(d), uint64_t(E)}));
+  Weight dw = load_weight(ck, "model.layers.0.mlp.down_proj.weight", d, F);
+  std::vector<float> row(static_cast<size_t>(F));
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t r = 0; r < d; r += 5) {
+      dw.row_f32(r, row.data());
+      for (int64_t col = 0; col < F; ++col) ASSERT_EQ(f32_at(f, *down0, (e * d + r) * F + col), row[col]) << e;
+    }
+  // MoE layer 1: expert e's gate rows, then zero rows up to F; down columns padded the same way.
+  const ParsedTensor* g1 = find_tensor(f, "blk.1.ffn_gate_exps.weight");
+  const ParsedTensor* d1 = find_tensor(f, "blk.1.ffn_down_exps.weight");
+  ASSERT_TRUE(g1 && d1);
+  EXPECT_EQ(g1->dims, (std::vector<uint64_t>{uint64_t(d), uint64_t(F), uint64_t(E)}));
+  EXPECT_EQ(d1->dims, (std::vector<uint64_t>{uint64_t(F), uint64_t(d), uint64_t(E)}));
+  std::vector<float> grow(static_cast<size_t>(d)), drow(static_cast<size_t>(fe));
+  for (int64_t e = 0; e < E; ++e) {
+    const std::string ep = "model.layers.1.mlp.experts." + std::to_string(e) + ".";
+    Weight g = load_weight(ck, ep + "gate_proj.weight", fe, d);
+    Weight dn = load_weight(ck, ep + "down_proj.weight", d, fe);
+    for (int64_t r = 0; r < F; ++r) {
+      if (r < fe) g.row_f32(r, grow.data());
+      for (int64_t col = 0; col < d; ++col)
+        ASSERT_EQ(f32_at(f, *g1, (e * F + r) * d + col), r < fe ? grow[col] : 0.0f) << "expert " << e << " row " << r;
+    }
+    for (int64_t r = 0; r < d; r += 3) {
+      dn.row_f32(r, drow.data());
+      for (int64_t col = 0; col < F; ++col)
+        ASSERT_EQ(f32_at(f, *d1, (e * d + r) * F + col), col < fe ? drow[col] : 0.0f) << "expert " << e;
+    }
+  }
+}
+
+// glm4moe: q/k/v biases and q/k norms only when the checkpoint has them,
+// post_attention_norm, leading dense layer, router bias, shared expert, the
+// expert groups only when one can be dropped, and the MTP block's nextn tensors.
+TEST_F(ExportGgufTest, Glm4FixturesHaveTheGlm4moeLayout) {
+  for (const char* name : {"glm4moe-tiny-bf16", "glm4moe-air-tiny-bf16"}) {
+    SCOPED_TRACE(name);
+    const std::string fx = fixture(name);
+    if (fx.empty()) GTEST_SKIP() << "tests/fixtures/" << name << " not present";
+    const std::string out = path(std::string(name) + ".gguf");
+    ASSERT_EQ(run_export(fx, out), 0) << stderr_text();
+    ParsedFile f = parse(out);
+    const ModelConfig c = load_model_config(fx);
+    const Checkpoint ck(fx);
+    const int64_t L = c.num_hidden_layers;
+    EXPECT_EQ(std::get<std::string>(f.kv.at("general.architecture").values[0]), "glm4moe");
+    EXPECT_EQ(kv_u(f, "glm4moe.block_count"), static_cast<uint64_t>(L + 1));
+    EXPECT_EQ(kv_u(f, "glm4moe.nextn_predict_layers"), 1u);
+    EXPECT_EQ(kv_u(f, "glm4moe.leading_dense_block_count"), 1u);
+    EXPECT_EQ(kv_u(f, "glm4moe.attention.key_length"), static_cast<uint64_t>(c.head_dim));
+    EXPECT_EQ(kv_u(f, "glm4moe.rope.dimension_count"), static_cast<uint64_t>(c.rotary_dim));
+    EXPECT_EQ(kv_u(f, "glm4moe.expert_shared_count"), static_cast<uint64_t>(c.n_shared_experts));
+    EXPECT_EQ(kv_u(f, "glm4moe.expert_gating_func"), 2u);
+    EXPECT_EQ(f.kv.count("glm4moe.expert_group_count"), c.n_group > 1 ? 1u : 0u);
+    if (c.n_group > 1) {
+      EXPECT_EQ(kv_u(f, "glm4moe.expert_group_used_count"), static_cast<uint64_t>(c.topk_group));
+    }
+    EXPECT_FLOAT_EQ(static_cast<float>(std::get<double>(f.kv.at("glm4moe.expert_weights_scale").values[0])),
+                    c.routed_scaling_factor);
+    for (int64_t i = 0; i <= L; ++i) {
+      const std::string b = "blk." + std::to_string(i) + ".";
+      EXPECT_EQ(find_tensor(f, b + "attn_q.bias") != nullptr, c.attention_bias) << i;
+      EXPECT_EQ(find_tensor(f, b + "attn_k_norm.weight") != nullptr, c.qk_norm) << i;
+      EXPECT_NE(find_tensor(f, b + "post_attention_norm.weight"), nullptr) << i;
+      EXPECT_EQ(find_tensor(f, b + "ffn_norm.weight"), nullptr) << i;
+      EXPECT_EQ(find_tensor(f, b + "ffn_gate.weight") != nullptr, i == 0) << i;
+      EXPECT_EQ(find_tensor(f, b + "exp_probs_b.bias") != nullptr, i > 0) << i;
+      EXPECT_EQ(find_tensor(f, b + "ffn_up_shexp.weight") != nullptr, i > 0) << i;
+      EXPECT_EQ(find_tensor(f, b + "nextn.eh_proj.weight") != nullptr, i == L) << i;
+    }
+    if (c.attention_bias) {
+      const ParsedTensor* vb = find_tensor(f, "blk.1.attn_v.bias");
+      ASSERT_NE(vb, nullptr);
+      const int64_t n = c.num_key_value_heads * c.head_dim;
+      std::vector<float> want = load_f32(ck, "model.layers.1.self_attn.v_proj.bias", {n});
+      for (int64_t k = 0; k < n; ++k) EXPECT_EQ(f32_at(f, *vb, k), want[k]);
+    }
+  }
+}
+
 // The test reader itself (tests/unit/gguf_reader.h) refuses bad files with an
 // error instead of reading past its buffer or dividing by zero: inputs found
 // by tests/fuzz/fuzz_gguf (tests/fuzz/corpus/gguf/crash-*).
