@@ -1,9 +1,12 @@
 #!/usr/bin/env python3
-"""Writes a random-weight glm_moe_dsa checkpoint in Hugging Face layout, for tests
-and benchmarks that need a model bigger than the fixtures (no reference outputs).
+"""Writes a random-weight checkpoint in Hugging Face layout, for tests and benchmarks
+that need a model bigger than the fixtures (no reference outputs). glm_moe_dsa by default;
+the qwen3 / glm4 presets write qwen3_moe / glm4_moe (bf16, streamed, one shard per layer).
 
     /usr/bin/python3 tools/make_model.py --preset rss --out /tmp/m [--fp8] [--seed 1]
     /usr/bin/python3 tools/make_model.py --set hidden_size=512 --set n_routed_experts=64 --out /tmp/m
+    /usr/bin/python3 tools/make_model.py --preset qwen3-30b-a3b-slice --out /tmp/q
+    /usr/bin/python3 tools/make_model.py --preset glm45-air-slice --out /tmp/g
 """
 import argparse
 import json
@@ -13,6 +16,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 import make_fixtures as F  # noqa: E402
+import make_glm4_fixture as MG  # noqa: E402
+import make_qwen3_fixture as MQ  # noqa: E402
 
 PRESETS = {
     # The real GLM-5.2 per-layer shapes with fewer layers and experts and a small vocabulary
@@ -28,21 +33,74 @@ PRESETS = {
                         max_position_embeddings=8192),
     # Expert pool ~200 MB as int8 (64 experts x 4 MoE layers incl. MTP), dense part small:
     # the peak-RSS test runs it with a budget a fraction of the pool.
+    # Qwen3-30B-A3B's per-layer shapes (hidden 2048, 32 q / 4 kv heads of 128, 128-wide q/k norm,
+    # experts 768 wide, top-8, softmax router renormalised) with 5 layers, 32 of its 128 experts and a
+    # small vocabulary. ~1.1 GB as bf16.
+    "qwen3-30b-a3b-slice": dict(family="qwen3_moe", hidden_size=2048, num_attention_heads=32,
+                                num_key_value_heads=4, head_dim=128, intermediate_size=6144,
+                                moe_intermediate_size=768, num_experts=32, num_experts_per_tok=8,
+                                norm_topk_prob=True, mlp_only_layers=[], decoder_sparse_step=1,
+                                num_hidden_layers=5, vocab_size=8192, rope_theta=1000000.0,
+                                max_position_embeddings=8192, rms_norm_eps=1e-06),
+    # GLM-4.5-Air's per-layer shapes (hidden 4096, 96 q / 8 kv heads of 128, partial rotary 0.5,
+    # q/k/v bias, no q/k norm, experts 1408 wide, top-8, one group, routed scaling 1.0, one shared
+    # expert, dense layer 0 10944 wide, an MTP layer) with 5 layers, 32 of its 128 experts and a
+    # small vocabulary. ~3.7 GB as bf16.
+    "glm45-air-slice": dict(family="glm4_moe", hidden_size=4096, num_attention_heads=96, num_key_value_heads=8,
+                            head_dim=128, partial_rotary_factor=0.5, attention_bias=True, use_qk_norm=False,
+                            intermediate_size=10944, moe_intermediate_size=1408, n_routed_experts=32,
+                            num_experts_per_tok=8, n_group=1, topk_group=1, routed_scaling_factor=1.0,
+                            n_shared_experts=1, first_k_dense_replace=1, num_hidden_layers=5,
+                            num_nextn_predict_layers=1, vocab_size=8192, rope_theta=1000000.0,
+                            max_position_embeddings=8192),
     "rss": dict(hidden_size=512, moe_intermediate_size=512, n_routed_experts=64, num_experts_per_tok=4,
                 num_hidden_layers=4, first_k_dense_replace=1, vocab_size=1024, intermediate_size=512,
                 index_topk=64),
 }
 
 
-def write_streaming(out_dir, config, seed, fp8):
-    """The same tensors and init distribution as make_fixtures.build_storage, generated and written one tensor
-    at a time into one shard per layer, so memory stays at the largest tensor."""
+def gqa_family(family):
+    """(base config, tensor names, shape, init) of a GQA family, from its fixture generator: the same
+    init distribution as the fixtures (norms 1 + 0.1 N, biases 0.2 N, matrices gain / sqrt(fan_in) N,
+    the router correction bias f32)."""
+    import numpy as np
+    gen, ref = (MQ, MQ.Q) if family == "qwen3_moe" else (MG, MG.Q)
+    base = gen.config() if family == "qwen3_moe" else MG.air_config()
+
+    def init(name, shape, rng):
+        if name == "model.embed_tokens.weight":
+            return rng.standard_normal(shape, dtype=np.float32)
+        if name.endswith("e_score_correction_bias"):
+            return np.asarray(0.02 * rng.standard_normal(shape), dtype=np.float32)
+        if name.endswith(".bias"):
+            return np.asarray(0.2 * rng.standard_normal(shape), dtype=np.float32)
+        if len(shape) == 1:
+            return np.asarray(1.0 + 0.1 * rng.standard_normal(shape), dtype=np.float32)
+        mod = "lm_head" if name == "lm_head.weight" else name.split(".")[-2]
+        w = rng.standard_normal(shape, dtype=np.float32)
+        w *= np.float32(gen.GAIN.get(mod, 1.0) / np.sqrt(shape[1]))
+        return w
+
+    return base, ref.expected_tensor_names, lambda n, cfg: gen.shape(n, ref.Config(cfg)), init
+
+
+def write_streaming(out_dir, config, seed, fp8, family=None):
+    """The same tensors and init distribution as make_fixtures.build_storage (or, for a GQA family, its
+    fixture generator), generated and written one tensor at a time into one shard per layer, so memory
+    stays at the largest tensor."""
     import numpy as np
     R = F.R
-    c = R.Config(config)
     os.makedirs(out_dir, exist_ok=True)
     block = tuple(config.get("quantization_config", {}).get("weight_block_size", (128, 128)))
-    names = R.expected_tensor_names(config, fp8=False)
+    if family is None:
+        c = R.Config(config)
+        names = R.expected_tensor_names(config, fp8=False)
+        shape_of = lambda n: F.tensor_shape(n, c)  # noqa: E731
+        init = F.gen_tensor
+    else:
+        _, names_of, shape_fn, init = gqa_family(family)
+        names = names_of(config)
+        shape_of = lambda n: shape_fn(n, config)  # noqa: E731
     groups = {}
     for n in names:
         L = F._layer_of(n)
@@ -55,7 +113,7 @@ def write_streaming(out_dir, config, seed, fp8):
         # Shapes and dtypes first (for the header), then data in the same order.
         plan = []
         for n in sorted(groups[L]):
-            shape = F.tensor_shape(n, c)
+            shape = tuple(shape_of(n))
             module = n[: -len(".weight")] if n.endswith(".weight") else None
             if n.endswith("e_score_correction_bias"):
                 plan.append((n, "F32", shape, None))
@@ -81,7 +139,7 @@ def write_streaming(out_dir, config, seed, fp8):
                 if owner is not None:  # a scale computed with its weight
                     f.write(pending.pop(n).astype("<f4").tobytes())
                     continue
-                w = F.gen_tensor(n, shape, rng)
+                w = init(n, shape, rng)
                 if dt == "F32":
                     f.write(w.astype("<f4").tobytes())
                 elif dt == "BF16":
@@ -100,7 +158,9 @@ def write_streaming(out_dir, config, seed, fp8):
         json.dump(config, f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
-        json.dump(F.generation_config(config), f, indent=2)
+        gc = F.generation_config(config) if family is None else {
+            "eos_token_id": config["eos_token_id"], "pad_token_id": config["pad_token_id"], "do_sample": False}
+        json.dump(gc, f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
@@ -119,9 +179,16 @@ def main(argv=None):
     ap.add_argument("--stream", action="store_true", help="generate and write one tensor at a time (big models)")
     a = ap.parse_args(argv)
     over = dict(PRESETS.get(a.preset, {}))
+    family = over.pop("family", None)
     for kv in a.set:
         k, _, v = kv.partition("=")
         over[k] = json.loads(v)
+    if family is not None:
+        if a.fp8:
+            sys.exit("make_model: --fp8 is for glm_moe_dsa models only")
+        config = dict(gqa_family(family)[0], **over)
+        write_streaming(a.out, config, a.seed, False, family)
+        return
     config = F.glm5_config(**over)
     if a.fp8:
         config = dict(config, quantization_config=F.fp8_quant_config(config))
