@@ -4,6 +4,11 @@ and benchmarks that need a model bigger than the fixtures (no reference outputs)
 
     /usr/bin/python3 tools/make_model.py --preset rss --out /tmp/m [--fp8] [--seed 1]
     /usr/bin/python3 tools/make_model.py --set hidden_size=512 --set n_routed_experts=64 --out /tmp/m
+
+--fill periodic (with --stream, or the glm52-slice preset): every matrix of 1M elements or more is one
+block of PERIOD normal draws of its scale, repeated from a random start, instead of fresh draws: the same
+sizes and per-tensor scale in minutes instead of hours on a busy machine, for disk/speed benchmarks
+(routers, norms, biases and small matrices keep the fixtures' init; outputs are not meaningful text).
 """
 import argparse
 import json
@@ -34,7 +39,10 @@ PRESETS = {
 }
 
 
-def write_streaming(out_dir, config, seed, fp8):
+PERIOD = 4194301  # elements of the repeated block of --fill periodic (odd: rows do not line up with it)
+
+
+def write_streaming(out_dir, config, seed, fp8, fill="normal"):
     """The same tensors and init distribution as make_fixtures.build_storage, generated and written one tensor
     at a time into one shard per layer, so memory stays at the largest tensor."""
     import numpy as np
@@ -49,6 +57,8 @@ def write_streaming(out_dir, config, seed, fp8):
         groups.setdefault(L, []).append(n)
     rng = np.random.Generator(np.random.PCG64(seed))
     weight_map, total = {}, 0
+    unit = rng.standard_normal(PERIOD).astype(np.float32) if fill == "periodic" else None
+    blocks = {}  # scale -> the block as bf16 bits, twice (a window from any start)
     keys = sorted(groups)
     for gi, L in enumerate(keys):
         fn = f"model-{gi + 1:05d}-of-{len(keys):05d}.safetensors"
@@ -80,6 +90,22 @@ def write_streaming(out_dir, config, seed, fp8):
             for n, dt, shape, owner in sorted(plan):
                 if owner is not None:  # a scale computed with its weight
                     f.write(pending.pop(n).astype("<f4").tobytes())
+                    continue
+                nel = int(np.prod(shape))
+                if unit is not None and dt == "BF16" and len(shape) == 2 and nel >= (1 << 20):
+                    mod = n.split(".")[-2]
+                    if n == "model.embed_tokens.weight":
+                        scale = 1.0
+                    else:
+                        scale = F.GAIN.get(mod if n != "lm_head.weight" else "lm_head", 1.0) / np.sqrt(shape[1])
+                    if scale not in blocks:
+                        b = R.f32_to_bf16_bits(unit * np.float32(scale)).astype("<u2")
+                        blocks[scale] = np.concatenate([b, b])
+                    b2, at, left = blocks[scale], int(rng.integers(0, PERIOD)), nel
+                    while left > 0:
+                        m = min(left, PERIOD)
+                        f.write(b2[at:at + m].tobytes())
+                        left -= m
                     continue
                 w = F.gen_tensor(n, shape, rng)
                 if dt == "F32":
@@ -117,6 +143,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--stream", action="store_true", help="generate and write one tensor at a time (big models)")
+    ap.add_argument("--fill", choices=["normal", "periodic"], default="normal",
+                    help="periodic: big matrices repeat one random block (fast; --stream only, see above)")
     a = ap.parse_args(argv)
     over = dict(PRESETS.get(a.preset, {}))
     for kv in a.set:
@@ -126,8 +154,10 @@ def main(argv=None):
     if a.fp8:
         config = dict(config, quantization_config=F.fp8_quant_config(config))
     if a.stream or a.preset == "glm52-slice":
-        write_streaming(a.out, config, a.seed, a.fp8)
+        write_streaming(a.out, config, a.seed, a.fp8, a.fill)
         return
+    if a.fill != "normal":
+        ap.error("--fill periodic needs --stream")
     storage = F.build_storage(config, a.seed, a.fp8)
     F.write_checkpoint(a.out, config, storage, a.shards)
     total = sum(v[1].nbytes for v in storage.values())
