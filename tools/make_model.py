@@ -7,6 +7,11 @@ the qwen3 / glm4 presets write qwen3_moe / glm4_moe (bf16, streamed, one shard p
     /usr/bin/python3 tools/make_model.py --set hidden_size=512 --set n_routed_experts=64 --out /tmp/m
     /usr/bin/python3 tools/make_model.py --preset qwen3-30b-a3b-slice --out /tmp/q
     /usr/bin/python3 tools/make_model.py --preset glm45-air-slice --out /tmp/g
+
+--fill periodic (with --stream, or the glm52-slice preset): every matrix of 1M elements or more is one
+block of PERIOD normal draws of its scale, repeated from a random start, instead of fresh draws: the same
+sizes and per-tensor scale in minutes instead of hours on a busy machine, for disk/speed benchmarks
+(routers, norms, biases and small matrices keep the fixtures' init; outputs are not meaningful text).
 """
 import argparse
 import json
@@ -84,10 +89,13 @@ def gqa_family(family):
     return base, ref.expected_tensor_names, lambda n, cfg: gen.shape(n, ref.Config(cfg)), init
 
 
-def write_streaming(out_dir, config, seed, fp8, family=None):
+PERIOD = 4194301  # elements of the repeated block of --fill periodic (odd: rows do not line up with it)
+
+
+def write_streaming(out_dir, config, seed, fp8, family=None, fill="normal"):
     """The same tensors and init distribution as make_fixtures.build_storage (or, for a GQA family, its
     fixture generator), generated and written one tensor at a time into one shard per layer, so memory
-    stays at the largest tensor."""
+    stays at the largest tensor. fill="periodic": see --fill above."""
     import numpy as np
     R = F.R
     os.makedirs(out_dir, exist_ok=True)
@@ -107,6 +115,8 @@ def write_streaming(out_dir, config, seed, fp8, family=None):
         groups.setdefault(L, []).append(n)
     rng = np.random.Generator(np.random.PCG64(seed))
     weight_map, total = {}, 0
+    unit = rng.standard_normal(PERIOD).astype(np.float32) if fill == "periodic" else None
+    blocks = {}  # scale -> the block as bf16 bits, twice (a window from any start)
     keys = sorted(groups)
     for gi, L in enumerate(keys):
         fn = f"model-{gi + 1:05d}-of-{len(keys):05d}.safetensors"
@@ -138,6 +148,22 @@ def write_streaming(out_dir, config, seed, fp8, family=None):
             for n, dt, shape, owner in sorted(plan):
                 if owner is not None:  # a scale computed with its weight
                     f.write(pending.pop(n).astype("<f4").tobytes())
+                    continue
+                nel = int(np.prod(shape))
+                if unit is not None and dt == "BF16" and len(shape) == 2 and nel >= (1 << 20):
+                    mod = n.split(".")[-2]
+                    if n == "model.embed_tokens.weight":
+                        scale = 1.0
+                    else:
+                        scale = F.GAIN.get(mod if n != "lm_head.weight" else "lm_head", 1.0) / np.sqrt(shape[1])
+                    if scale not in blocks:
+                        b = R.f32_to_bf16_bits(unit * np.float32(scale)).astype("<u2")
+                        blocks[scale] = np.concatenate([b, b])
+                    b2, at, left = blocks[scale], int(rng.integers(0, PERIOD)), nel
+                    while left > 0:
+                        m = min(left, PERIOD)
+                        f.write(b2[at:at + m].tobytes())
+                        left -= m
                     continue
                 w = init(n, shape, rng)
                 if dt == "F32":
@@ -177,6 +203,8 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--stream", action="store_true", help="generate and write one tensor at a time (big models)")
+    ap.add_argument("--fill", choices=["normal", "periodic"], default="normal",
+                    help="periodic: big matrices repeat one random block (fast; --stream only, see above)")
     a = ap.parse_args(argv)
     over = dict(PRESETS.get(a.preset, {}))
     family = over.pop("family", None)
@@ -186,6 +214,8 @@ def main(argv=None):
     if family is not None:
         if a.fp8:
             sys.exit("make_model: --fp8 is for glm_moe_dsa models only")
+        if a.fill != "normal":
+            sys.exit("make_model: --fill periodic is for glm_moe_dsa models only")
         config = dict(gqa_family(family)[0], **over)
         write_streaming(a.out, config, a.seed, False, family)
         return
@@ -193,8 +223,10 @@ def main(argv=None):
     if a.fp8:
         config = dict(config, quantization_config=F.fp8_quant_config(config))
     if a.stream or a.preset == "glm52-slice":
-        write_streaming(a.out, config, a.seed, a.fp8)
+        write_streaming(a.out, config, a.seed, a.fp8, fill=a.fill)
         return
+    if a.fill != "normal":
+        ap.error("--fill periodic needs --stream")
     storage = F.build_storage(config, a.seed, a.fp8)
     F.write_checkpoint(a.out, config, storage, a.shards)
     total = sum(v[1].nbytes for v in storage.values())

@@ -3,20 +3,75 @@
 
 Converts MODEL (a checkpoint directory) to a container (or uses one), measures this machine with
 `strata doctor` under the container's directory, then for each expert budget B runs
+  strata bench --model C --ram B --no-autopin --no-prefetch --json ...
   strata plan  --model C --ram DENSE+B --headroom 0 --disk-gbps QD1 --mem-gbps MEMBW --json
-  strata bench --model C --ram B --no-autopin --json ...
 and prints predicted vs measured decode tok/s and hit rate, with the error.
 
+With --trace (the default), the first bench's prompt and greedy continuation are recorded with
+`strata trace record` and plan replays that trace (--trace-warmup = the prompt); plan's
+independent-draw prediction (from --usage, or uniform) is printed next to it.
+
+With --throttle-bps N the whole run (doctor's probe, bench, trace record) runs inside a cgroup-v1
+blkio child that limits reads of the container's disk to N bytes/s (root only; the child is
+removed afterwards), so the disk, not the loaded CPUs, dominates; --drop-caches empties the page
+cache before the probe and before each bench.
+
 Usage: bench/plan/validate.py STRATA MODEL_DIR [--budgets 0.25,0.5,1.0] [--experts int8] [--usage FILE]
-Budgets are fractions of the container's expert pool. Timing: run on a quiet machine; the load
-(/proc/loadavg) is printed with the results.
+       [--throttle-bps 300e6 [--blkdev MAJ:MIN]] [--drop-caches] [--no-trace] [--reps N]
+Budgets are fractions of the container's expert pool. Timing: the load (/proc/loadavg) is printed
+with the results.
 """
-import argparse, json, os, subprocess, sys, tempfile
+import argparse, json, os, shutil, subprocess, sys, tempfile
+
+BLKIO = "/sys/fs/cgroup/blkio"
 
 
-def run_json(cmd):
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
-    return out
+def run_out(cmd):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+
+
+def drop_caches():
+    os.sync()
+    with open("/proc/sys/vm/drop_caches", "w") as f:
+        f.write("3\n")
+
+
+def disk_of(path):
+    """MAJ:MIN of the whole disk holding `path` (a partition's parent disk)."""
+    st = os.stat(path).st_dev
+    maj, mnr = os.major(st), os.minor(st)
+    sysdir = os.path.realpath(f"/sys/dev/block/{maj}:{mnr}")
+    if os.path.exists(os.path.join(sysdir, "partition")):
+        with open(os.path.join(os.path.dirname(sysdir), "dev")) as f:
+            return f.read().strip()
+    return f"{maj}:{mnr}"
+
+
+class Throttle:
+    """A blkio child limiting reads of one device; this process (and so its children) moves into it."""
+
+    def __init__(self, dev, bps):
+        self.dir = os.path.join(BLKIO, f"strata-plan-validate-{os.getpid()}")
+        os.mkdir(self.dir)
+        try:
+            with open(os.path.join(self.dir, "blkio.throttle.read_bps_device"), "w") as f:
+                f.write(f"{dev} {int(bps)}\n")
+            with open(os.path.join(self.dir, "cgroup.procs"), "w") as f:
+                f.write(str(os.getpid()))
+        except Exception:
+            os.rmdir(self.dir)
+            raise
+
+    def close(self):
+        with open(os.path.join(BLKIO, "cgroup.procs"), "w") as f:
+            f.write(str(os.getpid()))
+        os.rmdir(self.dir)
+
+
+def plan_row(base, ram):
+    p = json.loads(run_out(base + ["--ram", str(ram / 1e9)]))
+    here = [r for r in p["rows"] if abs(r["ram_bytes"] - ram) <= 1e-6 * ram + 1]
+    return p, here[0]
 
 
 def main():
@@ -28,50 +83,100 @@ def main():
     ap.add_argument("--usage", default="")
     ap.add_argument("--gen-tokens", type=int, default=64)
     ap.add_argument("--prompt-tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--no-trace", action="store_true", help="only the independent-draw prediction")
+    ap.add_argument("--throttle-bps", type=float, default=0, help="cgroup blkio read limit (bytes/s) on the disk")
+    ap.add_argument("--blkdev", default="", help="MAJ:MIN to throttle (default: the container's disk)")
+    ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before the probe and each bench")
+    ap.add_argument("--out", default="", help="write the results as JSON here (default: a temp dir)")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="strata-plan-validate-")
     c = a.model
     if not os.path.exists(os.path.join(c, "manifest.json")):
         c = os.path.join(tmp, "c")
         subprocess.run([a.strata, "convert", "--in", a.model, "--out", c, "--experts", a.experts, "-q"], check=True)
-    doc = json.loads(run_json([a.strata, "doctor", "--dir", c, "--json", "--probe-mib", "128", "--seconds", "0.5"]))
+    throttle = Throttle(a.blkdev or disk_of(c), a.throttle_bps) if a.throttle_bps > 0 else None
+    try:
+        result = validate(a, c, tmp, throttle)
+    finally:
+        if throttle:
+            throttle.close()
+    out = a.out or os.path.join(tmp, "result.json")
+    with open(out + ".tmp", "w") as f:
+        json.dump(result, f, indent=1)
+    os.replace(out + ".tmp", out)
+    print(f"(details: {out})")
+    if a.out:  # the temp dir held the ids, the trace (and a container converted here)
+        shutil.rmtree(tmp)
+
+
+def validate(a, c, tmp, throttle):
+    s0 = json.loads(run_out([a.strata, "plan", "--model", c, "--experts", a.experts, "--json", "--headroom", "0",
+                             "--disk-gbps", "1", "--mem-gbps", "1", "--ram", "1", "--trace-tokens", "8"]))
+    s = s0["sizes"][a.experts]
+    pool, dense, read_kib = s["expert_pool_bytes"], s["dense_bytes"], s["expert_read_bytes"] // 1024
+    if a.drop_caches:
+        drop_caches()
+    doc = json.loads(run_out([a.strata, "doctor", "--dir", c, "--json", "--probe-mib", "256", "--seconds", "2",
+                              "--read-kib", str(read_kib)]))
     membw = doc["memory"]["read_gb_s"]
     qd1 = [r for r in doc["disk"]["random_read"] if r["queue_depth"] == 1][0]["gb_s"]
+    load0 = open("/proc/loadavg").read().split()[:3]
+    print(f"container {c}: dense {dense/1e6:.1f} MB, expert pool {pool/1e6:.1f} MB ({a.experts}), "
+          f"one expert {read_kib} KiB")
+    print(f"machine: memory {membw:.1f} GB/s, disk QD1 {qd1:.3f} GB/s ({doc['disk']['filesystem']}, "
+          f"O_DIRECT {doc['disk']['o_direct']}{', throttled to %.0f MB/s' % (a.throttle_bps / 1e6) if throttle else ''}), "
+          f"load {load0}")
     base = [a.strata, "plan", "--model", c, "--headroom", "0", "--disk-gbps", str(qd1), "--mem-gbps", str(membw),
-            "--experts", a.experts, "--json", "--trace-tokens", "1024"]
-    if a.usage:
-        base += ["--usage", a.usage]
-    p0 = json.loads(run_json(base + ["--ram", "1"]))
-    s = p0["sizes"][a.experts]
-    pool, dense = s["expert_pool_bytes"], s["dense_bytes"]
-    print(f"container {c}: dense {dense/1e6:.1f} MB, expert pool {pool/1e6:.1f} MB ({a.experts})")
-    print(f"machine: memory {membw:.1f} GB/s, disk QD1 {qd1:.2f} GB/s ({doc['disk']['filesystem']}, "
-          f"O_DIRECT {doc['disk']['o_direct']}), load {open('/proc/loadavg').read().split()[:3]}")
-    print(f"{'budget':>8} {'pred hit':>9} {'meas hit':>9} {'pred tok/s':>11} {'meas tok/s':>11} {'error':>8}")
+            "--experts", a.experts, "--json"]
+    indep = base + ["--trace-tokens", "1024"] + (["--usage", a.usage] if a.usage else [])
+    trace = None
     rows = []
     for frac in [float(x) for x in a.budgets.split(",")]:
         budget = int(frac * pool)
-        p = json.loads(run_json(base + ["--ram", str((dense + budget) / 1e9)]))
-        here = [r for r in p["rows"] if abs(r["ram_bytes"] - (dense + budget)) <= 1e-6 * (dense + budget) + 1]
-        pred = here[0]
-        bench_cmd = [a.strata, "bench", "--model", c, "--ram", str(max(budget, 1) / 1e9), "--no-autopin", "--json",
-                     "--prompt-tokens", str(a.prompt_tokens), "--gen-tokens", str(a.gen_tokens), "--reps", "3",
-                     "--warmup", "1", "--membw-mib", "0", "--disk-mib", "0", "-q"]
+        bench_cmd = [a.strata, "bench", "--model", c, "--ram", str(max(budget, 1) / 1e9), "--no-autopin",
+                     "--no-prefetch", "--json", "--prompt-tokens", str(a.prompt_tokens), "--gen-tokens",
+                     str(a.gen_tokens), "--reps", str(a.reps), "--warmup", str(a.warmup), "--membw-mib", "0",
+                     "--disk-mib", "0", "-q"]
         if a.threads:
             bench_cmd += ["--threads", str(a.threads)]
-        lines = [json.loads(l) for l in run_json(bench_cmd).splitlines() if l.strip()]
+        if a.drop_caches:
+            drop_caches()
+        lines = [json.loads(l) for l in run_out(bench_cmd).splitlines() if l.strip()]
         d = [l for l in lines if l["bench"] == "decode"][0]
-        err = (pred["tok_s"] - d["tok_s"]) / d["tok_s"]
-        rows.append(dict(fraction=frac, budget_bytes=budget, predicted=pred, measured=d, error=err))
-        print(f"{frac:>8.2f} {100*pred['hit_rate']:>8.1f}% {100*d['expert_hit_rate']:>8.1f}% {pred['tok_s']:>11.1f} "
-              f"{d['tok_s']:>11.1f} {100*err:>+7.0f}%")
+        if trace is None and not a.no_trace:
+            ids = d["prompt_ids"] + d["generated_ids"]
+            with open(os.path.join(tmp, "ids.txt"), "w") as f:
+                f.write(",".join(str(i) for i in ids))
+            trace = os.path.join(tmp, "trace.jsonl")
+            subprocess.run([a.strata, "trace", "record", "--model", c, "--ids-file", os.path.join(tmp, "ids.txt"),
+                            "--out", trace, "--chunk", str(len(ids)), "--ram", str(pool / 1e9), "-q"], check=True)
+        row = dict(fraction=frac, budget_bytes=budget, measured={k: v for k, v in d.items()
+                                                                 if k not in ("prompt_ids", "generated_ids")},
+                   load=open("/proc/loadavg").read().split()[:3])
+        _, row["independent"] = plan_row(indep, dense + budget)
+        if trace:
+            _, row["recorded"] = plan_row(base + ["--trace", trace, "--trace-warmup", str(len(d["prompt_ids"]))],
+                                          dense + budget)
+        rows.append(row)
         ms = d["ms_per_token"]
-        print(f"         measured ms/token: total {ms['total']:.2f} = attention {ms['attention']:.2f} + router "
-              f"{ms['router']:.2f} + expert wait {ms['expert_wait']:.2f} + expert matmul {ms['expert_matmul']:.2f} + "
-              f"other {ms['other']:.2f}; predicted compute {pred['compute_ms']:.3f} + disk {pred['disk_ms']:.3f}")
-    json.dump(dict(container=c, membw=membw, disk_qd1=qd1, rows=rows), open(os.path.join(tmp, "result.json"), "w"), indent=1)
-    print(f"(details: {tmp}/result.json)")
+        print(f"budget {frac:.2f} of the pool ({budget/1e6:.0f} MB), load {row['load']}: measured {d['tok_s']:.3f} tok/s "
+              f"at {100*d['expert_hit_rate']:.1f}% hits ({d['disk_bytes_per_token']/1e6:.1f} MB/token read)")
+        print(f"  measured ms/token: total {ms['total']:.1f} = attention {ms['attention']:.1f} + router "
+              f"{ms['router']:.1f} + expert wait {ms['expert_wait']:.1f} + expert matmul {ms['expert_matmul']:.1f} + "
+              f"other {ms['other']:.1f}")
+        for kind in ("recorded", "independent"):
+            if kind not in row:
+                continue
+            p = row[kind]
+            err = (p["tok_s"] - d["tok_s"]) / d["tok_s"]
+            row[kind + "_error"] = err
+            print(f"  plan ({kind + ' trace':>18}): {p['tok_s']:.3f} tok/s at {100*p['hit_rate']:.1f}% hits "
+                  f"(compute {p['compute_ms']:.1f} + disk {p['disk_ms']:.1f} ms), error {100*err:+.0f}%")
+    return dict(container=c, membw=membw, disk_qd1=qd1, throttle_bps=a.throttle_bps, load_start=load0,
+                trace=trace, rows=rows)
 
 
 if __name__ == "__main__":

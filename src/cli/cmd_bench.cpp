@@ -183,6 +183,8 @@ int run_bench(const BenchFlags& f) {
   uint64_t decode_read = 0, decode_wait_ns = 0, decode_misses = 0, decode_requests = 0;
   std::vector<float> logits(static_cast<size_t>(V));
   std::vector<Row> rows;
+  std::vector<int32_t> generated;  // the last repetition's decoded ids (greedy: every repetition's)
+  generated.reserve(static_cast<size_t>(std::max<int64_t>(0, G)));
   for (int rep = 0; rep < f.warmup + f.reps; ++rep) {
     const bool measured = rep >= f.warmup;
     const int64_t PP = measured || f.warmup_tokens <= 0 ? P : std::min<int64_t>(P, f.warmup_tokens);
@@ -204,9 +206,11 @@ int run_bench(const BenchFlags& f) {
     if (G < 1) continue;
     a = e.runner().stats();
     const ExpertStoreStats d0 = e.experts().stats();
+    generated.clear();
     t0 = now_ns();
     for (int64_t i = 0; i < G; ++i) {
       const Row r{&s, static_cast<int32_t>(PP + i), argmax(logits.data(), V), true};
+      generated.push_back(r.token);
       e.forward({&r, 1}, logits.data());
     }
     dt = now_ns() - t0;
@@ -276,7 +280,9 @@ int run_bench(const BenchFlags& f) {
              {"mem_bw_fraction", mem > 0 ? achieved / mem : 0.0},
              {"disk_bytes_per_token", read_per_tok},
              {"expert_hit_rate", decode_requests ? 1.0 - static_cast<double>(decode_misses) / static_cast<double>(decode_requests) : 1.0},
-             {"disk_gb_s_during_wait", stream_gb_s}};
+             {"disk_gb_s_during_wait", stream_gb_s},
+             {"prompt_ids", prompt},
+             {"generated_ids", generated}};
       emit(d);
     }
     if (mem > 0)

@@ -22,6 +22,8 @@
 #include "experts/disk_probe.h"
 #include "format/container.h"
 #include "format/convert_plan.h"
+#include "runtime/routing_trace.h"
+#include "runtime/trace_replay.h"
 
 namespace strata::cli {
 
@@ -39,6 +41,8 @@ struct PlanFlags {
   std::string experts;  // "", int4 or int8: the recommendation considers both when empty
   std::string usage;    // routing popularity (usage.json or an eval routing file)
   int trace_tokens = 512;
+  std::string trace;         // a recorded routing trace (strata trace record) instead of independent draws
+  int64_t trace_warmup = -1;  // its tokens that only warm the cache (-1: the first quarter)
   uint64_t seed = 1;
   bool json = false;
 };
@@ -143,12 +147,41 @@ int run_plan(const PlanFlags& f) {
                               d.reads_direct ? ", O_DIRECT" : ", buffered: may include page-cache hits");
   }
 
-  // The routing trace: independent draws from the learned popularity.
-  const std::vector<std::vector<double>> pop = f.usage.empty() ? std::vector<std::vector<double>>{} : read_popularity(f.usage);
+  // The routing trace: a recorded one mapped onto the target's MoE layers
+  // (layer l replays trace layer l mod its layers; hit rates read at the
+  // same cached fraction of a layer's experts), or independent draws from
+  // the learned popularity.
   const Sizes& s0 = sizes[0];
   if (s0.moe_layers < 1) fail("{}: the config has no MoE layers", dir);
-  const RoutingTrace trace = independent_trace(pop, s0.moe_layers, s0.n_experts, s0.k, f.trace_tokens, f.seed);
-  const int64_t warmup = f.trace_tokens / 4;
+  RoutingTrace trace;
+  int64_t warmup = 0;
+  std::string trace_desc;
+  if (!f.trace.empty()) {
+    const RecordedTrace rt = read_routing_trace(f.trace);
+    warmup = f.trace_warmup >= 0 ? f.trace_warmup : rt.tokens / 4;
+    if (warmup >= rt.tokens)
+      fail("{}: \"tokens\" is {}: nothing is counted after {} warm-up tokens (--trace-warmup)", f.trace, rt.tokens,
+           warmup);
+    trace = repeat_layers(cache_model_trace(rt, f.trace), s0.moe_layers);
+    const bool same = rt.experts == s0.n_experts && rt.top_k == s0.k;
+    trace_desc = fmt::format(
+        "{} tokens recorded from {} ({} MoE layers, top-{} of {}; first {} warm the cache), {}", rt.tokens, rt.model,
+        rt.layers.size(), rt.top_k, rt.experts, warmup,
+        same ? fmt::format("replayed as recorded over {} MoE layers (layer l <- trace layer l mod {})", s0.moe_layers,
+                           rt.layers.size())
+             : fmt::format("mapped onto {} MoE layers x top-{} of {} by the cached fraction of a layer's experts "
+                           "(S slots here <- S x {}/{} trace slots)",
+                           s0.moe_layers, s0.k, s0.n_experts, rt.experts, s0.n_experts));
+  } else {
+    const std::vector<std::vector<double>> pop =
+        f.usage.empty() ? std::vector<std::vector<double>>{} : read_popularity(f.usage);
+    trace = independent_trace(pop, s0.moe_layers, s0.n_experts, s0.k, f.trace_tokens, f.seed);
+    warmup = f.trace_tokens / 4;
+    trace_desc = fmt::format(
+        "{} tokens drawn independently from {} (first {} warm the cache), top-{} of {} per layer", f.trace_tokens,
+        f.usage.empty() ? std::string("uniform expert popularity") : "the popularity in " + f.usage, warmup, s0.k,
+        s0.n_experts);
+  }
 
   // Rows: the total memory strata may use, from the dense part plus a
   // fraction of each precision's expert pool (and round sizes in GB between),
@@ -187,7 +220,7 @@ int run_plan(const PlanFlags& f) {
       const uint64_t budget = fits ? std::min<uint64_t>(static_cast<uint64_t>(left), s.expert_pool) : 0;
       const int64_t slots = lru_slots_for_budget(budget, s.moe_layers, s.expert_read, s.n_experts);
       DecodeCost c{s.dense_per_token, s.expert_blob, s.expert_read, s.moe_layers, s.k, mem_gbps, disk_gbps};
-      rows.push_back({r, b, budget, slots, predict_decode(c, dist.at(slots).hit_rate()), fits});
+      rows.push_back({r, b, budget, slots, predict_decode(c, scaled_hit_rate(dist, slots, s.n_experts)), fits});
     }
   // Recommendation at `ram`: the precision with the higher predicted speed
   // that fits (int8 is the more accurate; prefer it on a tie within 5%).
@@ -196,10 +229,6 @@ int run_plan(const PlanFlags& f) {
     if (is_here(row.ram) && row.fits)
       if (!best || row.p.tok_s > best->p.tok_s * (row.bits == 8 ? 0.95 : 1.05)) best = &row;
 
-  const std::string trace_desc = fmt::format(
-      "{} tokens drawn independently from {} (first {} warm the cache), top-{} of {} per layer", f.trace_tokens,
-      f.usage.empty() ? std::string("uniform expert popularity") : "the popularity in " + f.usage, warmup, s0.k,
-      s0.n_experts);
   if (f.json) {
     Json js = Json::object();
     for (const Sizes& s : sizes)
@@ -229,6 +258,7 @@ int run_plan(const PlanFlags& f) {
              {"sizes", js},
              {"machine", {{"ram_bytes", static_cast<uint64_t>(ram)}, {"mem_gb_s", mem_gbps}, {"disk_gb_s", disk_gbps}, {"disk_source", disk_source}}},
              {"trace", trace_desc},
+             {"trace_kind", f.trace.empty() ? "independent" : "recorded"},
              {"rows", jr}};
     if (container) out["container_bytes_actual"] = container_actual;
     if (best)
@@ -294,11 +324,21 @@ void add_plan_command(CLI::App& app, Runner& run) {
       ->check(CLI::Range(0.0, 1e4));
   cmd->add_option("--experts", f->experts, "Only this precision of routed experts: int4 or int8 (default: both)")
       ->check(CLI::IsMember({"int4", "int8"}));
-  cmd->add_option("--usage", f->usage,
-                  "Routing popularity: a container's usage.json or an eval routing file (default: uniform)");
-  cmd->add_option("--trace-tokens", f->trace_tokens, "Tokens of the synthetic routing trace (default 512)")
-      ->check(CLI::Range(8, 1 << 16));
-  cmd->add_option("--seed", f->seed, "Seed of the routing trace (default 1)");
+  CLI::Option* usage = cmd->add_option(
+      "--usage", f->usage, "Routing popularity: a container's usage.json or an eval routing file (default: uniform)");
+  CLI::Option* tokens = cmd->add_option("--trace-tokens", f->trace_tokens, "Tokens of the synthetic routing trace (default 512)")
+                            ->check(CLI::Range(8, 1 << 16));
+  CLI::Option* seed = cmd->add_option("--seed", f->seed, "Seed of the synthetic routing trace (default 1)");
+  CLI::Option* trace =
+      cmd->add_option("--trace", f->trace,
+                      "A recorded routing trace (strata trace record) to replay instead of independent draws")
+          ->excludes(usage)
+          ->excludes(tokens)
+          ->excludes(seed);
+  cmd->add_option("--trace-warmup", f->trace_warmup,
+                  "Tokens at the start of --trace that only warm the cache, e.g. the prompt (default: a quarter)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
+      ->needs(trace);
   cmd->add_flag("--json", f->json, "One JSON object (schema 1, docs/plan.md)");
   cmd->callback([f, &run] { run = [f] { return run_plan(*f); }; });
 }

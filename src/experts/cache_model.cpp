@@ -45,6 +45,33 @@ CacheReplay StackDistances::at(int64_t slots) const {
   return r;
 }
 
+double scaled_hit_rate(const StackDistances& d, int64_t slots, int64_t target_experts) {
+  if (slots < 1 || target_experts < 1) fail("cache model: {} slots of {} experts per layer", slots, target_experts);
+  if (d.requests == 0) return 1.0;
+  const int64_t es = static_cast<int64_t>(d.hist.size());
+  if (es == target_experts) return d.at(slots).hit_rate();
+  // x trace slots: every distance below floor(x) hits, and the fraction
+  // x - floor(x) of the requests at distance floor(x).
+  const double x = std::min(static_cast<double>(es), static_cast<double>(slots) * static_cast<double>(es) /
+                                                         static_cast<double>(target_experts));
+  const int64_t whole = static_cast<int64_t>(std::floor(x));
+  double hits = static_cast<double>(d.at(std::max<int64_t>(whole, 0)).hits);
+  if (whole < es) hits += (x - static_cast<double>(whole)) * static_cast<double>(d.hist[static_cast<size_t>(whole)]);
+  return hits / static_cast<double>(d.requests);
+}
+
+RoutingTrace repeat_layers(const RoutingTrace& src, int64_t n_layers) {
+  if (src.n_layers < 1 || n_layers < 1) fail("cache model: repeat {} trace layers over {}", src.n_layers, n_layers);
+  RoutingTrace t{n_layers, src.n_experts, src.k, {}};
+  t.ids.reserve(static_cast<size_t>(src.tokens() * n_layers * src.k));
+  for (int64_t tok = 0; tok < src.tokens(); ++tok)
+    for (int64_t l = 0; l < n_layers; ++l) {
+      const std::span<const int32_t> e = src.at(tok, l % src.n_layers);
+      t.ids.insert(t.ids.end(), e.begin(), e.end());
+    }
+  return t;
+}
+
 CacheReplay replay_lru(const RoutingTrace& t, int64_t slots, int64_t warmup_tokens) {
   if (slots < 1) fail("cache model: {} slots per layer (at least 1)", slots);
   return lru_stack_distances(t, warmup_tokens).at(slots);

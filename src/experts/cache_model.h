@@ -38,6 +38,17 @@ struct StackDistances {
 };
 StackDistances lru_stack_distances(const RoutingTrace& trace, int64_t warmup_tokens);
 
+// The hit rate of `slots` LRU slots per layer on a target of `target_experts`
+// experts per layer, read from stack distances of a trace of hist.size()
+// experts per layer: the target keeps the same fraction of a layer's experts
+// cached, i.e. slots * E_trace / E_target trace slots, linear between whole
+// slots (docs/plan.md "Recorded traces"). Equal counts: at(slots).
+double scaled_hit_rate(const StackDistances& d, int64_t slots, int64_t target_experts);
+
+// A trace over `n_layers` MoE layers from one over fewer or more: target
+// layer l replays source layer l mod src.n_layers (experts and top-k kept).
+RoutingTrace repeat_layers(const RoutingTrace& src, int64_t n_layers);
+
 // Each layer keeps the `slots` most recently used experts (an expert used by
 // a token counts as used when that token asks for it). The first
 // `warmup_tokens` tokens fill the cache and are not counted.

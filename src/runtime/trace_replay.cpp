@@ -37,6 +37,31 @@ TraceMapping map_trace(const RecordedTrace& t, const std::vector<int64_t>& conta
   return m;
 }
 
+RoutingTrace cache_model_trace(const RecordedTrace& t, const std::string& path) {
+  const int64_t L = static_cast<int64_t>(t.layers.size()), K = t.top_k;
+  if (L < 1 || K < 1 || t.experts < K || t.tokens < 1)
+    fail("{}: a trace of {} layers, {} experts, top-{}, {} tokens: nothing to replay", path, L, t.experts, K, t.tokens);
+  RoutingTrace r{L, t.experts, K, {}};
+  r.ids.reserve(static_cast<size_t>(t.tokens * L * K));
+  std::vector<int32_t> row;
+  for (int64_t tok = 0; tok < t.tokens; ++tok)
+    for (int64_t li = 0; li < L; ++li) {
+      const int32_t* e = t.chosen_at(tok, static_cast<size_t>(li));
+      row.assign(e, e + K);
+      std::sort(row.begin(), row.end());
+      for (int64_t k = 0; k < K; ++k) {
+        if (row[static_cast<size_t>(k)] < 0 || row[static_cast<size_t>(k)] >= t.experts)
+          fail("{}: token {}: \"chosen\"[{}] holds {}, not an expert of 0..{}", path, tok, li, row[static_cast<size_t>(k)],
+               t.experts - 1);
+        if (k > 0 && row[static_cast<size_t>(k)] == row[static_cast<size_t>(k - 1)])
+          fail("{}: token {}: \"chosen\"[{}] names expert {} twice (a router's top-k is distinct)", path, tok, li,
+               row[static_cast<size_t>(k)]);
+      }
+      r.ids.insert(r.ids.end(), e, e + K);
+    }
+  return r;
+}
+
 ReplayResult replay_trace(const RecordedTrace& t, const TraceMapping& m, ExpertStore& store, bool prefetch,
                           int64_t max_tokens) {
   const int64_t Lt = static_cast<int64_t>(t.layers.size()), K = t.top_k;

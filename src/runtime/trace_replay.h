@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "experts/cache_model.h"
 #include "experts/expert_store.h"
 #include "runtime/routing_trace.h"
 
@@ -27,6 +28,12 @@ struct TraceMapping {
   std::string describe;         // one line, for the report
 };
 TraceMapping map_trace(const RecordedTrace& t, const std::vector<int64_t>& container_layers, int64_t container_experts);
+
+// A recorded trace's chosen experts as the cache model's RoutingTrace
+// (strata plan --trace, docs/plan.md): its layers in order, its experts and
+// top-k. A row naming an expert twice is refused (`path`, the token and the
+// field in the message): the reader checks everything else.
+RoutingTrace cache_model_trace(const RecordedTrace& t, const std::string& path);
 
 struct ReplayResult {
   int64_t tokens = 0;

@@ -40,4 +40,38 @@ grep -q "recommended here: convert with --experts int4" "$tmp/plan.txt"
 grep -q "this machine" "$tmp/plan.txt"
 if "$strata" plan --model "$tmp" --disk-gbps 1 --mem-gbps 1 >/dev/null 2>"$tmp/err.txt"; then echo "plan accepted a dir without config.json"; exit 1; fi
 grep -q "no config.json" "$tmp/err.txt"
+# --trace: a recorded trace (here written by hand: 3 MoE layers of the
+# fixture's shape, every token the same experts) replaces the independent
+# draws; every counted request after the first token hits at any budget.
+cfgj=$(/usr/bin/python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["n_routed_experts"], c["num_experts_per_tok"])' "$cfg")
+read -r E K <<<"$cfgj"
+/usr/bin/python3 - "$tmp/t.jsonl" "$E" "$K" <<'PY'
+import json, sys
+path, E, K = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+rows = [list(range(K))] * 3
+with open(path, "w") as f:
+    f.write(json.dumps({"format": "strata-routing-trace", "version": 1, "model": "hand", "fingerprint": "0" * 16,
+                        "layers": [1, 2, 3], "experts": E, "top_k": K, "tokens": 20}) + "\n")
+    for t in range(20):
+        f.write(json.dumps({"t": t, "chosen": rows, "predicted": [[]] + rows[1:]}) + "\n")
+PY
+"$strata" plan --model "$cfg" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --trace "$tmp/t.jsonl" --trace-warmup 1 \
+  --json >"$tmp/plan_t.json"
+/usr/bin/python3 - "$tmp/plan_t.json" <<'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["trace_kind"] == "recorded" and "recorded from hand" in p["trace"], p["trace"]
+rows = [r for r in p["rows"] if r["fits"]]
+assert rows and all(r["hit_rate"] == 1.0 for r in rows if r["lru_slots_per_layer"] >= p["model_shape"]["top_k"]), rows
+PY
+# A malformed trace (an expert named twice by one token) is refused naming
+# the file and the field; --trace with --usage is a usage error (exit 2).
+sed -i '3s/"chosen": \[\[0, 1/"chosen": [[0, 0/' "$tmp/t.jsonl"
+set +e
+"$strata" plan --model "$cfg" --disk-gbps 2 --mem-gbps 20 --trace "$tmp/t.jsonl" >/dev/null 2>"$tmp/err.txt"; rc=$?
+"$strata" plan --model "$cfg" --disk-gbps 2 --mem-gbps 20 --trace "$tmp/t.jsonl" --usage "$cfg" >/dev/null 2>"$tmp/err2.txt"; rc2=$?
+set -e
+[ "$rc" = 1 ] || { echo "malformed trace: exit $rc"; cat "$tmp/err.txt"; exit 1; }
+grep -q "$tmp/t.jsonl: token 1: \"chosen\"\[0\] names expert 0 twice" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+[ "$rc2" = 2 ] || { echo "--trace with --usage: exit $rc2"; cat "$tmp/err2.txt"; exit 1; }
 echo "plan ok"

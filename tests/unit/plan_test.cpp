@@ -15,11 +15,14 @@
 #include "format/convert.h"
 #include "format/convert_plan.h"
 #include "core/config.h"
+#include "runtime/routing_trace.h"
+#include "runtime/trace_replay.h"
 #include "test_util.h"
 
 namespace strata {
 namespace {
 
+using test_util::error_of;
 using test_util::TempDir;
 namespace fs = std::filesystem;
 
@@ -107,6 +110,73 @@ TEST(CacheModel, PredictionArithmetic) {
   EXPECT_EQ(lru_slots_for_budget(0, 10, 4096, 64), 1);
   EXPECT_EQ(lru_slots_for_budget(10 * 4096 * 7 + 5, 10, 4096, 64), 7);
   EXPECT_EQ(lru_slots_for_budget(1ull << 40, 10, 4096, 64), 64);
+}
+
+// A recorded trace of 40 tokens, 2 MoE layers of 8 experts, top-2: layer A
+// cycles through the pairs {0,1}, {2,3}, {4,5}; layer B always asks {0,1}.
+// Every request of A has LRU stack distance 5 (its pair partner and the two
+// other pairs came since), every request of B distance 1: A hits with 6
+// slots or more, B with 2 or more. Written and read back as a file, then
+// replayed over 4 target layers (A, B, A, B).
+RecordedTrace two_layer_trace() {
+  RecordedTrace t;
+  t.model = "synthetic";
+  t.fingerprint = "0000000000000000";
+  t.layers = {1, 2};
+  t.experts = 8;
+  t.top_k = 2;
+  t.tokens = 40;
+  for (int32_t tok = 0; tok < 40; ++tok) {
+    const int32_t p = tok % 3;
+    for (int32_t e : {2 * p, 2 * p + 1, 0, 1}) t.chosen.push_back(e);
+    for (int32_t e : {-1, -1, 0, 1}) t.predicted.push_back(e);
+  }
+  return t;
+}
+
+TEST(CacheModel, RecordedTraceKnownHitRates) {
+  TempDir tmp;
+  const std::string path = tmp.file("t.jsonl");
+  write_routing_trace(path, two_layer_trace());
+  const RoutingTrace src = cache_model_trace(read_routing_trace(path), path);
+  ASSERT_EQ(src.tokens(), 40);
+  const RoutingTrace t = repeat_layers(src, 4);
+  ASSERT_EQ(t.n_layers, 4);
+  ASSERT_EQ(t.tokens(), 40);
+  const StackDistances d = lru_stack_distances(t, 10);
+  EXPECT_EQ(d.requests, 30u * 4 * 2);
+  // Counted: 30 tokens x 4 layers x 2 requests, half in A-layers, half in B-layers.
+  const std::vector<double> want{0.0, 0.0, 0.5, 0.5, 0.5, 0.5, 1.0, 1.0, 1.0};  // by slots
+  for (int64_t slots = 1; slots <= 8; ++slots) {
+    EXPECT_DOUBLE_EQ(d.at(slots).hit_rate(), want[static_cast<size_t>(slots)]) << slots << " slots";
+    EXPECT_DOUBLE_EQ(replay_lru(t, slots, 10).hit_rate(), want[static_cast<size_t>(slots)]) << slots << " slots";
+    EXPECT_EQ(brute_force(t, slots, 10).hits, d.at(slots).hits) << slots << " slots";
+    EXPECT_DOUBLE_EQ(scaled_hit_rate(d, slots, 8), want[static_cast<size_t>(slots)]) << "same experts: exact";
+  }
+  // Onto 16 experts per layer: S slots read at S/2 trace slots, linear
+  // between whole slots (3 -> 1.5: half of B's distance-1 requests).
+  EXPECT_DOUBLE_EQ(scaled_hit_rate(d, 4, 16), 0.5);
+  EXPECT_DOUBLE_EQ(scaled_hit_rate(d, 3, 16), 0.25);
+  EXPECT_DOUBLE_EQ(scaled_hit_rate(d, 11, 16), 0.75);
+  EXPECT_DOUBLE_EQ(scaled_hit_rate(d, 12, 16), 1.0);
+  EXPECT_DOUBLE_EQ(scaled_hit_rate(d, 16, 16), 1.0);
+  // Onto 4 experts per layer: 1 slot reads 2 trace slots.
+  EXPECT_DOUBLE_EQ(scaled_hit_rate(d, 1, 4), 0.5);
+  EXPECT_DOUBLE_EQ(scaled_hit_rate(d, 3, 4), 1.0);
+  // An independent draw of the same shape hits far less at 2 slots: the
+  // recorded trace's reuse is what it adds.
+  EXPECT_LT(replay_lru(independent_trace({}, 4, 8, 2, 400, 1), 2, 100).hit_rate(), 0.35);
+}
+
+TEST(CacheModel, RecordedTraceRefusesARepeatedExpert) {
+  TempDir tmp;
+  const std::string path = tmp.file("bad.jsonl");
+  RecordedTrace t = two_layer_trace();
+  t.chosen[(7 * 2 + 1) * 2 + 1] = t.chosen[(7 * 2 + 1) * 2];  // token 7, layer B: {0, 0}
+  write_routing_trace(path, t);
+  const std::string msg = error_of([&] { cache_model_trace(read_routing_trace(path), path); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("token 7: \"chosen\"[1] names expert 0 twice"), std::string::npos) << msg;
 }
 
 // Converts a fixture (int4 or int8 experts) and compares.
