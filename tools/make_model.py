@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""Writes a random-weight glm_moe_dsa checkpoint in Hugging Face layout, for tests
-and benchmarks that need a model bigger than the fixtures (no reference outputs).
+"""Writes a random-weight glm_moe_dsa (or, with a deepseek_v3 preset, deepseek_v3) checkpoint in
+Hugging Face layout, for tests and benchmarks that need a model bigger than the fixtures (no
+reference outputs).
 
     /usr/bin/python3 tools/make_model.py --preset rss --out /tmp/m [--fp8] [--seed 1]
     /usr/bin/python3 tools/make_model.py --set hidden_size=512 --set n_routed_experts=64 --out /tmp/m
+    /usr/bin/python3 tools/make_model.py --preset dsv3-slice --out /tmp/dsv3   # ~13 GB, streamed
 """
 import argparse
 import json
@@ -13,6 +15,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 import make_fixtures as F  # noqa: E402
+import deepseek_v3_ref as DS  # noqa: E402
+import make_dsv3_fixture as DF  # noqa: E402
 
 PRESETS = {
     # The real GLM-5.2 per-layer shapes with fewer layers and experts and a small vocabulary
@@ -26,6 +30,18 @@ PRESETS = {
                         index_topk_freq=4, index_skip_topk_offset=3, index_share_for_mtp_iteration=True,
                         rope_parameters={"rope_theta": 8000000, "rope_type": "default"},
                         max_position_embeddings=8192),
+    # DeepSeek-V3 / R1 / V3.1's per-layer shapes (hidden 7168, 128 heads, q_lora 1536, kv_lora 512,
+    # nope 128, rope 64, v 128, experts of 2048, dense MLP 18432, 8 groups of which 4 kept, top-8,
+    # routed scaling 2.5, YaRN factor 40 over 4096) with 4 layers (1 dense) + the MTP layer, 32
+    # experts (4 per group) and a small vocabulary. ~13 GB as bf16, written with --stream.
+    "dsv3-slice": dict(model_type="deepseek_v3", hidden_size=7168, num_attention_heads=128, q_lora_rank=1536,
+                       kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                       moe_intermediate_size=2048, intermediate_size=18432, num_hidden_layers=4,
+                       first_k_dense_replace=1, n_routed_experts=32, num_experts_per_tok=8, n_group=8, topk_group=4,
+                       n_shared_experts=1, routed_scaling_factor=2.5, vocab_size=8192, rope_theta=10000,
+                       max_position_embeddings=163840,
+                       rope_scaling={"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                                     "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
     # Expert pool ~200 MB as int8 (64 experts x 4 MoE layers incl. MTP), dense part small:
     # the peak-RSS test runs it with a budget a fraction of the pool.
     "rss": dict(hidden_size=512, moe_intermediate_size=512, n_routed_experts=64, num_experts_per_tok=4,
@@ -39,10 +55,16 @@ def write_streaming(out_dir, config, seed, fp8):
     at a time into one shard per layer, so memory stays at the largest tensor."""
     import numpy as np
     R = F.R
-    c = R.Config(config)
     os.makedirs(out_dir, exist_ok=True)
     block = tuple(config.get("quantization_config", {}).get("weight_block_size", (128, 128)))
-    names = R.expected_tensor_names(config, fp8=False)
+    if config["model_type"] == "deepseek_v3":
+        dc = DS.Config(config)
+        names = DS.expected_tensor_names(config)
+        shape_of = lambda n: DF.shape(n, dc)  # noqa: E731
+    else:
+        c = R.Config(config)
+        names = R.expected_tensor_names(config, fp8=False)
+        shape_of = lambda n: F.tensor_shape(n, c)  # noqa: E731
     groups = {}
     for n in names:
         L = F._layer_of(n)
@@ -55,7 +77,7 @@ def write_streaming(out_dir, config, seed, fp8):
         # Shapes and dtypes first (for the header), then data in the same order.
         plan = []
         for n in sorted(groups[L]):
-            shape = F.tensor_shape(n, c)
+            shape = shape_of(n)
             module = n[: -len(".weight")] if n.endswith(".weight") else None
             if n.endswith("e_score_correction_bias"):
                 plan.append((n, "F32", shape, None))
@@ -100,7 +122,8 @@ def write_streaming(out_dir, config, seed, fp8):
         json.dump(config, f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
-        json.dump(F.generation_config(config), f, indent=2)
+        json.dump(F.generation_config(config) if config["model_type"] != "deepseek_v3" else
+                  {"eos_token_id": DF.EOS_IDS, "pad_token_id": DF.PAD_ID, "do_sample": False}, f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
         json.dump({"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}, f, indent=1)
@@ -122,10 +145,15 @@ def main(argv=None):
     for kv in a.set:
         k, _, v = kv.partition("=")
         over[k] = json.loads(v)
-    config = F.glm5_config(**over)
+    if over.get("model_type") == "deepseek_v3":
+        config = {**DF.config(), **over}  # the fixture's config with the preset's shapes
+    else:
+        config = F.glm5_config(**over)
     if a.fp8:
         config = dict(config, quantization_config=F.fp8_quant_config(config))
-    if a.stream or a.preset == "glm52-slice":
+    if config["model_type"] == "deepseek_v3" and not (a.stream or a.preset == "dsv3-slice"):
+        ap.error("deepseek_v3 checkpoints are written with --stream")
+    if a.stream or a.preset in ("glm52-slice", "dsv3-slice"):
         write_streaming(a.out, config, a.seed, a.fp8)
         return
     storage = F.build_storage(config, a.seed, a.fp8)
