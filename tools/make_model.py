@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
 """Writes a random-weight checkpoint in Hugging Face layout, for tests and benchmarks
 that need a model bigger than the fixtures (no reference outputs). glm_moe_dsa by default;
-the qwen3 / glm4 presets write qwen3_moe / glm4_moe (bf16, streamed, one shard per layer).
+the qwen3 / glm4 presets write qwen3_moe / glm4_moe (bf16, streamed, one shard per layer), the
+dsv3 preset deepseek_v3 (streamed).
 
     /usr/bin/python3 tools/make_model.py --preset rss --out /tmp/m [--fp8] [--seed 1]
     /usr/bin/python3 tools/make_model.py --set hidden_size=512 --set n_routed_experts=64 --out /tmp/m
     /usr/bin/python3 tools/make_model.py --preset qwen3-30b-a3b-slice --out /tmp/q
     /usr/bin/python3 tools/make_model.py --preset glm45-air-slice --out /tmp/g
+    /usr/bin/python3 tools/make_model.py --preset dsv3-slice --out /tmp/dsv3   # ~13 GB, streamed
 
 --fill periodic (with --stream, or the glm52-slice preset): every matrix of 1M elements or more is one
 block of PERIOD normal draws of its scale, repeated from a random start, instead of fresh draws: the same
@@ -21,6 +23,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "reference"))
 import make_fixtures as F  # noqa: E402
+import deepseek_v3_ref as DS  # noqa: E402
+import make_dsv3_fixture as DF  # noqa: E402
 import make_glm4_fixture as MG  # noqa: E402
 import make_qwen3_fixture as MQ  # noqa: E402
 
@@ -36,6 +40,18 @@ PRESETS = {
                         index_topk_freq=4, index_skip_topk_offset=3, index_share_for_mtp_iteration=True,
                         rope_parameters={"rope_theta": 8000000, "rope_type": "default"},
                         max_position_embeddings=8192),
+    # DeepSeek-V3 / R1 / V3.1's per-layer shapes (hidden 7168, 128 heads, q_lora 1536, kv_lora 512,
+    # nope 128, rope 64, v 128, experts of 2048, dense MLP 18432, 8 groups of which 4 kept, top-8,
+    # routed scaling 2.5, YaRN factor 40 over 4096) with 4 layers (1 dense) + the MTP layer, 32
+    # experts (4 per group) and a small vocabulary. ~13 GB as bf16, written with --stream.
+    "dsv3-slice": dict(model_type="deepseek_v3", hidden_size=7168, num_attention_heads=128, q_lora_rank=1536,
+                       kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+                       moe_intermediate_size=2048, intermediate_size=18432, num_hidden_layers=4,
+                       first_k_dense_replace=1, n_routed_experts=32, num_experts_per_tok=8, n_group=8, topk_group=4,
+                       n_shared_experts=1, routed_scaling_factor=2.5, vocab_size=8192, rope_theta=10000,
+                       max_position_embeddings=163840,
+                       rope_scaling={"type": "yarn", "factor": 40, "original_max_position_embeddings": 4096,
+                                     "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0}),
     # Expert pool ~200 MB as int8 (64 experts x 4 MoE layers incl. MTP), dense part small:
     # the peak-RSS test runs it with a budget a fraction of the pool.
     # Qwen3-30B-A3B's per-layer shapes (hidden 2048, 32 q / 4 kv heads of 128, 128-wide q/k norm,
@@ -100,15 +116,20 @@ def write_streaming(out_dir, config, seed, fp8, family=None, fill="normal"):
     R = F.R
     os.makedirs(out_dir, exist_ok=True)
     block = tuple(config.get("quantization_config", {}).get("weight_block_size", (128, 128)))
-    if family is None:
+    if family is not None:
+        _, names_of, shape_fn, init = gqa_family(family)
+        names = names_of(config)
+        shape_of = lambda n: shape_fn(n, config)  # noqa: E731
+    elif config["model_type"] == "deepseek_v3":
+        dc = DS.Config(config)
+        names = DS.expected_tensor_names(config)
+        shape_of = lambda n: DF.shape(n, dc)  # noqa: E731
+        init = F.gen_tensor
+    else:
         c = R.Config(config)
         names = R.expected_tensor_names(config, fp8=False)
         shape_of = lambda n: F.tensor_shape(n, c)  # noqa: E731
         init = F.gen_tensor
-    else:
-        _, names_of, shape_fn, init = gqa_family(family)
-        names = names_of(config)
-        shape_of = lambda n: shape_fn(n, config)  # noqa: E731
     groups = {}
     for n in names:
         L = F._layer_of(n)
@@ -184,8 +205,12 @@ def write_streaming(out_dir, config, seed, fp8, family=None, fill="normal"):
         json.dump(config, f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
-        gc = F.generation_config(config) if family is None else {
-            "eos_token_id": config["eos_token_id"], "pad_token_id": config["pad_token_id"], "do_sample": False}
+        if family is not None:
+            gc = {"eos_token_id": config["eos_token_id"], "pad_token_id": config["pad_token_id"], "do_sample": False}
+        elif config["model_type"] == "deepseek_v3":
+            gc = {"eos_token_id": DF.EOS_IDS, "pad_token_id": DF.PAD_ID, "do_sample": False}
+        else:
+            gc = F.generation_config(config)
         json.dump(gc, f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "model.safetensors.index.json"), "w") as f:
@@ -219,10 +244,15 @@ def main(argv=None):
         config = dict(gqa_family(family)[0], **over)
         write_streaming(a.out, config, a.seed, False, family)
         return
-    config = F.glm5_config(**over)
+    if over.get("model_type") == "deepseek_v3":
+        config = {**DF.config(), **over}  # the fixture's config with the preset's shapes
+    else:
+        config = F.glm5_config(**over)
     if a.fp8:
         config = dict(config, quantization_config=F.fp8_quant_config(config))
-    if a.stream or a.preset == "glm52-slice":
+    if config["model_type"] == "deepseek_v3" and not (a.stream or a.preset == "dsv3-slice"):
+        ap.error("deepseek_v3 checkpoints are written with --stream")
+    if a.stream or a.preset in ("glm52-slice", "dsv3-slice"):
         write_streaming(a.out, config, a.seed, a.fp8, fill=a.fill)
         return
     if a.fill != "normal":

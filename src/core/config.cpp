@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numbers>
 #include <optional>
 
 #include "core/error.h"
@@ -258,6 +259,121 @@ void parse_glm4_moe(const Reader& r, ModelConfig& c) {
   parse_quantization(r, c);
 }
 
+// YaRN's attention-magnitude correction: 0.1 * m * ln(s) + 1 (1 for s <= 1).
+double yarn_mscale(double s, double m) { return s <= 1.0 ? 1.0 : 0.1 * m * std::log(s) + 1.0; }
+
+// deepseek_v3's RoPE: rope_theta plus an optional rope_scaling (or, in
+// transformers v5, rope_parameters) of type "yarn" (or "default"). Any other
+// type is refused. Sets the YaRN fields of `c` (needs qk_rope_head_dim and
+// max_position_embeddings).
+void parse_deepseek_rope(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  c.rope_theta = r.number("rope_theta", 1.0, 1e12, 10000.0);
+  for (const char* key : {"rope_parameters", "rope_scaling"}) {
+    const Json* rp = r.get(key);
+    if (!rp) continue;
+    if (!rp->is_object()) fail("{}: field \"{}\" must be an object", origin, key);
+    Reader rr{*rp, origin};
+    if (rp->contains("rope_theta")) c.rope_theta = rr.number("rope_theta", 1.0, 1e12);
+    const Json* type = rr.get("rope_type");
+    if (!type) type = rr.get("type");
+    const std::string t = type && type->is_string() ? type->get<std::string>() : std::string();
+    if (!type || t == "default") continue;
+    if (t != "yarn")
+      fail("{}: {}.rope_type {} is not supported (only \"yarn\" or \"default\")", origin, key, type->dump());
+    if (!rr.boolean("truncate", true))
+      fail("{}: {}.truncate=false is not supported (the correction range is floored / ceiled)", origin, key);
+    // Bounds: the real checkpoints use 32..64 (factor), 4096 (original
+    // context), 32 / 1 or 1 / 1 (beta_fast / beta_slow), 1 (mscale).
+    const double factor = rr.number("factor", 1.0, 1e4);
+    const int64_t orig = rr.integer("original_max_position_embeddings", 1, kMaxPositions, c.max_position_embeddings);
+    if (rp->contains("original_max_position_embeddings")) {
+      // transformers blends the frequencies with max_position_embeddings /
+      // original_max_position_embeddings but scales the softmax with factor:
+      // one number only when they agree (they do in every released config).
+      const double ratio = static_cast<double>(c.max_position_embeddings) / static_cast<double>(orig);
+      if (std::fabs(ratio - factor) > 1e-9 * factor)
+        fail("{}: {}.factor {} differs from max_position_embeddings / original_max_position_embeddings = {} / {} "
+             "(not supported: transformers would use the ratio for the frequencies and factor for the softmax)",
+             origin, key, factor, c.max_position_embeddings, orig);
+    }
+    const double beta_fast = rr.number("beta_fast", 1e-6, 1e6, 32.0);
+    const double beta_slow = rr.number("beta_slow", 1e-6, 1e6, 1.0);
+    const double mscale = rr.number("mscale", 0.0, 1e3, 0.0);
+    const double mscale_all = rr.number("mscale_all_dim", 0.0, 1e3, 0.0);
+    const Json* af = rr.get("attention_factor");
+    const double attention_factor = af ? rr.number("attention_factor", 1e-6, 1e3)
+                                    : (mscale != 0.0 && mscale_all != 0.0)
+                                        ? yarn_mscale(factor, mscale) / yarn_mscale(factor, mscale_all)
+                                        : yarn_mscale(factor, 1.0);
+    // The dim whose wavelength makes `rot` turns over the original context.
+    const double d = static_cast<double>(c.qk_rope_head_dim), base = c.rope_theta;
+    auto correction_dim = [&](double rot) {
+      return d * std::log(static_cast<double>(orig) / (rot * 2.0 * std::numbers::pi)) / (2.0 * std::log(base));
+    };
+    c.rope_yarn = true;
+    c.yarn_factor = factor;
+    c.yarn_low = std::max(std::floor(correction_dim(beta_fast)), 0.0);
+    c.yarn_high = std::min(std::ceil(correction_dim(beta_slow)), d - 1.0);
+    c.rope_attention_factor = static_cast<float>(attention_factor);
+    if (mscale_all != 0.0) {
+      const double m = yarn_mscale(factor, mscale_all);
+      c.softmax_scale_mult = static_cast<float>(m * m);
+    }
+  }
+}
+
+// deepseek_v3 (DeepSeek-V3, R1, V3.1, Kimi-K2): glm_moe_dsa's MLA without
+// the DSA indexer, YaRN rope scaling (also rescaling the softmax), the
+// sigmoid group-limited router (noaux_tc) with correction bias and routed
+// scaling, shared experts, the first first_k_dense_replace layers dense, an
+// MTP layer when num_nextn_predict_layers = 1. Fields whose transformers
+// default differs from the router's generic default are required.
+void parse_deepseek_v3(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  c.attention = AttentionKind::Mla;
+  c.vocab_size = r.integer("vocab_size", 1, kMaxVocab);
+  c.hidden_size = r.integer("hidden_size", 1, kMaxHidden);
+  c.num_hidden_layers = r.integer("num_hidden_layers", 1, kMaxLayers);
+  c.intermediate_size = r.integer("intermediate_size", 1, kMaxWidth);
+  c.moe_intermediate_size = r.integer("moe_intermediate_size", 1, kMaxWidth);
+  for (const char* key : {"n_routed_experts", "num_experts_per_tok", "n_group", "topk_group", "routed_scaling_factor"})
+    if (!r.get(key)) fail("{}: missing required field \"{}\"", origin, key);
+  parse_sigmoid_router(r, c, 1);
+  if (const Json* m = r.get("topk_method"); m && (!m->is_string() || m->get<std::string>() != "noaux_tc"))
+    fail("{}: topk_method {} is not supported (only \"noaux_tc\")", origin, m->dump());
+
+  c.num_attention_heads = r.integer("num_attention_heads", 1, kMaxHeads);
+  if (!r.get("q_lora_rank"))
+    fail("{}: q_lora_rank null or missing is not supported (strata's MLA needs the q_a / q_b low-rank query)",
+         origin);
+  c.q_lora_rank = r.integer("q_lora_rank", 1, kMaxWidth);
+  c.kv_lora_rank = r.integer("kv_lora_rank", 1, kMaxHeadDim);
+  c.qk_nope_head_dim = r.integer("qk_nope_head_dim", 0, kMaxHeadDim);
+  c.qk_rope_head_dim = r.integer("qk_rope_head_dim", 2, kMaxHeadDim);
+  if (c.qk_rope_head_dim % 2 != 0) fail("{}: qk_rope_head_dim {} must be even", origin, c.qk_rope_head_dim);
+  c.v_head_dim = r.integer("v_head_dim", 1, kMaxHeadDim);
+  c.max_position_embeddings = r.integer("max_position_embeddings", 1, kMaxPositions, 4096);
+  c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-6));
+  if (!r.boolean("rope_interleave", true))
+    fail("{}: rope_interleave=false is not supported (DeepSeek-V3 checkpoints rotate adjacent pairs)", origin);
+  if (r.boolean("attention_bias", false)) fail("{}: attention_bias=true is not supported for deepseek_v3", origin);
+  parse_deepseek_rope(r, c);
+  c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0, 1, 0);
+  parse_silu_untied_and_special_tokens(r, c);
+
+  // The first first_k_dense_replace layers are dense, the rest MoE.
+  const int64_t L = c.num_hidden_layers;
+  const int64_t k = r.integer("first_k_dense_replace", 0, L, 3);
+  if (r.integer("moe_layer_freq", 1, L, 1) != 1)
+    fail("{}: moe_layer_freq other than 1 is not supported (every layer from first_k_dense_replace on is MoE)",
+         origin);
+  c.layer_is_moe.assign(static_cast<size_t>(L), false);
+  for (int64_t i = 0; i < L; ++i) c.layer_is_moe[static_cast<size_t>(i)] = i >= k;
+  c.layer_indexer_full.assign(static_cast<size_t>(L), false);
+  parse_quantization(r, c);
+}
+
 // glm_moe_dsa (GLM-5, GLM-5.2): MLA with the DSA indexer, sigmoid routing with
 // a correction bias and groups, shared experts, first dense layers, MTP layer.
 void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
@@ -367,8 +483,11 @@ ModelConfig parse_model_config(const Json& j, const std::string& origin) {
     parse_qwen3_moe(r, c);
   else if (c.model_type == "glm4_moe")
     parse_glm4_moe(r, c);
+  else if (c.model_type == "deepseek_v3")
+    parse_deepseek_v3(r, c);
   else
-    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\", \"qwen3_moe\" and \"glm4_moe\")",
+    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\", \"deepseek_v3\", \"qwen3_moe\" and "
+         "\"glm4_moe\")",
          origin, c.model_type);
   return c;
 }

@@ -1,5 +1,5 @@
 // The typed, validated model configuration (Hugging Face config.json of a
-// supported family: glm_moe_dsa, qwen3_moe, glm4_moe). Every dimension is bounded
+// supported family: glm_moe_dsa, qwen3_moe, glm4_moe, deepseek_v3). Every dimension is bounded
 // before anything is allocated from it; a hostile config fails with a message
 // naming the field.
 //
@@ -21,7 +21,7 @@
 namespace strata {
 
 enum class AttentionKind : uint8_t {
-  Mla,  // multi-head latent attention (+ DSA indexer): glm_moe_dsa
+  Mla,  // multi-head latent attention (+ DSA indexer when index_n_heads > 0): glm_moe_dsa, deepseek_v3
   Gqa,  // grouped-query attention, half-split RoPE over the first rotary_dim dims of each head,
         // optional q/k/v bias and per-head q/k RMSNorm: qwen3_moe, glm4_moe
 };
@@ -67,10 +67,23 @@ struct ModelConfig {
   int64_t qk_rope_head_dim = 0;
   int64_t v_head_dim = 0;
   double rope_theta = 10000.0;
+  // YaRN rope scaling (deepseek_v3's rope_scaling type "yarn"; off elsewhere).
+  // inv_freq[i] blends 1/(factor * theta^(2i/d)) and 1/theta^(2i/d) by a
+  // linear ramp over dims [yarn_low, yarn_high] (the correction range of
+  // beta_fast / beta_slow over the original context, floored / ceiled and
+  // clamped); cos and sin are multiplied by rope_attention_factor.
+  bool rope_yarn = false;
+  double yarn_factor = 1.0;
+  double yarn_low = 0.0, yarn_high = 0.0;
+  float rope_attention_factor = 1.0f;
+  // Multiplies the attention softmax scale 1/sqrt(qk_head_dim): YaRN's
+  // mscale(factor, mscale_all_dim)^2 (deepseek_v3); exactly 1 elsewhere.
+  float softmax_scale_mult = 1.0f;
   int64_t max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
 
-  // DSA indexer (MLA only; zero for GQA, where layer_indexer_full is all false).
+  // DSA indexer (glm_moe_dsa only; zero for GQA and deepseek_v3, where
+  // layer_indexer_full is all false and every row attends every causal key).
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
@@ -85,14 +98,17 @@ struct ModelConfig {
   int64_t fp8_block_rows = 128;
   int64_t fp8_block_cols = 128;
 
-  // Per decoder layer (size num_hidden_layers); the MTP layers are always MoE
-  // with a full indexer.
+  // Per decoder layer (size num_hidden_layers); the MTP layers are always MoE,
+  // with a full indexer when the family has one.
   std::vector<bool> layer_is_moe;
   std::vector<bool> layer_indexer_full;
 
   int64_t qk_head_dim() const { return qk_nope_head_dim + qk_rope_head_dim; }
   bool is_moe(int64_t layer) const { return layer >= num_hidden_layers || layer_is_moe[layer]; }
-  bool indexer_full(int64_t layer) const { return layer >= num_hidden_layers || layer_indexer_full[layer]; }
+  bool has_dsa() const { return index_n_heads > 0; }
+  bool indexer_full(int64_t layer) const {
+    return has_dsa() && (layer >= num_hidden_layers || layer_indexer_full[layer]);
+  }
   // Layers with tensors: decoder layers plus MTP layers.
   int64_t num_weight_layers() const { return num_hidden_layers + num_nextn_predict_layers; }
   // The key cache of one layer, floats per position and per part, in the

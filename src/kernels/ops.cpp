@@ -54,6 +54,24 @@ void rope_angles(int64_t pos, double theta, int64_t dim, float* cos, float* sin)
   }
 }
 
+void rope_angles_yarn(int64_t pos, double theta, int64_t dim, double factor, double low, double high,
+                      float attention_factor, float* cos, float* sin) {
+  const float lo = static_cast<float>(low);
+  const float span = static_cast<float>(high == low ? high + 0.001 - low : high - low);
+  for (int64_t i = 0; i < dim / 2; ++i) {
+    const float e = static_cast<float>(2 * i) / static_cast<float>(dim);
+    const float power = static_cast<float>(std::pow(static_cast<double>(static_cast<float>(theta)), e));
+    const float extrap = 1.0f / power;
+    const float interp = 1.0f / (static_cast<float>(factor) * power);
+    const float ramp = std::clamp((static_cast<float>(i) - lo) / span, 0.0f, 1.0f);
+    const float keep = 1.0f - ramp;  // the share of the unscaled (extrapolated) frequency
+    const float inv_freq = interp * (1.0f - keep) + extrap * keep;
+    const float angle = static_cast<float>(pos) * inv_freq;
+    cos[i] = static_cast<float>(std::cos(static_cast<double>(angle))) * attention_factor;
+    sin[i] = static_cast<float>(std::sin(static_cast<double>(angle))) * attention_factor;
+  }
+}
+
 void softmax(float* x, int64_t n) {
   float m = -INFINITY;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, x[i]);

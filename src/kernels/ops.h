@@ -17,6 +17,13 @@ void rope_interleaved(float* x, const float* cos, const float* sin, int64_t dim)
 void rope_half(float* x, const float* cos, const float* sin, int64_t dim);
 // cos/sin of pos * theta^(-2i/dim) for i < dim/2, as the reference computes them.
 void rope_angles(int64_t pos, double theta, int64_t dim, float* cos, float* sin);
+// YaRN: as rope_angles with inv_freq[i] = interp * (1 - e) + extrap * e, where
+// extrap = theta^(-2i/dim), interp = 1 / (factor * theta^(2i/dim)) and
+// e = 1 - clamp((i - low) / (high - low), 0, 1) (high + 0.001 when equal);
+// cos and sin then multiplied by attention_factor. f32 roundings as the
+// reference (torch, float32) makes them.
+void rope_angles_yarn(int64_t pos, double theta, int64_t dim, double factor, double low, double high,
+                      float attention_factor, float* cos, float* sin);
 // In-place softmax over n values.
 void softmax(float* x, int64_t n);
 

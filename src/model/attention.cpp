@@ -3,7 +3,7 @@
 //
 // Keys are cached compressed: per position the normalised kv latent and the
 // roped shared key (kv_lora_rank + qk_rope_head_dim values), plus the DSA
-// indexer key (indexer.cpp). The absorbed form (attention_absorbed.cpp) folds
+// indexer key (indexer.cpp) where the family has one (glm_moe_dsa). The absorbed form (attention_absorbed.cpp) folds
 // kv_b into the query and output (the decode form); the naive form
 // (attention_naive.cpp) expands k_nope / v per key (the prefill form).
 #include <cmath>
@@ -31,7 +31,13 @@ void ModelRunner::attention(int64_t L, std::span<const Row> rows, const ForwardO
 
   float* rc = grow(ws_.rope_cos, static_cast<size_t>(n * rd / 2));
   float* rsn = grow(ws_.rope_sin, static_cast<size_t>(n * rd / 2));
-  for (int64_t r = 0; r < n; ++r) rope_angles(rows[r].pos, c.rope_theta, rd, rc + r * rd / 2, rsn + r * rd / 2);
+  for (int64_t r = 0; r < n; ++r) {
+    if (c.rope_yarn)
+      rope_angles_yarn(rows[r].pos, c.rope_theta, rd, c.yarn_factor, c.yarn_low, c.yarn_high, c.rope_attention_factor,
+                       rc + r * rd / 2, rsn + r * rd / 2);
+    else
+      rope_angles(rows[r].pos, c.rope_theta, rd, rc + r * rd / 2, rsn + r * rd / 2);
+  }
 
   float* q_lat = grow(ws_.q_lat, static_cast<size_t>(n * c.q_lora_rank));
   mm(aw.q_a, xn, n, q_lat);

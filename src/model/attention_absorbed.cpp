@@ -17,7 +17,8 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   const int64_t n = static_cast<int64_t>(rows.size());
   const int64_t H = c.num_attention_heads, nope = c.qk_nope_head_dim, rd = c.qk_rope_head_dim;
   const int64_t qk = nope + rd, vd = c.v_head_dim, kvl = c.kv_lora_rank, hs = nope + vd;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(qk));
+  // softmax_scale_mult: YaRN's mscale^2 (deepseek_v3); exactly 1 elsewhere.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(qk)) * c.softmax_scale_mult;
   const float* q = ws_.q.data();
   float* o = ws_.o.data();
   const KernelTable& kt = compute_.kernels();

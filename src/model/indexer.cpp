@@ -48,7 +48,12 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
   // Each row's selection holds index_topk keys: reserved when the row slot
   // first appears, so a later selection never allocates.
   while (ws_.selection.size() < static_cast<size_t>(n)) ws_.selection.emplace_back().reserve(static_cast<size_t>(c.index_topk));
-  grow(ws_.select_all, static_cast<size_t>(n));
+  uint8_t* all = grow(ws_.select_all, static_cast<size_t>(n));
+  if (!c.has_dsa()) {  // deepseek_v3: no indexer, every row attends every causal key
+    std::fill(all, all + n, uint8_t{1});
+    ws_.most_keys = 0;
+    return;
+  }
   ws_.most_keys = opts.dense_attention ? 0 : c.index_topk;
   // Shared layers (GLM-5.2 IndexShare) reuse the selection of the most recent
   // full layer, which is still in the workspace.

@@ -150,7 +150,9 @@ class PatternConstraint final : public TokenConstraint {
 TEST(Speculation, GreedyEqualsOffOnEveryFixture) {
   std::map<SpecMode, Totals> totals;
   // glm4moe-tiny-bf16: the GLM-5 MTP drafting path over GQA sessions (truncated on a rejected draft).
-  for (const char* name : {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16", "glm4moe-tiny-bf16"}) {
+  // dsv3-tiny-bf16: MLA without the DSA indexer, YaRN.
+  for (const char* name :
+       {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16", "glm4moe-tiny-bf16", "dsv3-tiny-bf16"}) {
     const std::string dir = fixture(name);
     auto model = std::shared_ptr<const Model>(load_model(dir, LoadOptions{.load_mtp = true}));
     std::vector<int32_t> prompt = reference_ids(dir);
