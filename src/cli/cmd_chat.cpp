@@ -184,7 +184,7 @@ class LocalChat final : public ChatMode {
     gp.ban_stops_first = last_reason_ == StopReason::Eos;
     seq_.resume(gp);
     TurnStats st;
-    const bool in_reasoning = !raw_ && !parse_glm_output(last_text_, opened_reasoning_).reasoning_complete;
+    const bool in_reasoning = !raw_ && !parse_chat_output(tm_.tmpl.dialect, last_text_, opened_reasoning_).reasoning_complete;
     last_text_ += answer(in_reasoning, st).value_or("");
     last_reason_ = st.reason;
     history_.back() = assistant_message(last_text_);
@@ -214,7 +214,7 @@ class LocalChat final : public ChatMode {
     if (raw_) {
       m.content = text;
     } else {
-      const ParsedOutput p = parse_glm_output(text, opened_reasoning_);
+      const ParsedOutput p = parse_chat_output(tm_.tmpl.dialect, text, opened_reasoning_);
       m.content = p.content;
       m.reasoning_content = p.reasoning;
     }

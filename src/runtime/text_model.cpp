@@ -19,15 +19,12 @@ TextModel open_text_model(const std::string& dir, const ModelConfig& c, const st
   } else {
     tm.tmpl = load_chat_template(dir, chat_template);
   }
-  if (tm.tmpl.dialect == ChatDialect::Glm) {
-    for (const char* s :
-         {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>", "</think>"}) {
-      if (!tm.tok.token_id(s))
-        fail(
-            "{}: the GLM chat template needs the special token {} and this tokenizer has no such token; use "
-            "--chat-template raw (run: --raw) for plain text",
-            dir, s);
-    }
+  for (const std::string& s : tm.tmpl.special_tokens()) {
+    if (!tm.tok.token_id(s))
+      fail(
+          "{}: the {} chat template needs the special token {} and this tokenizer has no such token; use "
+          "--chat-template raw (run: --raw) for plain text",
+          dir, chat_dialect_name(tm.tmpl.dialect), s);
   }
   auto add_stop = [&](int64_t id) {
     if (id >= 0 && id < c.vocab_size && !tm.is_stop(static_cast<int32_t>(id)))
@@ -35,9 +32,8 @@ TextModel open_text_model(const std::string& dir, const ModelConfig& c, const st
   };
   for (int64_t id : c.eos_token_ids) add_stop(id);
   for (int64_t id : tm.gen.eos_token_ids) add_stop(id);
-  if (tm.tmpl.dialect == ChatDialect::Glm)
-    for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
-      if (auto id = tm.tok.token_id(s)) add_stop(*id);
+  for (const std::string& s : tm.tmpl.stop_tokens())
+    if (auto id = tm.tok.token_id(s)) add_stop(*id);
   return tm;
 }
 

@@ -17,13 +17,14 @@ struct TextModel {
   Tokenizer tok;
   GenerationConfig gen;
   ChatTemplate tmpl;
-  std::vector<int32_t> stop_ids;  // config.json + generation_config.json eos, GLM turn ends
+  std::vector<int32_t> stop_ids;  // config.json + generation_config.json eos, the template's turn ends
   bool is_stop(int32_t t) const;
   bool raw() const { return tmpl.dialect == ChatDialect::Raw; }
 };
 
-// `chat_template`: "auto" (detect the model's, refusing unknown ones), "glm"
-// or "raw"; `raw` forces no template (plain text in, plain text out).
+// `chat_template`: "auto" (detect the model's, refusing unknown ones), a
+// dialect name ("glm", "glm45", "qwen3") or "raw"; `raw` forces no template
+// (plain text in, plain text out).
 TextModel open_text_model(const std::string& dir, const ModelConfig& c, const std::string& chat_template, bool raw);
 
 // The sampling defaults a request starts from: generation_config.json where

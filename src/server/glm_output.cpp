@@ -68,7 +68,7 @@ Json chat_message(const ChatOutput& out, const std::string& text, IdSource& ids,
     msg["content"] = text;
     return msg;
   }
-  const ParsedOutput p = parse_glm_output(text, out.reasoning_open, out.tools);
+  const ParsedOutput p = parse_chat_output(out.dialect, text, out.reasoning_open, out.tools);
   msg["content"] = p.content;
   if (!p.reasoning.empty()) msg["reasoning_content"] = p.reasoning;
   if (!p.tool_calls.empty()) {
@@ -102,7 +102,7 @@ Json ChatDeltaStream::last(IdSource& ids, std::string& finish) {
   std::string reasoning, content;
   split_.push("", reasoning, content, true);
   Json delta = delta_of(reasoning, content);
-  const ParsedOutput p = parse_glm_output(full_, out_.reasoning_open, out_.tools);
+  const ParsedOutput p = parse_chat_output(out_.dialect, full_, out_.reasoning_open, out_.tools);
   if (!p.tool_calls.empty()) {
     delta["tool_calls"] = tool_calls_json(p.tool_calls, ids, /*indexed=*/true);
     finish = "tool_calls";

@@ -1,8 +1,9 @@
 // A chat answer as OpenAI returns it, from the model's raw output text
-// (docs/server.md "Tools", text/chat_template.h parse_glm_output): with the
-// GLM template the text is split into reasoning_content, content and
-// tool_calls; with any other template (and for constrained JSON output,
-// which is the answer as generated) it is all content.
+// (docs/server.md "Tools", text/chat_template.h parse_chat_output): with a
+// GLM or Qwen3 template the text is split into reasoning_content, content
+// and tool_calls (each dialect's call syntax); with no template (and for
+// constrained JSON output, which is the answer as generated) it is all
+// content.
 //
 // Streamed, reasoning and content go out as they come, but a tag split
 // across pieces ("</thi" + "nk>") is held back until it is whole, and text
@@ -34,9 +35,10 @@ class GlmStreamSplit {
 
 // What a chat answer's output means.
 struct ChatOutput {
-  bool glm = false;             // split GLM markup; false: the text is all content
+  bool glm = false;             // split the template's markup; false: the text is all content
   bool reasoning_open = false;  // the prompt opened a reasoning block
   OrderedJson tools = nullptr;  // the request's tools (argument types)
+  ChatDialect dialect = ChatDialect::Glm;  // whose tool-call syntax (parse_chat_output)
 };
 
 // OpenAI's tool_calls array; `indexed`: streamed deltas number their calls.

@@ -461,8 +461,9 @@ struct Server::Impl final : HttpHandler {
     auto job = make_job(m.tok->encode(prompt_text, /*add_special=*/raw), r.common, req);
     if (r.tool_grammar)
       job->constraint = std::make_shared<ToolCallConstraint>(r.tool_grammar, json_vocab("tool_choice"), tool_markup_ids(*m.tok));
-    // Constrained JSON output is the answer as generated: not split by the GLM parser.
-    ChatOutput output{tmpl.dialect == ChatDialect::Glm && !r.common.json, tmpl.opens_reasoning(r.render), std::move(r.tools)};
+    // Constrained JSON output is the answer as generated: not split by the template's parser.
+    ChatOutput output{tmpl.dialect != ChatDialect::Raw && !r.common.json, tmpl.opens_reasoning(r.render), std::move(r.tools),
+                      tmpl.dialect};
     const bool want_lp = r.common.top_logprobs >= 0;
     submit(job);
     track(req, job);

@@ -332,7 +332,13 @@ std::shared_ptr<const ToolCallGrammar> forced_call_grammar(const OrderedJson& to
                                                            const CommonRequest& c, ChatDialect dialect) {
   if (tools.is_null()) bad("tool_choice", "a required or named 'tool_choice' needs 'tools'");
   if (c.json) bad("response_format", "'response_format' cannot be combined with a required or named 'tool_choice'");
-  if (dialect != ChatDialect::Glm)
+  if (dialect == ChatDialect::Qwen3)
+    bad("tool_choice",
+        "a required or named 'tool_choice' is not supported with the Qwen3 chat template yet (strata constrains "
+        "GLM's tool-call syntax only); use 'auto'");
+  // GLM-4.5/4.6 write each <arg_key>/<arg_value> on its own line; the GLM
+  // parser reads the constraint's compact form the same.
+  if (dialect != ChatDialect::Glm && dialect != ChatDialect::Glm45)
     bad("tool_choice", "a required or named 'tool_choice' needs a model with the GLM chat template");
   try {
     return ToolCallGrammar::build(tools, only);

@@ -208,9 +208,221 @@ std::string render_glm_chat(std::span<const ChatMessage> messages, const Ordered
   return out;
 }
 
+namespace {
+
+bool starts_with(std::string_view s, std::string_view p) { return s.substr(0, p.size()) == p; }
+bool ends_with(std::string_view s, std::string_view p) { return s.size() >= p.size() && s.substr(s.size() - p.size()) == p; }
+
+std::string_view strip_newlines(std::string_view s) { return rstrip_newlines(lstrip_newlines(s)); }
+
+void check_tools(const OrderedJson& tools) {
+  if (!tools.is_null() && !tools.is_array()) fail("chat: tools must be an array of tool definitions");
+}
+
+const char kGlm45ToolsHeader[] =
+    "<|system|>\n# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n";
+const char kGlm45ToolsFooter[] =
+    "</tools>\n\nFor each function call, output the function name and arguments within the following XML format:\n"
+    "<tool_call>{function-name}\n<arg_key>{arg-key-1}</arg_key>\n<arg_value>{arg-value-1}</arg_value>\n"
+    "<arg_key>{arg-key-2}</arg_key>\n<arg_value>{arg-value-2}</arg_value>\n...\n</tool_call>";
+
+const char kQwen3ToolsHeader[] =
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>";
+const char kQwen3ToolsFooter[] =
+    "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+    "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+    "<args-json-object>}\n</tool_call><|im_end|>\n";
+
+}  // namespace
+
+std::string render_glm45_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                              const ChatRenderOptions& opts) {
+  std::string out = "[gMASK]<sop>";
+  check_tools(tools);
+  if (tools.is_array() && !tools.empty()) {
+    out += kGlm45ToolsHeader;
+    for (const auto& t : tools) out += jinja_tojson(t) + "\n";
+    out += kGlm45ToolsFooter;
+  }
+  int64_t last_user = -1;
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (messages[i].role == "user") last_user = static_cast<int64_t>(i);
+
+  std::string reasoning, content;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      out += "<|user|>\n";
+      out += m.content;
+      if (!opts.enable_thinking && !ends_with(m.content, "/nothink")) out += "/nothink";
+    } else if (m.role == "system") {
+      out += "<|system|>\n";
+      out += m.content;
+    } else if (m.role == "assistant") {
+      out += "<|assistant|>";
+      split_assistant(m, reasoning, content);
+      if (static_cast<int64_t>(i) > last_user && !reasoning.empty()) {
+        out += "\n<think>";
+        out += py_strip(reasoning);
+        out += "</think>";
+      } else {
+        out += "\n<think></think>";
+      }
+      const std::string_view body = py_strip(content);
+      if (!body.empty()) {
+        out += '\n';
+        out += body;
+      }
+      for (const ToolCall& tc : m.tool_calls) {
+        if (!tc.arguments.is_null() && !tc.arguments.is_object())
+          fail("chat: message {}: the arguments of tool call \"{}\" must be a JSON object", i, tc.name);
+        out += "\n<tool_call>";
+        out += tc.name;
+        out += '\n';
+        if (tc.arguments.is_object()) {
+          for (auto it = tc.arguments.begin(); it != tc.arguments.end(); ++it) {
+            out += "<arg_key>";
+            out += it.key();
+            out += "</arg_key>\n<arg_value>";
+            out += it.value().is_string() ? it.value().get_ref<const std::string&>() : jinja_tojson(it.value());
+            out += "</arg_value>\n";
+          }
+        }
+        out += "</tool_call>";
+      }
+    } else if (m.role == "tool") {
+      if (i == 0 || messages[i - 1].role != "tool") out += "<|observation|>";
+      out += "\n<tool_response>\n";
+      out += m.content;
+      out += "\n</tool_response>";
+    } else {
+      fail("chat: message {}: unknown role \"{}\" (expected system, user, assistant or tool)", i, m.role);
+    }
+  }
+  if (opts.add_generation_prompt) out += opts.enable_thinking ? "<|assistant|>" : "<|assistant|>\n<think></think>";
+  return out;
+}
+
+std::string render_qwen3_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                              const ChatRenderOptions& opts) {
+  std::string out;
+  check_tools(tools);
+  const bool first_system = !messages.empty() && messages[0].role == "system";
+  if (tools.is_array() && !tools.empty()) {
+    out += "<|im_start|>system\n";
+    if (first_system) out += messages[0].content + "\n\n";
+    out += kQwen3ToolsHeader;
+    for (const auto& t : tools) out += "\n" + jinja_tojson(t);
+    out += kQwen3ToolsFooter;
+  } else if (first_system) {
+    out += "<|im_start|>system\n" + messages[0].content + "<|im_end|>\n";
+  }
+  // The last user message that is not a tool result wrapped as user text
+  // (the template's multi_step_tool scan); the last index when none.
+  int64_t last_query = static_cast<int64_t>(messages.size()) - 1;
+  for (size_t k = messages.size(); k-- > 0;) {
+    const ChatMessage& m = messages[k];
+    if (m.role == "user" && !(starts_with(m.content, "<tool_response>") && ends_with(m.content, "</tool_response>"))) {
+      last_query = static_cast<int64_t>(k);
+      break;
+    }
+  }
+
+  std::string reasoning, content;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user" || (m.role == "system" && i != 0)) {
+      out += "<|im_start|>" + m.role + "\n";
+      out += m.content;
+      out += "<|im_end|>\n";
+    } else if (m.role == "system") {
+      // the first system message went into the system block above
+    } else if (m.role == "assistant") {
+      split_assistant(m, reasoning, content);
+      const bool last = i + 1 == messages.size();
+      out += "<|im_start|>assistant\n";
+      if (static_cast<int64_t>(i) > last_query && (last || !reasoning.empty())) {
+        out += "<think>\n";
+        out += strip_newlines(reasoning);
+        out += "\n</think>\n\n";
+        out += lstrip_newlines(content);
+      } else {
+        out += content;
+      }
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        const ToolCall& tc = m.tool_calls[k];
+        if (k > 0 || !content.empty()) out += '\n';
+        out += "<tool_call>\n{\"name\": \"";
+        out += tc.name;
+        out += "\", \"arguments\": ";
+        out += tc.arguments.is_string() ? tc.arguments.get_ref<const std::string&>() : jinja_tojson(tc.arguments);
+        out += "}\n</tool_call>";
+      }
+      out += "<|im_end|>\n";
+    } else if (m.role == "tool") {
+      if (i == 0 || messages[i - 1].role != "tool") out += "<|im_start|>user";
+      out += "\n<tool_response>\n";
+      out += m.content;
+      out += "\n</tool_response>";
+      if (i + 1 == messages.size() || messages[i + 1].role != "tool") out += "<|im_end|>\n";
+    } else {
+      fail("chat: message {}: unknown role \"{}\" (expected system, user, assistant or tool)", i, m.role);
+    }
+  }
+  if (opts.add_generation_prompt) {
+    out += "<|im_start|>assistant\n";
+    if (!opts.enable_thinking) out += "<think>\n\n</think>\n\n";
+  }
+  return out;
+}
+
+const char* chat_dialect_name(ChatDialect d) {
+  switch (d) {
+    case ChatDialect::Glm:
+      return "glm";
+    case ChatDialect::Glm45:
+      return "glm45";
+    case ChatDialect::Qwen3:
+      return "qwen3";
+    case ChatDialect::Raw:
+      return "raw";
+  }
+  return "?";
+}
+
+std::vector<std::string> ChatTemplate::special_tokens() const {
+  switch (dialect) {
+    case ChatDialect::Glm:
+    case ChatDialect::Glm45:
+      return {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>", "</think>"};
+    case ChatDialect::Qwen3:
+      return {"<|im_start|>", "<|im_end|>"};
+    case ChatDialect::Raw:
+      break;
+  }
+  return {};
+}
+
+std::vector<std::string> ChatTemplate::stop_tokens() const {
+  switch (dialect) {
+    case ChatDialect::Glm:
+    case ChatDialect::Glm45:
+      return {"<|endoftext|>", "<|user|>", "<|observation|>"};
+    case ChatDialect::Qwen3:
+      return {"<|im_end|>", "<|endoftext|>"};
+    case ChatDialect::Raw:
+      break;
+  }
+  return {};
+}
+
 std::string ChatTemplate::render(std::span<const ChatMessage> messages, const OrderedJson& tools,
                                  const ChatRenderOptions& opts) const {
   if (dialect == ChatDialect::Glm) return render_glm_chat(messages, tools, opts);
+  if (dialect == ChatDialect::Glm45) return render_glm45_chat(messages, tools, opts);
+  if (dialect == ChatDialect::Qwen3) return render_qwen3_chat(messages, tools, opts);
   std::string out;
   for (const ChatMessage& m : messages) out += m.content;
   return out;
@@ -227,7 +439,14 @@ std::optional<ChatDialect> classify_chat_template(std::string_view jinja, std::s
       return std::nullopt;
     }
     if (contains(jinja, "/nothink")) {
-      say("a GLM-4.5/4.6 template (newline-separated turns, /nothink), which strata does not render");
+      if (contains(jinja, "<arg_key>") && contains(jinja, "<tool_response>") && contains(jinja, "<|observation|>") &&
+          contains(jinja, "<think></think>") && contains(jinja, "last_user_index") &&
+          !contains(jinja, "<|begin_of_image|>")) {
+        say("the GLM-4.5/4.6 template");
+        return ChatDialect::Glm45;
+      }
+      say("a GLM-4.5-style template (/nothink) without the GLM-4.5/4.6 markers (<arg_key>, <tool_response>, "
+          "<|observation|>, <think></think>, last_user_index) or with images, which strata does not render");
       return std::nullopt;
     }
     if (contains(jinja, "<arg_key>") && contains(jinja, "<tool_response>") && contains(jinja, "<|observation|>") &&
@@ -238,23 +457,45 @@ std::optional<ChatDialect> classify_chat_template(std::string_view jinja, std::s
     say("a GLM template without the GLM-4.7/GLM-5 markers (<arg_key>, <tool_response>, <|observation|>, </think>)");
     return std::nullopt;
   }
-  say("not a GLM template (no [gMASK] and <|assistant|> markers)");
+  if (contains(jinja, "<|im_start|>")) {
+    if (contains(jinja, "<function=")) {
+      say("a Qwen3-Coder template (XML <function=...> tool calls), which strata does not render");
+      return std::nullopt;
+    }
+    if (contains(jinja, "<|vision_start|>")) {
+      say("a Qwen vision template, which strata does not render");
+      return std::nullopt;
+    }
+    const bool qwen3_markers = contains(jinja, "multi_step_tool") && contains(jinja, "last_query_index") &&
+                               contains(jinja, "<tool_response>") && contains(jinja, "\"arguments\": ");
+    if (qwen3_markers && contains(jinja, "enable_thinking is defined and enable_thinking is false") &&
+        contains(jinja, "<think>\\n\\n</think>\\n\\n") && contains(jinja, "reasoning_content")) {
+      say("the Qwen3 template");
+      return ChatDialect::Qwen3;
+    }
+    if (qwen3_markers) {
+      say("a Qwen3 template without the enable_thinking switch (Qwen3-2507 Instruct or Thinking), which strata does "
+          "not render yet");
+      return std::nullopt;
+    }
+    say("a ChatML template (<|im_start|>) without the Qwen3 markers (multi_step_tool, last_query_index, "
+        "<tool_response>, enable_thinking), which strata does not render");
+    return std::nullopt;
+  }
+  say("neither a GLM template ([gMASK] and <|assistant|>) nor a Qwen3 one (<|im_start|>)");
   return std::nullopt;
 }
 
 ChatTemplate load_chat_template(const std::string& model_dir, std::string_view force) {
   ChatTemplate t;
-  if (force == "glm") {
-    t.dialect = ChatDialect::Glm;
-    t.source = "--chat-template glm";
-    return t;
+  for (ChatDialect d : {ChatDialect::Glm, ChatDialect::Glm45, ChatDialect::Qwen3, ChatDialect::Raw}) {
+    if (force == chat_dialect_name(d)) {
+      t.dialect = d;
+      t.source = std::string("--chat-template ") + chat_dialect_name(d);
+      return t;
+    }
   }
-  if (force == "raw") {
-    t.dialect = ChatDialect::Raw;
-    t.source = "--chat-template raw";
-    return t;
-  }
-  if (!force.empty() && force != "auto") fail("--chat-template {}: expected auto, glm or raw", force);
+  if (!force.empty() && force != "auto") fail("--chat-template {}: expected auto, glm, glm45, qwen3 or raw", force);
 
   auto exists = [](const std::string& p) {
     struct stat st {};
@@ -288,16 +529,16 @@ ChatTemplate load_chat_template(const std::string& model_dir, std::string_view f
   if (text.empty())
     fail(
         "{}: no chat template (neither chat_template.jinja nor a \"chat_template\" in tokenizer_config.json); "
-        "pass --chat-template glm to use the GLM dialect anyway, or --chat-template raw (run: --raw) for plain "
-        "text",
+        "pass --chat-template glm (GLM-4.7/GLM-5), glm45 (GLM-4.5/4.6) or qwen3 to use that dialect anyway, or "
+        "--chat-template raw (run: --raw) for plain text",
         model_dir);
   std::string why;
   const std::optional<ChatDialect> d = classify_chat_template(text, &why);
   if (!d)
     fail(
         "{}: the chat template is {}; strata renders templates natively and refuses one it does not know rather "
-        "than mis-render it. Pass --chat-template glm to force the GLM-4.7/GLM-5 dialect, or --chat-template raw "
-        "(run: --raw) for plain text",
+        "than mis-render it. Pass --chat-template glm to force the GLM-4.7/GLM-5 dialect (glm45: GLM-4.5/4.6, qwen3: "
+        "Qwen3), or --chat-template raw (run: --raw) for plain text",
         source, why);
   t.dialect = *d;
   t.source = source;
@@ -389,9 +630,12 @@ bool parse_tool_body(std::string_view body, const OrderedJson& tools, ToolCall& 
 
 }  // namespace
 
-ParsedOutput parse_glm_output(std::string_view text, bool reasoning_open, const OrderedJson& tools) {
-  ParsedOutput out;
-  std::string_view rest = text;
+namespace {
+
+// Splits off the reasoning (see parse_glm_output); returns false when the
+// output ended inside it (`out` then complete). `rest`: the text after it.
+bool split_reasoning(std::string_view text, bool reasoning_open, ParsedOutput& out, std::string_view& rest) {
+  rest = text;
   if (!reasoning_open) {
     const std::string_view t = py_strip(text);
     if (t.substr(0, 7) == "<think>") {
@@ -404,11 +648,44 @@ ParsedOutput parse_glm_output(std::string_view text, bool reasoning_open, const 
     if (end == std::string_view::npos) {
       out.reasoning = std::string(py_strip(rest));
       out.reasoning_complete = false;
-      return out;
+      return false;
     }
     out.reasoning = std::string(py_strip(rest.substr(0, end)));
     rest = rest.substr(end + 8);
   }
+  return true;
+}
+
+// One Qwen3 call body: {"name": NAME, "arguments": {...}}; false if not one.
+bool parse_qwen3_body(std::string_view body, ToolCall& tc) {
+  std::optional<OrderedJson> j = parse_bounded(py_strip(body));
+  if (!j || !j->is_object()) return false;
+  const auto name = j->find("name");
+  if (name == j->end() || !name->is_string() || name->get_ref<const std::string&>().empty()) return false;
+  tc.name = name->get<std::string>();
+  tc.arguments = OrderedJson::object();
+  const auto args = j->find("arguments");
+  if (args == j->end() || args->is_null()) return true;
+  if (args->is_object()) {
+    tc.arguments = std::move(*args);
+    return true;
+  }
+  if (args->is_string()) {  // arguments as a JSON string, as OpenAI sends them
+    std::optional<OrderedJson> inner = parse_bounded(args->get_ref<const std::string&>());
+    if (inner && inner->is_object()) {
+      tc.arguments = std::move(*inner);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+ParsedOutput parse_glm_output(std::string_view text, bool reasoning_open, const OrderedJson& tools) {
+  ParsedOutput out;
+  std::string_view rest;
+  if (!split_reasoning(text, reasoning_open, out, rest)) return out;
   std::string content;
   for (;;) {
     const size_t open = rest.find("<tool_call>");
@@ -426,6 +703,46 @@ ParsedOutput parse_glm_output(std::string_view text, bool reasoning_open, const 
   }
   content += rest;
   out.content = std::string(py_strip(content));
+  return out;
+}
+
+ParsedOutput parse_qwen3_output(std::string_view text, bool reasoning_open) {
+  ParsedOutput out;
+  std::string_view rest;
+  if (!split_reasoning(text, reasoning_open, out, rest)) return out;
+  std::string content;
+  for (;;) {
+    const size_t open = rest.find("<tool_call>");
+    if (open == std::string_view::npos) break;
+    const size_t close = rest.find("</tool_call>", open + 11);
+    if (close == std::string_view::npos) break;  // unterminated: stays content
+    ToolCall tc;
+    if (!parse_qwen3_body(rest.substr(open + 11, close - open - 11), tc)) {
+      content += rest.substr(0, close + 12);  // malformed: shown as text
+    } else {
+      content += rest.substr(0, open);
+      out.tool_calls.push_back(std::move(tc));
+    }
+    rest = rest.substr(close + 12);
+  }
+  content += rest;
+  out.content = std::string(py_strip(content));
+  return out;
+}
+
+ParsedOutput parse_chat_output(ChatDialect dialect, std::string_view text, bool reasoning_open,
+                               const OrderedJson& tools) {
+  switch (dialect) {
+    case ChatDialect::Glm:
+    case ChatDialect::Glm45:
+      return parse_glm_output(text, reasoning_open, tools);
+    case ChatDialect::Qwen3:
+      return parse_qwen3_output(text, reasoning_open);
+    case ChatDialect::Raw:
+      break;
+  }
+  ParsedOutput out;
+  out.content = std::string(text);
   return out;
 }
 

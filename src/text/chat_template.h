@@ -1,5 +1,6 @@
 // Chat messages -> prompt text, and the model's output text -> reasoning,
-// content and tool calls, for the GLM chat dialect (docs/text.md).
+// content and tool calls, for the chat dialects strata renders (docs/text.md):
+// GLM-4.7/GLM-5, GLM-4.5/4.6 and Qwen3.
 //
 // strata renders templates natively instead of running Jinja: a model
 // directory's template (chat_template.jinja, or tokenizer_config.json
@@ -18,6 +19,20 @@
 //   <|observation|><tool_response>{result}</tool_response>...       consecutive tool messages
 //                                                                   share one <|observation|>
 //   <|assistant|><think>   or   <|assistant|></think>              generation prompt
+//
+// The GLM-4.5 renderer reproduces the GLM-4.5/4.6 template (GLM-4.5-Air too):
+// newline-separated turns, "<|assistant|>\n<think>{reasoning}</think>" (empty
+// <think></think> in history), tool calls with one <arg_key>/<arg_value> per
+// line, "/nothink" appended to user turns when thinking is off, and a bare
+// "<|assistant|>" generation prompt (the model opens <think> itself).
+//
+// The Qwen3 renderer reproduces the hybrid-thinking Qwen3 template (Qwen3-*B,
+// Qwen3-30B-A3B, Qwen3-235B-A22B): ChatML (<|im_start|>role\n...<|im_end|>),
+// tools listed in the system block, calls as <tool_call>\n{"name": ..,
+// "arguments": {..}}\n</tool_call>, results as <tool_response> blocks inside a
+// user turn, and "<think>\n\n</think>\n\n" after the generation prompt when
+// enable_thinking is false. tests/fixtures/templates/ holds the templates and
+// tests/chat/jinja_crosscheck.py checks each renderer against Jinja2.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -61,6 +76,14 @@ struct ChatRenderOptions {
 // strata::Error on an unknown role or a non-object tool-call argument list.
 std::string render_glm_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
                             const ChatRenderOptions& opts);
+// The GLM-4.5/4.6 dialect (clear_thinking does not apply: history reasoning
+// is always dropped).
+std::string render_glm45_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                              const ChatRenderOptions& opts);
+// The Qwen3 dialect (clear_thinking does not apply). A tool call's arguments
+// given as a JSON string are printed as they are, as the template does.
+std::string render_qwen3_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                              const ChatRenderOptions& opts);
 
 // Python-compatible `json.dumps(v, ensure_ascii=False)`: ", " and ": "
 // separators, non-ASCII kept, invalid UTF-8 replaced by U+FFFD. This is what
@@ -71,9 +94,14 @@ std::string jinja_tojson(const OrderedJson& v);
 std::string_view py_strip(std::string_view s);
 
 enum class ChatDialect {
-  Glm,  // GLM-4.7 / GLM-5 / GLM-5.1
-  Raw,  // no template: messages' contents are concatenated (test models)
+  Glm,    // GLM-4.7 / GLM-5 / GLM-5.1
+  Glm45,  // GLM-4.5 / GLM-4.5-Air / GLM-4.6
+  Qwen3,  // Qwen3 (hybrid thinking): Qwen3-30B-A3B, Qwen3-235B-A22B, ...
+  Raw,    // no template: messages' contents are concatenated (test models)
 };
+
+// The --chat-template name of a dialect: "glm", "glm45", "qwen3" or "raw".
+const char* chat_dialect_name(ChatDialect d);
 
 struct ChatTemplate {
   ChatDialect dialect = ChatDialect::Glm;
@@ -86,6 +114,10 @@ struct ChatTemplate {
   bool opens_reasoning(const ChatRenderOptions& opts) const {
     return dialect == ChatDialect::Glm && opts.add_generation_prompt && opts.enable_thinking;
   }
+  // The special tokens the dialect's markup needs in the tokenizer.
+  std::vector<std::string> special_tokens() const;
+  // The special tokens that end an answer besides the model's EOS ids.
+  std::vector<std::string> stop_tokens() const;
 };
 
 // Which renderer a template text needs. Returns nullopt for a template that
@@ -95,7 +127,8 @@ std::optional<ChatDialect> classify_chat_template(std::string_view jinja, std::s
 // Finds and classifies the chat template of a model directory (a Hugging
 // Face checkpoint or a strata container: chat_template.jinja first, then
 // tokenizer_config.json "chat_template", string or list of {name, template}).
-// `force`: "" or "auto" (detect), "glm" or "raw" (no detection). Throws
+// `force`: "" or "auto" (detect), or a dialect name (chat_dialect_name: no
+// detection). Throws
 // strata::Error naming the file when the template is missing or unknown and
 // not forced.
 ChatTemplate load_chat_template(const std::string& model_dir, std::string_view force = "auto");
@@ -112,9 +145,20 @@ struct ParsedOutput {
 };
 
 // `reasoning_open`: the prompt ended with <think> (ChatTemplate::opens_reasoning).
+// GLM-4.5's calls ("<tool_call>name\n<arg_key>..." one per line) parse too.
 // Argument values are JSON-decoded unless `tools` declares the parameter a
 // string or the text is not JSON (then they stay strings), as vLLM's GLM
 // tool parser does. Unterminated tool calls are kept as content.
 ParsedOutput parse_glm_output(std::string_view text, bool reasoning_open, const OrderedJson& tools = nullptr);
+
+// Qwen3's output: reasoning as for GLM; tool calls are <tool_call>{"name":
+// NAME, "arguments": {...}}</tool_call> blocks (whitespace around the JSON
+// ignored; arguments given as a JSON string holding an object are decoded);
+// a block that is not such an object is kept as content.
+ParsedOutput parse_qwen3_output(std::string_view text, bool reasoning_open);
+
+// The parser of `dialect` (Raw: all content).
+ParsedOutput parse_chat_output(ChatDialect dialect, std::string_view text, bool reasoning_open,
+                               const OrderedJson& tools = nullptr);
 
 }  // namespace strata

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""strata's native GLM chat template against Jinja2 rendering the model's own template.
+"""strata's native chat templates against Jinja2 rendering the model's own template.
 
     /usr/bin/python3 tests/chat/jinja_crosscheck.py RENDER_BIN [--model DIR] [--cases N] [--seed S] [--print]
 
@@ -7,11 +7,12 @@ RENDER_BIN is the test helper strata_render_chat (tests/chat/render_chat.cpp): i
 template the way `strata run` does and renders conversations with strata's renderer.  This script
 renders the same conversations with Jinja2 as transformers' apply_chat_template does (sandboxed,
 trim_blocks, lstrip_blocks, loopcontrols, its tojson filter) from DIR's template (chat_template.jinja,
-or tokenizer_config.json "chat_template"; default DIR: models/glm5-strata-tiny), and asserts that every
-rendering is byte-identical.  The conversations: the ones the C++ unit tests use, then N seeded random
+or tokenizer_config.json "chat_template"; default DIR: models/glm5-strata-tiny; the Qwen3 and GLM-4.5/4.6/4.7
+templates are under tests/fixtures/templates/), and asserts that every rendering is byte-identical.  The conversations: the ones the C++ unit tests use, then N seeded random
 ones (system messages, tools, tool calls with nested arguments, tool results, consecutive ones
 included, multi-turn reasoning with reasoning_content or <think> inside the content, thinking on /
-off / unset, clear_thinking, odd whitespace and non-ASCII text).  The first mismatch fails with the
+off / unset, clear_thinking, tool results sent as user text, a user's /nothink, odd whitespace and
+non-ASCII text).  The first mismatch fails with the
 conversation and a diff.  Needs python3-jinja2 (Debian).
 """
 import argparse
@@ -144,7 +145,13 @@ def conversation(rng):
     tools = [tool_def(rng, n) for n in names]
     msgs = [{"role": "system", "content": text(rng)} for _ in range(rng.choice([0, 0, 1, 1, 2]))]
     for _ in range(rng.randint(1, 4)):
-        msgs.append({"role": "user", "content": text(rng, markup=True)})
+        u = text(rng, markup=True)
+        r = rng.random()
+        if r < 0.1:  # a tool result sent as user text (Qwen3's multi_step_tool skips such turns)
+            u = "<tool_response>" + rng.choice(["", "\n"]) + text(rng) + "</tool_response>"
+        elif r < 0.15:  # GLM-4.5's /nothink switch typed by the user
+            u = text(rng) + "/nothink"
+        msgs.append({"role": "user", "content": u})
         if rng.random() < 0.1:
             msgs.append({"role": "system", "content": text(rng)})
         for _ in range(rng.choice([0, 1, 1, 1, 2])):
@@ -193,6 +200,11 @@ def features(case):
         f.add("clear_thinking false")
     if any(m["role"] == "assistant" and "reasoning_content" not in m and "</think>" in m["content"] for m in msgs):
         f.add("reasoning inside the content")
+    if any(m["role"] == "user" and m["content"].startswith("<tool_response>") and
+           m["content"].endswith("</tool_response>") for m in msgs):
+        f.add("tool result as user text")
+    if any(m["role"] == "user" and m["content"].endswith("/nothink") for m in msgs):
+        f.add("user /nothink")
     return f
 
 
@@ -262,7 +274,7 @@ def main():
             covered[f] = covered.get(f, 0) + 1
     needed = ["system", "tools", "tool result", "consecutive tool results", "assistant tool calls", "thinking on",
               "thinking off", "multi-turn with earlier reasoning", "reasoning after the last user message",
-              "clear_thinking false", "reasoning inside the content"]
+              "clear_thinking false", "reasoning inside the content", "tool result as user text", "user /nothink"]
     print(f"{len(cases)} conversations ({len(FIXED)} fixed, {args.cases} random, seed {args.seed}); covered: " +
           ", ".join(f"{f} {covered.get(f, 0)}" for f in needed))
     thin = [f for f in needed if covered.get(f, 0) < min(5, max(1, args.cases // 50))]

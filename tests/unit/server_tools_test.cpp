@@ -20,6 +20,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 #include "core/thread_pool.h"
+#include "server/glm_output.h"
 #include "server/http_server.h"
 #include "text/chat_template.h"
 #include "text/generation_config.h"
@@ -37,7 +38,7 @@ namespace {
 using test_util::tiny;
 // The tools block makes prompts of ~500 tokens.
 struct TinyServer : test_util::TinyServer {
-  TinyServer() : test_util::TinyServer(2048) {}
+  explicit TinyServer(ChatDialect d = ChatDialect::Glm) : test_util::TinyServer(2048, d) {}
 };
 
 
@@ -216,6 +217,79 @@ TEST(ServerTools, RoundTripWithToolResult) {
     EXPECT_TRUE(r.reasoning || !r.content.empty()) << b2;
     std::printf("[ round trip ] %s: %s\n", r.finish.c_str(), r.content.substr(0, 120).c_str());
   }
+}
+
+// With the GLM-4.5/4.6 template the forced call is GLM's syntax too, and the
+// server reads it back as an OpenAI tool call, streamed or not.
+TEST(ServerTools, Glm45ForcedToolChoice) {
+  TinyServer s(ChatDialect::Glm45);
+  for (const bool stream : {false, true}) {
+    const auto [status, body] = s.post("/v1/chat/completions", tool_body(kNamed, 0.0, 1, stream).dump());
+    ASSERT_EQ(status, 200) << body;
+    const Call c = call_of(body, stream);
+    EXPECT_EQ(c.finish, "tool_calls") << body;
+    EXPECT_EQ(c.name, "get_weather") << body;
+    EXPECT_EQ(c.content, "") << body;
+    expect_valid_call(c.name, c.arguments);
+  }
+}
+
+// Qwen3's JSON call syntax has no constraint yet: a forced call is refused
+// saying so, and auto is served.
+TEST(ServerTools, Qwen3ForcedToolChoiceRefused) {
+  TinyServer s(ChatDialect::Qwen3);
+  const auto [status, reply] = s.post("/v1/chat/completions", tool_body("required", 0.0, 1, false).dump());
+  EXPECT_EQ(status, 400) << reply;
+  EXPECT_NE(reply.find("Qwen3"), std::string::npos) << reply;
+  Json b = tool_body("auto", 0.0, 1, false);
+  b["max_tokens"] = 4;
+  EXPECT_EQ(s.post("/v1/chat/completions", b.dump()).first, 200);
+}
+
+// A Qwen3 answer with reasoning and two JSON tool calls, as the server turns
+// it into an OpenAI message and into streamed deltas fed a few bytes at a
+// time: the same calls (arguments as JSON text), no call text in content.
+TEST(ServerTools, Qwen3ToolCallsInTheAnswer) {
+  const std::string out =
+      "<think>\nThe user wants weather.\n</think>\n\nLooking it up.\n<tool_call>\n{\"name\": \"get_weather\", "
+      "\"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_time\", "
+      "\"arguments\": {\"zone\": \"CET\"}}\n</tool_call>";
+  server::ChatOutput co{true, false, nullptr, ChatDialect::Qwen3};
+  server::IdSource ids;
+  std::string finish = "stop";
+  const Json msg = server::chat_message(co, out, ids, finish);
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(msg["content"], "Looking it up.");
+  EXPECT_EQ(msg["reasoning_content"], "The user wants weather.");
+  ASSERT_EQ(msg["tool_calls"].size(), 2u) << msg.dump();
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(msg["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris","days":3})");
+  EXPECT_EQ(msg["tool_calls"][1]["function"]["arguments"], R"({"zone":"CET"})");
+  for (size_t piece : {1u, 3u, 7u}) {
+    server::ChatDeltaStream st(co);
+    std::string content, reasoning;
+    for (size_t i = 0; i < out.size(); i += piece) {
+      const Json d = st.next(out.substr(i, piece));
+      if (d.contains("content")) content += d["content"].get<std::string>();
+      if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+    }
+    std::string f = "stop";
+    const Json last = st.last(ids, f);
+    if (last.contains("content")) content += last["content"].get<std::string>();
+    EXPECT_EQ(f, "tool_calls");
+    EXPECT_EQ(content.find("tool_call"), std::string::npos) << content;
+    EXPECT_NE(content.find("Looking it up."), std::string::npos) << content;
+    EXPECT_NE(reasoning.find("The user wants weather."), std::string::npos) << reasoning;
+    ASSERT_TRUE(last.contains("tool_calls")) << last.dump();
+    ASSERT_EQ(last["tool_calls"].size(), 2u);
+    EXPECT_EQ(last["tool_calls"][1]["index"], 1);
+    EXPECT_EQ(last["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris","days":3})");
+  }
+  // The GLM parser does not read Qwen3's calls as such: the dialect decides.
+  server::ChatOutput glm{true, false, nullptr, ChatDialect::Glm};
+  std::string f2 = "stop";
+  const Json g = server::chat_message(glm, out, ids, f2);
+  EXPECT_TRUE(!g.contains("tool_calls") || g["tool_calls"][0]["function"]["name"] != "get_weather") << g.dump();
 }
 
 TEST(ServerTools, BadToolChoice) {

@@ -12,6 +12,7 @@
 #include "model/model.h"
 #include "runtime/engine.h"
 #include "server/http_server.h"
+#include "text/chat_template.h"
 #include "text/generation_config.h"
 #include "text/tokenizer.h"
 
@@ -31,7 +32,9 @@ inline Tiny& tiny() {
 
 class TinyServer {
  public:
-  explicit TinyServer(int64_t ctx = 512) {
+  // `dialect`: the chat template the server renders with (the model was
+  // trained on GLM's; the others are for what the server does around them).
+  explicit TinyServer(int64_t ctx = 512, ChatDialect dialect = ChatDialect::Glm) {
     Tiny& t = tiny();
     server::ServerOptions o;
     o.host = "127.0.0.1";
@@ -49,10 +52,10 @@ class TinyServer {
     for (int64_t id : t.gen.eos_token_ids) sm.stop_ids.push_back(static_cast<int32_t>(id));
     for (const char* s : {"<|endoftext|>", "<|user|>", "<|observation|>"})
       if (auto id = t.tok.token_id(s)) sm.stop_ids.push_back(*id);
-    ChatTemplate glm;
-    glm.dialect = ChatDialect::Glm;
-    glm.source = "test";
-    srv_ = std::make_unique<server::Server>(sm, glm, t.gen, o);
+    ChatTemplate tmpl;
+    tmpl.dialect = dialect;
+    tmpl.source = "test";
+    srv_ = std::make_unique<server::Server>(sm, tmpl, t.gen, o);
     port_ = srv_->bind();
     thread_ = std::thread([this] { srv_->run(); });
   }
