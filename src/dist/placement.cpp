@@ -109,8 +109,9 @@ Placement place_experts(const ExpertPool& pool, const std::vector<uint64_t>& bud
   pl.bytes[0] += pl.replicated_bytes;
   // Shares of the total budget; a rank with no budget (0) still counts as 1
   // byte. The replicated experts come on top of rank 0's share (they are not
-  // taken out of its budget: that could leave rank 0 less traffic than
-  // without them; its --ram should cover them, the placement line shows it).
+  // taken out of its budget: with small budgets that left rank 0 less
+  // traffic than without them; its --ram should cover them, the placement
+  // line shows it).
   std::vector<double> share(static_cast<size_t>(pl.ranks));
   double total_budget = 0.0;
   for (int r = 0; r < pl.ranks; ++r) total_budget += static_cast<double>(std::max<uint64_t>(1, budgets[static_cast<size_t>(r)]));

@@ -43,7 +43,7 @@ struct Placement {
 // `replicate` > 0: the `replicate` hottest experts (same order) go to rank 0
 // outside that balance -- rank 0 computes every row anyway, so they need no
 // exchange -- and the rest are balanced as above, the replicated ones on top
-// of rank 0's share: rank 0 never serves less traffic than without them
+// of rank 0's share: rank 0 serves more traffic than without them
 // (docs/distributed.md, "Replicating the hottest experts").
 Placement place_experts(const ExpertPool& pool, const std::vector<uint64_t>& budgets, int64_t replicate = 0);
 
