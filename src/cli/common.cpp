@@ -100,6 +100,12 @@ void EngineFlags::add(CLI::App* cmd) {
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str()
       ->group(kGroupModel);
+  cmd->add_option("--mpi-replicate", mpi_replicate,
+                  "With --experts-over mpi: the N hottest experts (usage.json) are rank 0's besides its share and "
+                  "computed there without an exchange (its --ram holds them too)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 30))
+      ->capture_default_str()
+      ->group(kGroupModel);
 }
 
 OpenedEngine open_engine(const EngineFlags& f, bool load_mtp, bool deferred) {
@@ -111,6 +117,7 @@ OpenedEngine open_engine(const EngineFlags& f, bool load_mtp, bool deferred) {
   }
   MpiOptions mo;
   mo.timeout_s = f.mpi_timeout;
+  mo.replicate = f.mpi_replicate;
   mo.verbose = !f.quiet;
   r.mpi = join_mpi(mo);
   MpiJob& job = *r.mpi;

@@ -48,6 +48,7 @@ struct EngineFlags {
   // Experts over MPI (docs/distributed.md).
   std::string experts_over = "local";  // local | mpi
   double mpi_timeout = 120.0;          // seconds rank 0 waits for a rank's outputs of one layer
+  int64_t mpi_replicate = 0;           // the hottest experts served by rank 0 (docs/distributed.md)
   void add(CLI::App* cmd);
   // The engine's options from these flags; throws naming the flag that is wrong.
   EngineOptions options(bool load_mtp) const;

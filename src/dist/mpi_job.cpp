@@ -158,8 +158,8 @@ class Job final : public MpiJob, public ExpertPeers {
       if (o_.verbose) std::fprintf(stderr, "strata: experts over MPI: one rank, every expert served here (as without MPI)\n");
       return {};
     }
-    // Rank 0's placement (its usage.json), sent to every rank.
-    Placement pl = place_experts(pool, budgets);
+    // Rank 0's placement (its usage.json, its --mpi-replicate), sent to every rank.
+    Placement pl = place_experts(pool, budgets, o_.replicate);
     std::vector<int32_t> flat;
     for (const auto& l : pl.owner) flat.insert(flat.end(), l.begin(), l.end());
     check(MPI_Bcast(flat.data(), static_cast<int>(flat.size()), MPI_INT32_T, 0, MPI_COMM_WORLD), "start-up");
@@ -171,6 +171,13 @@ class Job final : public MpiJob, public ExpertPeers {
       std::fprintf(stderr, "strata: experts over MPI: %d ranks; experts placed %s\n", size_,
                    pl.by_usage ? "by routing usage (usage.json) against each rank's budget"
                                : "round-robin against each rank's budget (no usage.json)");
+      if (pl.replicated_experts > 0)
+        std::fprintf(stderr,
+                     "strata: experts over MPI: --mpi-replicate %lld: the %lld hottest experts (%s, %.1f%% of the "
+                     "traffic%s) are rank 0's outside the partition, computed there without an exchange\n",
+                     static_cast<long long>(o_.replicate), static_cast<long long>(pl.replicated_experts),
+                     gb(pl.replicated_bytes).c_str(), 100.0 * pl.replicated_traffic,
+                     pl.by_usage ? "" : "; no usage.json: the first in layer, expert order, not measured hot ones");
       for (int r = 0; r < size_; ++r) {
         const Hello& h = all[static_cast<size_t>(r)];
         std::fprintf(stderr, "strata:   rank %d (%s, pid %lld): %lld experts, %s, %.1f%% of the traffic, budget %s\n", r,

@@ -18,6 +18,7 @@ namespace strata {
 struct MpiOptions {
   double timeout_s = 120.0;  // rank 0 waits this long for a rank's outputs of one layer
   bool verbose = true;       // the placement lines on stderr (rank 0)
+  int64_t replicate = 0;     // --mpi-replicate: the hottest experts served by rank 0 (dist/placement.h)
 };
 
 // What a serving rank did (its --stats line).

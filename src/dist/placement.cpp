@@ -70,7 +70,7 @@ ExpertPool expert_pool(const Model& m) {
   return p;
 }
 
-Placement place_experts(const ExpertPool& pool, const std::vector<uint64_t>& budgets) {
+Placement place_experts(const ExpertPool& pool, const std::vector<uint64_t>& budgets, int64_t replicate) {
   Placement pl;
   pl.ranks = static_cast<int>(budgets.size());
   if (pl.ranks < 1) fail("expert placement: no ranks");
@@ -79,27 +79,47 @@ Placement place_experts(const ExpertPool& pool, const std::vector<uint64_t>& bud
   pl.experts.assign(static_cast<size_t>(pl.ranks), 0);
   pl.bytes.assign(static_cast<size_t>(pl.ranks), 0);
   pl.traffic.assign(static_cast<size_t>(pl.ranks), 0.0);
-  // Shares of the total budget; a rank with no budget (0) still counts as 1 byte.
-  std::vector<double> share(static_cast<size_t>(pl.ranks));
-  double total_budget = 0.0;
-  for (int r = 0; r < pl.ranks; ++r) total_budget += static_cast<double>(std::max<uint64_t>(1, budgets[static_cast<size_t>(r)]));
-  for (int r = 0; r < pl.ranks; ++r)
-    share[static_cast<size_t>(r)] = static_cast<double>(std::max<uint64_t>(1, budgets[static_cast<size_t>(r)])) / total_budget;
+  if (replicate < 0) fail("expert placement: {} experts to replicate", replicate);
   struct Item {
     uint64_t weight;
     int64_t layer;
     int32_t expert;
   };
   std::vector<Item> items;
+  pl.replicated.resize(pool.count.size());
   for (size_t L = 0; L < pool.count.size(); ++L) {
     pl.owner[L].assign(static_cast<size_t>(pool.count[L]), 0);
+    pl.replicated[L].assign(static_cast<size_t>(pool.count[L]), 0);
     for (int32_t e = 0; e < pool.count[L]; ++e)
       items.push_back({pl.by_usage ? pool.usage[L][static_cast<size_t>(e)] + 1 : 1, static_cast<int64_t>(L), e});
   }
   std::stable_sort(items.begin(), items.end(), [](const Item& a, const Item& b) { return a.weight > b.weight; });
+  // The hottest `replicate` experts: rank 0's, outside the balance.
+  const size_t n_rep = static_cast<size_t>(std::min<int64_t>(replicate, static_cast<int64_t>(items.size())));
+  double total = 0.0, rep_load = 0.0;
+  for (size_t i = 0; i < n_rep; ++i) {
+    const Item& it = items[i];
+    pl.replicated[static_cast<size_t>(it.layer)][static_cast<size_t>(it.expert)] = 1;
+    ++pl.replicated_experts;
+    pl.replicated_bytes += pool.bytes[static_cast<size_t>(it.layer)];
+    rep_load += static_cast<double>(it.weight);
+  }
+  total += rep_load;
+  pl.experts[0] += pl.replicated_experts;
+  pl.bytes[0] += pl.replicated_bytes;
+  // Shares of the total budget; a rank with no budget (0) still counts as 1
+  // byte. The replicated experts come on top of rank 0's share (they are not
+  // taken out of its budget: with small budgets that left rank 0 less
+  // traffic than without them; its --ram should cover them, the placement
+  // line shows it).
+  std::vector<double> share(static_cast<size_t>(pl.ranks));
+  double total_budget = 0.0;
+  for (int r = 0; r < pl.ranks; ++r) total_budget += static_cast<double>(std::max<uint64_t>(1, budgets[static_cast<size_t>(r)]));
+  for (int r = 0; r < pl.ranks; ++r)
+    share[static_cast<size_t>(r)] = static_cast<double>(std::max<uint64_t>(1, budgets[static_cast<size_t>(r)])) / total_budget;
   std::vector<double> load(static_cast<size_t>(pl.ranks), 0.0);
-  double total = 0.0;
-  for (const Item& it : items) {
+  for (size_t i = n_rep; i < items.size(); ++i) {
+    const Item& it = items[i];
     int best = 0;
     for (int r = 1; r < pl.ranks; ++r)
       if (load[static_cast<size_t>(r)] / share[static_cast<size_t>(r)] <
@@ -111,7 +131,9 @@ Placement place_experts(const ExpertPool& pool, const std::vector<uint64_t>& bud
     ++pl.experts[static_cast<size_t>(best)];
     pl.bytes[static_cast<size_t>(best)] += pool.bytes[static_cast<size_t>(it.layer)];
   }
+  load[0] += rep_load;
   for (int r = 0; r < pl.ranks; ++r) pl.traffic[static_cast<size_t>(r)] = total > 0 ? load[static_cast<size_t>(r)] / total : 0.0;
+  pl.replicated_traffic = total > 0 ? rep_load / total : 0.0;
   return pl;
 }
 

@@ -28,13 +28,24 @@ struct Placement {
   std::vector<int64_t> experts;              // per rank
   std::vector<uint64_t> bytes;               // per rank
   std::vector<double> traffic;               // per rank: share of the routed traffic (usage, or experts)
+  // --mpi-replicate: the hottest experts taken out of the partition and
+  // served by rank 0 (owner 0; counted in rank 0's experts, bytes, traffic).
+  std::vector<std::vector<uint8_t>> replicated;  // [layer][expert] -> 1 when replicated
+  int64_t replicated_experts = 0;
+  uint64_t replicated_bytes = 0;
+  double replicated_traffic = 0.0;           // their share of the routed traffic
 };
 
 // Experts hottest first (usage + 1; ties in layer, expert order), each to the
 // rank whose load relative to its share of the total budget is lowest (ties:
 // the lower rank): every rank's share of the traffic follows its budget. With
 // no usage and equal budgets this is round-robin in layer, expert order.
-Placement place_experts(const ExpertPool& pool, const std::vector<uint64_t>& budgets);
+// `replicate` > 0: the `replicate` hottest experts (same order) go to rank 0
+// outside that balance -- rank 0 computes every row anyway, so they need no
+// exchange -- and the rest are balanced as above, the replicated ones on top
+// of rank 0's share: rank 0 serves more traffic than without them
+// (docs/distributed.md, "Replicating the hottest experts").
+Placement place_experts(const ExpertPool& pool, const std::vector<uint64_t>& budgets, int64_t replicate = 0);
 
 // owned[layer][expert] = 1 for the experts `rank` serves (ExpertCacheOptions::owned).
 std::vector<std::vector<uint8_t>> owned_by(const Placement& p, int rank);

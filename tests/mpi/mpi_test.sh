@@ -69,9 +69,32 @@ for np in 2 3; do
   "${MPI[@]}" $np "$S" score "${B[@]}" --ids "$ids" --logits-at "$at" --json --chunk 5 --experts-over mpi >"$tmp/c.chunk.$np" 2>/dev/null
   same "container score --chunk 5 -np $np" "$tmp/c.chunk.1" "$tmp/c.chunk.$np"
   "${MPI[@]}" $np "$S" generate "${B[@]}" --ids 3,50,120,7 -n 24 --ignore-eos --json --experts-over mpi --stats \
-    >"$tmp/c.gen.$np" 2>"$tmp/gen.err.$np"
+    --stats-json >"$tmp/c.gen.$np" 2>"$tmp/gen.err.$np"
   same "container generate -np $np" "$tmp/c.gen.1" "$tmp/c.gen.$np"
 done
+# The runs above taught the container its routing usage (usage.json).
+[ -s "$C/usage.json" ] && ok || fail "no usage.json after the single-process runs"
+# --mpi-replicate: the 16 hottest of the 80 experts are rank 0's besides its
+# share; same bytes out, fewer bytes between ranks than without.
+peer_bytes() { python3 -c "
+import json, sys
+for l in open(sys.argv[1]):
+    if l.startswith('{') and 'peer_bytes' in l: print(json.loads(l)['peer_bytes']); break
+else: print(0)" "$1"; }
+for np in 2 3; do
+  "${MPI[@]}" $np "$S" score "${B[@]}" --ids "$ids" --logits-at "$at" --json --experts-over mpi --mpi-replicate 16 \
+    >"$tmp/c.rscore.$np" 2>"$tmp/err" || fail "container score -np $np --mpi-replicate 16: $(tail -3 "$tmp/err")"
+  same "container score -np $np --mpi-replicate 16" "$tmp/c.score.1" "$tmp/c.rscore.$np"
+  "${MPI[@]}" $np "$S" generate "${B[@]}" --ids 3,50,120,7 -n 24 --ignore-eos --json --experts-over mpi --mpi-replicate 16 \
+    --stats-json >"$tmp/c.rgen.$np" 2>"$tmp/rgen.err.$np"
+  same "container generate -np $np --mpi-replicate 16" "$tmp/c.gen.1" "$tmp/c.rgen.$np"
+  plain=$(peer_bytes "$tmp/gen.err.$np") rep=$(peer_bytes "$tmp/rgen.err.$np")
+  echo "-np $np generate: $plain bytes between ranks, $rep with --mpi-replicate 16"
+  if [ "$rep" -gt 0 ] && [ "$rep" -lt "$plain" ]; then ok; else
+    fail "-np $np --mpi-replicate 16 did not cut the exchange: $plain -> $rep bytes"; fi
+done
+grep -q "mpi-replicate 16: the 16 hottest experts (.*) are rank 0's" "$tmp/rgen.err.3" && ok \
+  || fail "-np 3 --mpi-replicate: no replication line: $(cat "$tmp/rgen.err.3")"
 grep -q "experts over MPI: 3 ranks" "$tmp/gen.err.3" && grep -q "rank 2 (.*pid [0-9]*): [0-9]* experts" "$tmp/gen.err.3" \
   && grep -q "experts over MPI: exchanged" "$tmp/gen.err.3" && ok || fail "-np 3: no placement or exchange lines: $(cat "$tmp/gen.err.3")"
 # Different budgets per rank (MPMD): rank 0 four times the others'.
@@ -98,7 +121,11 @@ if [ $rc -ne 0 ] && grep -q "rank 1 opened a different model than rank 0" "$tmp/
   fail "mismatched containers: exit $rc: $(cat "$tmp/mismatch.err")"; fi
 
 # 5. A worker that stops answering: chat reads its turn from a pipe; the
-# worker (its pid from the placement line) is stopped before the turn.
+# worker (its pid from the placement line) is stopped before the turn. The
+# named error must come with a non-zero exit; the job must end within 60 s of
+# the turn (--mpi-timeout 2 plus the prompt's prefill and mpirun's clean-up,
+# which under a load of 20 on 2 cores took up to ~17 s): what is asserted is
+# "no hang", not a speed.
 chat_with_fault() {  # SIGNAL -> $tmp/fault.err, $tmp/fault.rc, $tmp/fault.s
   local sig=$1
   rm -f "$tmp/fifo"; mkfifo "$tmp/fifo"
@@ -118,9 +145,10 @@ chat_with_fault() {  # SIGNAL -> $tmp/fault.err, $tmp/fault.rc, $tmp/fault.s
   kill -"$sig" "$pid"
   t0=$(date +%s.%N)
   echo "Hello there" >&3
-  # mpirun must end by itself: wait at most 30 s.
-  for i in $(seq 1 300); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
-  if kill -0 $job 2>/dev/null; then fail "$sig: the job still runs 30 s after the turn (a hang)"; kill -KILL $job; fi
+  # mpirun must end by itself: wait at most 90 s (a loaded 2-core CI box
+  # took 11-17 s for what takes 4 s on a quiet one).
+  for i in $(seq 1 900); do kill -0 $job 2>/dev/null || break; sleep 0.1; done
+  if kill -0 $job 2>/dev/null; then fail "$sig: the job still runs 90 s after the turn (a hang)"; kill -KILL $job; fi
   wait $job; echo $? >"$tmp/fault.rc"
   python3 -c "import time; print(f'{time.time() - $t0:.1f}')" >"$tmp/fault.s"
   exec 3>&-
@@ -129,7 +157,7 @@ chat_with_fault STOP
 rc=$(cat "$tmp/fault.rc"); s=$(cat "$tmp/fault.s")
 echo "stopped worker: exit $rc after $s s: $(grep -m1 "did not answer" "$tmp/fault.err")"
 if [ "$rc" -ne 0 ] && grep -q "experts over MPI: rank 1 did not answer layer [0-9]* within 2 s" "$tmp/fault.err" &&
-  python3 -c "import sys; sys.exit(0 if $s < 15 else 1)"; then ok; else
+  python3 -c "import sys; sys.exit(0 if $s < 60 else 1)"; then ok; else
   fail "stopped worker: exit $rc after $s s: $(cat "$tmp/fault.err")"; fi
 chat_with_fault KILL
 rc=$(cat "$tmp/fault.rc"); s=$(cat "$tmp/fault.s")

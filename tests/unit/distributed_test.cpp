@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 #include <memory>
 
 #include "dist/placement.h"
@@ -69,6 +70,59 @@ TEST(ExpertPlacement, HotExpertsSpreadByUsage) {
   for (size_t e = 0; e < 16; ++e) EXPECT_EQ(o0[0][e] + o1[0][e], 1) << e;
 }
 
+TEST(ExpertPlacement, ReplicatesHottestOnRankZero) {
+  // Three hot experts (500, 400, 300 routings) and thirteen cold ones (10).
+  ExpertPool p = pool_of({16});
+  p.usage = {std::vector<uint64_t>(16, 10)};
+  p.usage[0][5] = 500;
+  p.usage[0][11] = 400;
+  p.usage[0][2] = 300;
+  const Placement none = place_experts(p, {1000, 1000});
+  const Placement none0 = place_experts(p, {1000, 1000}, 0);
+  EXPECT_EQ(none.owner, none0.owner) << "--mpi-replicate 0 places as before";
+  EXPECT_EQ(none.replicated_experts, 0);
+  const Placement pl = place_experts(p, {1000, 1000}, 2);
+  EXPECT_EQ(pl.replicated_experts, 2);
+  EXPECT_EQ(pl.replicated_bytes, 200u);
+  // The two hottest are rank 0's and marked; the third is not.
+  EXPECT_EQ(pl.owner[0][5], 0);
+  EXPECT_EQ(pl.owner[0][11], 0);
+  EXPECT_EQ(pl.replicated[0][5], 1);
+  EXPECT_EQ(pl.replicated[0][11], 1);
+  EXPECT_EQ(pl.replicated[0][2], 0);
+  int n = 0;
+  for (uint8_t r : pl.replicated[0]) n += r;
+  EXPECT_EQ(n, 2);
+  const double hot = (501.0 + 401.0) / (501 + 401 + 301 + 13 * 11);
+  EXPECT_NEAR(pl.replicated_traffic, hot, 1e-9);
+  // They come on top of rank 0's share: more traffic stays on rank 0 than
+  // without (what replication is for), yet rank 1 serves only its share.
+  EXPECT_GT(pl.traffic[0], none.traffic[0] + 0.2);
+  const auto o0 = owned_by(pl, 0), o1 = owned_by(pl, 1);
+  EXPECT_EQ(o0[0][5], 1);
+  EXPECT_EQ(o1[0][5], 0) << "rank 1 never computes a replicated expert: it does not hold it";
+  for (size_t e = 0; e < 16; ++e) EXPECT_EQ(o0[0][e] + o1[0][e], 1) << e;
+  EXPECT_EQ(pl.experts[0] + pl.experts[1], 16);
+  // The rest is shared by the budgets as without replication (here 1 : 3), so
+  // rank 0 never serves less traffic than without replicating.
+  ExpertPool q = pool_of({64});
+  q.usage = {std::vector<uint64_t>(64)};
+  for (size_t e = 0; e < 64; ++e) q.usage[0][e] = 20 + (e * 7) % 13;
+  for (size_t e = 0; e < 64; e += 9) q.usage[0][e] = 1000;
+  const Placement q0 = place_experts(q, {100, 300});
+  EXPECT_NEAR(q0.traffic[0], 0.25, 0.02);
+  for (int64_t n_rep : {1, 2, 4, 8, 16, 32}) {
+    const Placement b = place_experts(q, {100, 300}, n_rep);
+    EXPECT_GT(b.traffic[0], q0.traffic[0]) << n_rep;
+    EXPECT_NEAR((b.traffic[0] - b.replicated_traffic) / (1.0 - b.replicated_traffic), 0.25, 0.04) << n_rep;
+  }
+  // More than the pool: everything is rank 0's.
+  const Placement all = place_experts(p, {1, 1}, 100);
+  EXPECT_EQ(all.replicated_experts, 16);
+  EXPECT_EQ(all.experts, (std::vector<int64_t>{16, 0}));
+  EXPECT_NEAR(all.traffic[0], 1.0, 1e-12);
+}
+
 // The other "ranks" in this process: each a runner over its own store that
 // holds only its experts; start() computes their work at once.
 class LocalPeers final : public ExpertPeers {
@@ -96,6 +150,8 @@ class LocalPeers final : public ExpertPeers {
       for (int64_t i = i0; i < i1; ++i) {
         rows += w.rows[static_cast<size_t>(i)];
         EXPECT_EQ(owner(w.layer, w.experts[static_cast<size_t>(i)]), p);
+        EXPECT_FALSE(pl_.replicated[static_cast<size_t>(w.layer)][static_cast<size_t>(w.experts[static_cast<size_t>(i)])])
+            << "a replicated expert was sent to rank " << p;
       }
       runners_[static_cast<size_t>(p - 1)]->compute_experts(w.layer, w.experts.subspan(static_cast<size_t>(i0), static_cast<size_t>(i1 - i0)),
                                                            w.rows.subspan(static_cast<size_t>(i0), static_cast<size_t>(i1 - i0)),
@@ -120,7 +176,8 @@ struct Out {
   std::vector<float> logits, mtp;
 };
 
-Out run(const Model& m, ExpertStore& store, ExpertPeers* peers, const std::vector<int32_t>& ids, int64_t chunk) {
+Out run(const Model& m, ExpertStore& store, ExpertPeers* peers, const std::vector<int32_t>& ids, int64_t chunk,
+        uint64_t* peer_bytes = nullptr) {
   ThreadPool pool(2);
   ModelRunner r(m, store, pool, {}, peers);
   const int64_t T = static_cast<int64_t>(ids.size()), V = m.config.vocab_size, D = m.config.hidden_size;
@@ -142,6 +199,7 @@ Out run(const Model& m, ExpertStore& store, ExpertPeers* peers, const std::vecto
   if (peers) {
     EXPECT_GT(r.stats().peer_bytes, 0u);
   }
+  if (peer_bytes) *peer_bytes = r.stats().peer_bytes;
   return out;
 }
 
@@ -163,10 +221,17 @@ TEST_P(PeerSeam, ExpertsOnOtherRanksGiveIdenticalLogits) {
   const Out a = run(*m, every, nullptr, ids, 1000);
 
   const ExpertPool pool = expert_pool(*m);
+  int64_t n_experts = 0;
+  for (int64_t c : pool.count) n_experts += c;
+  std::map<int, uint64_t> bytes_plain;  // per rank count: chunk 1000's exchange without replication
+  // Without and with --mpi-replicate (a quarter of the pool on rank 0).
+  for (const int64_t replicate : {int64_t{0}, n_experts / 4})
   for (int ranks : {2, 3}) {
+    SCOPED_TRACE(testing::Message() << ranks << " ranks, replicate " << replicate);
     std::vector<uint64_t> budgets(static_cast<size_t>(ranks), 1);
     budgets[0] = 2;  // rank 0 serves more than the others
-    const Placement pl = place_experts(pool, budgets);
+    const Placement pl = place_experts(pool, budgets, replicate);
+    EXPECT_EQ(pl.replicated_experts, replicate);
     ExpertCacheOptions mine;
     mine.ram_bytes = 1;  // one cache slot per layer
     mine.autopin = false;
@@ -175,9 +240,13 @@ TEST_P(PeerSeam, ExpertsOnOtherRanksGiveIdenticalLogits) {
     EXPECT_LT(own.total_expert_bytes(), every.total_expert_bytes());
     LocalPeers peers(*m, pl, 1);
     for (int64_t chunk : {int64_t{1000}, int64_t{1}, int64_t{7}}) {
-      const Out b = run(*m, own, &peers, ids, chunk);
+      uint64_t bytes = 0;
+      const Out b = run(*m, own, &peers, ids, chunk, &bytes);
       EXPECT_EQ(a.logits, b.logits) << ranks << " ranks, chunk " << chunk;
       EXPECT_EQ(a.mtp, b.mtp) << ranks << " ranks, chunk " << chunk;
+      if (chunk != 1000) continue;
+      if (replicate == 0) bytes_plain[ranks] = bytes;
+      else EXPECT_LT(bytes, bytes_plain[ranks]) << "replicated experts still crossed to other ranks";
     }
     EXPECT_GT(peers.exchanges, 0);
     for (int r = 1; r < ranks; ++r) EXPECT_GT(peers.store(r).stats().requests, 0u) << "rank " << r << " did no work";
