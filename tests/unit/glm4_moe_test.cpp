@@ -295,12 +295,13 @@ TEST(Glm4Config, DefaultsAndRopeParametersFollowTransformers) {
 
 TEST(Glm4Config, ExportGgufRefusesAnUnsupportedFamilyByName) {
   // glm4_moe exports (gguf_writer_test.cpp checks its layout); a family strata
-  // does not run, such as deepseek_v3, is refused by name, not half-written.
+  // does not run, such as gpt_oss, is refused by name, not half-written (the
+  // deepseek_v3 export refusal is Dsv3Config's).
   if (!std::filesystem::exists(fixture_dir() + "/config.json")) GTEST_SKIP() << "fixture missing";
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "dsv3-export";
   std::filesystem::create_directories(dir);
   Json cfg = glm4_config();
-  cfg["model_type"] = "deepseek_v3";
+  cfg["model_type"] = "gpt_oss";
   std::ofstream(dir / "config.json") << cfg.dump();
   std::filesystem::remove(dir / "model.safetensors");
   std::filesystem::create_symlink(fixture_dir() + "/model.safetensors", dir / "model.safetensors");
@@ -313,7 +314,7 @@ TEST(Glm4Config, ExportGgufRefusesAnUnsupportedFamilyByName) {
   char buf[512];
   while (size_t k = fread(buf, 1, sizeof buf, f)) text.append(buf, k);
   EXPECT_NE(pclose(f), 0);
-  EXPECT_THAT(text, HasSubstr("\"deepseek_v3\""));
+  EXPECT_THAT(text, HasSubstr("gpt_oss"));
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 
