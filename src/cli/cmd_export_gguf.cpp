@@ -417,22 +417,49 @@ class Exporter {
     }
   }
 
+  // The MTP layer's own tensors (llama.cpp's nextn block), shared by every
+  // family with an MTP layer. GLM-5 checkpoints leave out the embedding and
+  // head, and llama.cpp then uses the main ones: copied only when present.
+  void nextn(int64_t i) {
+    const int64_t d = c_.hidden_size;
+    mat(blk(i, "nextn.eh_proj.weight"), hf(i, "eh_proj.weight"), d, 2 * d);
+    vec(blk(i, "nextn.enorm.weight"), hf(i, "enorm.weight"), d);
+    vec(blk(i, "nextn.hnorm.weight"), hf(i, "hnorm.weight"), d);
+    if (ck_.has(hf(i, "shared_head.norm.weight")))
+      vec(blk(i, "nextn.shared_head_norm.weight"), hf(i, "shared_head.norm.weight"), d);
+    if (ck_.has(hf(i, "embed_tokens.weight")))
+      mat(blk(i, "nextn.embed_tokens.weight"), hf(i, "embed_tokens.weight"), c_.vocab_size, d);
+    if (ck_.has(hf(i, "shared_head.head.weight")))
+      mat(blk(i, "nextn.shared_head_head.weight"), hf(i, "shared_head.head.weight"), c_.vocab_size, d);
+  }
+
+  void dense_mlp(int64_t i) {
+    const int64_t d = c_.hidden_size, ff = c_.intermediate_size;
+    mat(blk(i, "ffn_gate.weight"), hf(i, "mlp.gate_proj.weight"), ff, d);
+    mat(blk(i, "ffn_up.weight"), hf(i, "mlp.up_proj.weight"), ff, d);
+    mat(blk(i, "ffn_down.weight"), hf(i, "mlp.down_proj.weight"), d, ff);
+  }
+
+  void shared_experts(int64_t i, int64_t sff) {
+    const int64_t d = c_.hidden_size;
+    mat(blk(i, "ffn_gate_shexp.weight"), hf(i, "mlp.shared_experts.gate_proj.weight"), sff, d);
+    mat(blk(i, "ffn_up_shexp.weight"), hf(i, "mlp.shared_experts.up_proj.weight"), sff, d);
+    mat(blk(i, "ffn_down_shexp.weight"), hf(i, "mlp.shared_experts.down_proj.weight"), d, sff);
+  }
+
+  // An f32 tensor of zeros (a tensor llama.cpp requires that the checkpoint lacks).
+  void zeros_f32(const std::string& name, std::vector<int64_t> dims) {
+    int64_t n = 1;
+    for (int64_t x : dims) n *= x;
+    w_.add_tensor(name, std::move(dims), GgmlType::F32, [n](const GgufWriter::Sink& sink) {
+      const std::vector<float> zero(static_cast<size_t>(n), 0.0f);
+      sink(zero.data(), zero.size() * sizeof(float));
+    });
+  }
+
   void layer(int64_t i) {
     const int64_t d = c_.hidden_size, H = c_.num_attention_heads;
-    const bool mtp = i >= c_.num_hidden_layers;
-    if (mtp) {
-      mat(blk(i, "nextn.eh_proj.weight"), hf(i, "eh_proj.weight"), d, 2 * d);
-      vec(blk(i, "nextn.enorm.weight"), hf(i, "enorm.weight"), d);
-      vec(blk(i, "nextn.hnorm.weight"), hf(i, "hnorm.weight"), d);
-      if (ck_.has(hf(i, "shared_head.norm.weight")))
-        vec(blk(i, "nextn.shared_head_norm.weight"), hf(i, "shared_head.norm.weight"), d);
-      // GLM-5 checkpoints leave these out and llama.cpp then uses the main
-      // embedding and head; copy them only when present.
-      if (ck_.has(hf(i, "embed_tokens.weight")))
-        mat(blk(i, "nextn.embed_tokens.weight"), hf(i, "embed_tokens.weight"), c_.vocab_size, d);
-      if (ck_.has(hf(i, "shared_head.head.weight")))
-        mat(blk(i, "nextn.shared_head_head.weight"), hf(i, "shared_head.head.weight"), c_.vocab_size, d);
-    }
+    if (i >= c_.num_hidden_layers) nextn(i);
     vec(blk(i, "attn_norm.weight"), hf(i, "input_layernorm.weight"), d);
     vec(blk(i, "attn_q_a_norm.weight"), hf(i, "self_attn.q_a_layernorm.weight"), c_.q_lora_rank);
     vec(blk(i, "attn_kv_a_norm.weight"), hf(i, "self_attn.kv_a_layernorm.weight"), c_.kv_lora_rank);
@@ -454,10 +481,7 @@ class Exporter {
     }
 
     if (!c_.is_moe(i)) {
-      const int64_t ff = c_.intermediate_size;
-      mat(blk(i, "ffn_gate.weight"), hf(i, "mlp.gate_proj.weight"), ff, d);
-      mat(blk(i, "ffn_up.weight"), hf(i, "mlp.up_proj.weight"), ff, d);
-      mat(blk(i, "ffn_down.weight"), hf(i, "mlp.down_proj.weight"), d, ff);
+      dense_mlp(i);
       return;
     }
     const int64_t E = c_.n_routed_experts, ff = c_.moe_intermediate_size, sff = ff * c_.n_shared_experts;
@@ -466,9 +490,7 @@ class Exporter {
     experts(blk(i, "ffn_gate_exps.weight"), i, "gate_proj", ff, d);
     experts(blk(i, "ffn_up_exps.weight"), i, "up_proj", ff, d);
     experts(blk(i, "ffn_down_exps.weight"), i, "down_proj", d, ff);
-    mat(blk(i, "ffn_gate_shexp.weight"), hf(i, "mlp.shared_experts.gate_proj.weight"), sff, d);
-    mat(blk(i, "ffn_up_shexp.weight"), hf(i, "mlp.shared_experts.up_proj.weight"), sff, d);
-    mat(blk(i, "ffn_down_shexp.weight"), hf(i, "mlp.shared_experts.down_proj.weight"), d, sff);
+    shared_experts(i, sff);
   }
 
   // `names` ([E] checkpoint matrices of [src_rows, src_cols]) stacked into
@@ -498,18 +520,7 @@ class Exporter {
   // then a dense MLP, or router + stacked experts (+ shared experts).
   void gqa_layer(int64_t i) {
     const int64_t d = c_.hidden_size, H = c_.num_attention_heads, KH = c_.num_key_value_heads, hd = c_.head_dim;
-    const bool mtp = i >= c_.num_hidden_layers;
-    if (mtp) {
-      mat(blk(i, "nextn.eh_proj.weight"), hf(i, "eh_proj.weight"), d, 2 * d);
-      vec(blk(i, "nextn.enorm.weight"), hf(i, "enorm.weight"), d);
-      vec(blk(i, "nextn.hnorm.weight"), hf(i, "hnorm.weight"), d);
-      if (ck_.has(hf(i, "shared_head.norm.weight")))
-        vec(blk(i, "nextn.shared_head_norm.weight"), hf(i, "shared_head.norm.weight"), d);
-      if (ck_.has(hf(i, "embed_tokens.weight")))
-        mat(blk(i, "nextn.embed_tokens.weight"), hf(i, "embed_tokens.weight"), c_.vocab_size, d);
-      if (ck_.has(hf(i, "shared_head.head.weight")))
-        mat(blk(i, "nextn.shared_head_head.weight"), hf(i, "shared_head.head.weight"), c_.vocab_size, d);
-    }
+    if (i >= c_.num_hidden_layers) nextn(i);
     vec(blk(i, "attn_norm.weight"), hf(i, "input_layernorm.weight"), d);
     mat(blk(i, "attn_q.weight"), hf(i, "self_attn.q_proj.weight"), H * hd, d);
     mat(blk(i, "attn_k.weight"), hf(i, "self_attn.k_proj.weight"), KH * hd, d);
@@ -532,16 +543,11 @@ class Exporter {
     if (!c_.is_moe(i)) {
       const int64_t ff = c_.intermediate_size;
       if (arch_ == GgufArch::Glm4Moe) {
-        mat(blk(i, "ffn_gate.weight"), hf(i, "mlp.gate_proj.weight"), ff, d);
-        mat(blk(i, "ffn_up.weight"), hf(i, "mlp.up_proj.weight"), ff, d);
-        mat(blk(i, "ffn_down.weight"), hf(i, "mlp.down_proj.weight"), d, ff);
+        dense_mlp(i);
         return;
       }
       // qwen3moe: the dense MLP as E identical experts behind a zero router.
-      w_.add_tensor(blk(i, "ffn_gate_inp.weight"), {E, d}, GgmlType::F32, [E, d](const GgufWriter::Sink& sink) {
-        const std::vector<float> zero(static_cast<size_t>(E * d), 0.0f);
-        sink(zero.data(), zero.size() * sizeof(float));
-      });
+      zeros_f32(blk(i, "ffn_gate_inp.weight"), {E, d});
       const std::vector<std::string> g(static_cast<size_t>(E), hf(i, "mlp.gate_proj.weight"));
       const std::vector<std::string> u(static_cast<size_t>(E), hf(i, "mlp.up_proj.weight"));
       const std::vector<std::string> dn(static_cast<size_t>(E), hf(i, "mlp.down_proj.weight"));
@@ -557,10 +563,7 @@ class Exporter {
       if (ck_.has(hf(i, "mlp.gate.e_score_correction_bias"))) {
         vec(blk(i, "exp_probs_b.bias"), hf(i, "mlp.gate.e_score_correction_bias"), E);
       } else {
-        w_.add_tensor(blk(i, "exp_probs_b.bias"), {E}, GgmlType::F32, [E](const GgufWriter::Sink& sink) {
-          const std::vector<float> zero(static_cast<size_t>(E), 0.0f);
-          sink(zero.data(), zero.size() * sizeof(float));
-        });
+        zeros_f32(blk(i, "exp_probs_b.bias"), {E});
       }
     }
     const int64_t fx = arch_ == GgufArch::Qwen3Moe ? ff_exp_ : ff;
@@ -578,12 +581,7 @@ class Exporter {
       padded_stack(blk(i, "ffn_up_exps.weight"), u, ff, d, fx, d);
       padded_stack(blk(i, "ffn_down_exps.weight"), dn, d, ff, d, fx);
     }
-    if (arch_ == GgufArch::Glm4Moe && c_.n_shared_experts > 0) {
-      const int64_t sff = ff * c_.n_shared_experts;
-      mat(blk(i, "ffn_gate_shexp.weight"), hf(i, "mlp.shared_experts.gate_proj.weight"), sff, d);
-      mat(blk(i, "ffn_up_shexp.weight"), hf(i, "mlp.shared_experts.up_proj.weight"), sff, d);
-      mat(blk(i, "ffn_down_shexp.weight"), hf(i, "mlp.shared_experts.down_proj.weight"), d, sff);
-    }
+    if (arch_ == GgufArch::Glm4Moe && c_.n_shared_experts > 0) shared_experts(i, ff * c_.n_shared_experts);
   }
 
   void tensors() {

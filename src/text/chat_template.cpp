@@ -86,6 +86,31 @@ const char kToolsFooter[] =
     "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
     "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
 
+// One GLM tool call: <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>,
+// with `nl` before the call, after the name and after each key and value (GLM-4.5/4.6: "\n";
+// GLM-4.7 and GLM-5: ""). String values are written as they are, others as JSON.
+void append_glm_tool_call(std::string& out, const ToolCall& tc, size_t i, std::string_view nl) {
+  if (!tc.arguments.is_null() && !tc.arguments.is_object())
+    fail("chat: message {}: the arguments of tool call \"{}\" must be a JSON object", i, tc.name);
+  out += nl;
+  out += "<tool_call>";
+  out += tc.name;
+  out += nl;
+  if (tc.arguments.is_object()) {
+    for (auto it = tc.arguments.begin(); it != tc.arguments.end(); ++it) {
+      out += "<arg_key>";
+      out += it.key();
+      out += "</arg_key>";
+      out += nl;
+      out += "<arg_value>";
+      out += it.value().is_string() ? it.value().get_ref<const std::string&>() : jinja_tojson(it.value());
+      out += "</arg_value>";
+      out += nl;
+    }
+  }
+  out += "</tool_call>";
+}
+
 }  // namespace
 
 std::string_view py_strip(std::string_view s) {
@@ -179,22 +204,7 @@ std::string render_glm_chat(std::span<const ChatMessage> messages, const Ordered
         out += "</think>";
       }
       out += py_strip(content);
-      for (const ToolCall& tc : m.tool_calls) {
-        out += "<tool_call>";
-        out += tc.name;
-        if (!tc.arguments.is_null() && !tc.arguments.is_object())
-          fail("chat: message {}: the arguments of tool call \"{}\" must be a JSON object", i, tc.name);
-        if (tc.arguments.is_object()) {
-          for (auto it = tc.arguments.begin(); it != tc.arguments.end(); ++it) {
-            out += "<arg_key>";
-            out += it.key();
-            out += "</arg_key><arg_value>";
-            out += it.value().is_string() ? it.value().get_ref<const std::string&>() : jinja_tojson(it.value());
-            out += "</arg_value>";
-          }
-        }
-        out += "</tool_call>";
-      }
+      for (const ToolCall& tc : m.tool_calls) append_glm_tool_call(out, tc, i, "");
     } else if (m.role == "tool") {
       if (i == 0 || messages[i - 1].role != "tool") out += "<|observation|>";
       out += "<tool_response>";
@@ -275,23 +285,7 @@ std::string render_glm45_chat(std::span<const ChatMessage> messages, const Order
         out += '\n';
         out += body;
       }
-      for (const ToolCall& tc : m.tool_calls) {
-        if (!tc.arguments.is_null() && !tc.arguments.is_object())
-          fail("chat: message {}: the arguments of tool call \"{}\" must be a JSON object", i, tc.name);
-        out += "\n<tool_call>";
-        out += tc.name;
-        out += '\n';
-        if (tc.arguments.is_object()) {
-          for (auto it = tc.arguments.begin(); it != tc.arguments.end(); ++it) {
-            out += "<arg_key>";
-            out += it.key();
-            out += "</arg_key>\n<arg_value>";
-            out += it.value().is_string() ? it.value().get_ref<const std::string&>() : jinja_tojson(it.value());
-            out += "</arg_value>\n";
-          }
-        }
-        out += "</tool_call>";
-      }
+      for (const ToolCall& tc : m.tool_calls) append_glm_tool_call(out, tc, i, "\n");
     } else if (m.role == "tool") {
       if (i == 0 || messages[i - 1].role != "tool") out += "<|observation|>";
       out += "\n<tool_response>\n";
