@@ -323,6 +323,20 @@ void parse_deepseek_rope(const Reader& r, ModelConfig& c) {
   }
 }
 
+// The MLA widths (GLM-5 and DeepSeek-V3 alike): the low-rank query and
+// key/value, the per-head nope / rope / value dims, context and norm epsilon.
+void parse_mla_dims(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  c.q_lora_rank = r.integer("q_lora_rank", 1, kMaxWidth);
+  c.kv_lora_rank = r.integer("kv_lora_rank", 1, kMaxHeadDim);
+  c.qk_nope_head_dim = r.integer("qk_nope_head_dim", 0, kMaxHeadDim);
+  c.qk_rope_head_dim = r.integer("qk_rope_head_dim", 2, kMaxHeadDim);
+  if (c.qk_rope_head_dim % 2 != 0) fail("{}: qk_rope_head_dim {} must be even", origin, c.qk_rope_head_dim);
+  c.v_head_dim = r.integer("v_head_dim", 1, kMaxHeadDim);
+  c.max_position_embeddings = r.integer("max_position_embeddings", 1, kMaxPositions, 4096);
+  c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-6));
+}
+
 // deepseek_v3 (DeepSeek-V3, R1, V3.1, Kimi-K2): glm_moe_dsa's MLA without
 // the DSA indexer, YaRN rope scaling (also rescaling the softmax), the
 // sigmoid group-limited router (noaux_tc) with correction bias and routed
@@ -347,14 +361,7 @@ void parse_deepseek_v3(const Reader& r, ModelConfig& c) {
   if (!r.get("q_lora_rank"))
     fail("{}: q_lora_rank null or missing is not supported (strata's MLA needs the q_a / q_b low-rank query)",
          origin);
-  c.q_lora_rank = r.integer("q_lora_rank", 1, kMaxWidth);
-  c.kv_lora_rank = r.integer("kv_lora_rank", 1, kMaxHeadDim);
-  c.qk_nope_head_dim = r.integer("qk_nope_head_dim", 0, kMaxHeadDim);
-  c.qk_rope_head_dim = r.integer("qk_rope_head_dim", 2, kMaxHeadDim);
-  if (c.qk_rope_head_dim % 2 != 0) fail("{}: qk_rope_head_dim {} must be even", origin, c.qk_rope_head_dim);
-  c.v_head_dim = r.integer("v_head_dim", 1, kMaxHeadDim);
-  c.max_position_embeddings = r.integer("max_position_embeddings", 1, kMaxPositions, 4096);
-  c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-6));
+  parse_mla_dims(r, c);
   if (!r.boolean("rope_interleave", true))
     fail("{}: rope_interleave=false is not supported (DeepSeek-V3 checkpoints rotate adjacent pairs)", origin);
   if (r.boolean("attention_bias", false)) fail("{}: attention_bias=true is not supported for deepseek_v3", origin);
@@ -387,14 +394,7 @@ void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
   parse_sigmoid_router(r, c, 0);
 
   c.num_attention_heads = r.integer("num_attention_heads", 1, kMaxHeads);
-  c.q_lora_rank = r.integer("q_lora_rank", 1, kMaxWidth);
-  c.kv_lora_rank = r.integer("kv_lora_rank", 1, kMaxHeadDim);
-  c.qk_nope_head_dim = r.integer("qk_nope_head_dim", 0, kMaxHeadDim);
-  c.qk_rope_head_dim = r.integer("qk_rope_head_dim", 2, kMaxHeadDim);
-  if (c.qk_rope_head_dim % 2 != 0) fail("{}: qk_rope_head_dim {} must be even", origin, c.qk_rope_head_dim);
-  c.v_head_dim = r.integer("v_head_dim", 1, kMaxHeadDim);
-  c.max_position_embeddings = r.integer("max_position_embeddings", 1, kMaxPositions, 4096);
-  c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-6));
+  parse_mla_dims(r, c);
   if (!r.boolean("rope_interleave", true))
     fail("{}: rope_interleave=false is not supported (GLM-5 uses interleaved RoPE)", origin);
   if (!r.boolean("indexer_rope_interleave", true))

@@ -86,6 +86,27 @@ const char kToolsFooter[] =
     "<tool_call>{function-name}<arg_key>{arg-key-1}</arg_key><arg_value>{arg-value-1}</arg_value>"
     "<arg_key>{arg-key-2}</arg_key><arg_value>{arg-value-2}</arg_value>...</tool_call>";
 
+// "[gMASK]<sop>" and, when there are tools, the tools block: header, one
+// JSON definition per line, footer.
+std::string glm_prefix(const OrderedJson& tools, std::string_view header, std::string_view footer) {
+  if (!tools.is_null() && !tools.is_array()) fail("chat: tools must be an array of tool definitions");
+  std::string out = "[gMASK]<sop>";
+  if (tools.is_array() && !tools.empty()) {
+    out += header;
+    for (const auto& t : tools) out += jinja_tojson(t) + "\n";
+    out += footer;
+  }
+  return out;
+}
+
+// The index of the last message with this role, or -1.
+int64_t last_index_of(std::span<const ChatMessage> messages, std::string_view role) {
+  int64_t last = -1;
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (messages[i].role == role) last = static_cast<int64_t>(i);
+  return last;
+}
+
 // One GLM tool call: <tool_call>NAME<arg_key>K</arg_key><arg_value>V</arg_value>...</tool_call>,
 // with `nl` before the call, after the name and after each key and value (GLM-4.5/4.6: "\n";
 // GLM-4.7 and GLM-5: ""). String values are written as they are, others as JSON.
@@ -173,16 +194,8 @@ std::string jinja_tojson(const OrderedJson& root) {
 
 std::string render_glm_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
                             const ChatRenderOptions& opts) {
-  std::string out = "[gMASK]<sop>";
-  if (!tools.is_null() && !tools.is_array()) fail("chat: tools must be an array of tool definitions");
-  if (tools.is_array() && !tools.empty()) {
-    out += kToolsHeader;
-    for (const auto& t : tools) out += jinja_tojson(t) + "\n";
-    out += kToolsFooter;
-  }
-  int64_t last_user = -1;
-  for (size_t i = 0; i < messages.size(); ++i)
-    if (messages[i].role == "user") last_user = static_cast<int64_t>(i);
+  std::string out = glm_prefix(tools, kToolsHeader, kToolsFooter);
+  const int64_t last_user = last_index_of(messages, "user");
 
   std::string reasoning, content;
   for (size_t i = 0; i < messages.size(); ++i) {
@@ -249,16 +262,8 @@ const char kQwen3ToolsFooter[] =
 
 std::string render_glm45_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
                               const ChatRenderOptions& opts) {
-  std::string out = "[gMASK]<sop>";
-  check_tools(tools);
-  if (tools.is_array() && !tools.empty()) {
-    out += kGlm45ToolsHeader;
-    for (const auto& t : tools) out += jinja_tojson(t) + "\n";
-    out += kGlm45ToolsFooter;
-  }
-  int64_t last_user = -1;
-  for (size_t i = 0; i < messages.size(); ++i)
-    if (messages[i].role == "user") last_user = static_cast<int64_t>(i);
+  std::string out = glm_prefix(tools, kGlm45ToolsHeader, kGlm45ToolsFooter);
+  const int64_t last_user = last_index_of(messages, "user");
 
   std::string reasoning, content;
   for (size_t i = 0; i < messages.size(); ++i) {
