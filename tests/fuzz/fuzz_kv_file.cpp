@@ -31,6 +31,7 @@ strata::ModelConfig tiny_config() {
   c.num_nextn_predict_layers = 0;
   c.kv_lora_rank = 2;
   c.qk_rope_head_dim = 1;
+  c.index_n_heads = 1;  // a DSA model: the indexer key is part of the record
   c.index_head_dim = 1;
   c.max_position_embeddings = 64;
   c.layer_is_moe = {false, true};
