@@ -4,7 +4,10 @@
 Converts MODEL (a checkpoint directory) to a container (or uses one), measures this machine with
 `strata doctor` under the container's directory, then for each expert budget B runs
   strata bench --model C --ram B --no-autopin --no-prefetch --json ...
-  strata plan  --model C --ram DENSE+B --headroom 0 --disk-gbps QD1 --mem-gbps MEMBW --json
+  strata plan  --model C --ram DENSE+B --headroom 0 --disk-gbps QD1 --disk-qd4-gbps QD4 --disk-qd16-gbps QD16
+               --disk-read-kib EXPERT --mem-gbps MEMBW --json
+(doctor's random reads of one expert at queue depths 1/4/16: plan reads its disk term at the bytes
+the store keeps in flight for a request's misses, docs/plan.md)
 and prints predicted vs measured decode tok/s and hit rate, with the error.
 
 With --trace (the default), the first bench's prompt and greedy continuation are recorded with
@@ -122,14 +125,22 @@ def validate(a, c, tmp, throttle):
     doc = json.loads(run_out([a.strata, "doctor", "--dir", c, "--json", "--probe-mib", "256", "--seconds", "2",
                               "--read-kib", str(read_kib)]))
     membw = doc["memory"]["read_gb_s"]
-    qd1 = [r for r in doc["disk"]["random_read"] if r["queue_depth"] == 1][0]["gb_s"]
+    reads = {r["queue_depth"]: r for r in doc["disk"]["random_read"]}
+    if 1 not in reads:
+        raise SystemExit(f"doctor measured no queue-depth-1 reads: {doc['disk']}")
+    qd1 = reads[1]["gb_s"]
+    qd_flags = ["--disk-gbps", str(qd1), "--disk-read-kib", str(reads[1]["read_bytes"] // 1024)]
+    for q in (4, 16):
+        if q in reads:
+            qd_flags += [f"--disk-qd{q}-gbps", str(reads[q]["gb_s"])]
     load0 = open("/proc/loadavg").read().split()[:3]
     print(f"container {c}: dense {dense/1e6:.1f} MB, expert pool {pool/1e6:.1f} MB ({a.experts}), "
           f"one expert {read_kib} KiB")
-    print(f"machine: memory {membw:.1f} GB/s, disk QD1 {qd1:.3f} GB/s ({doc['disk']['filesystem']}, "
+    qds = ", ".join(f"QD{q} {reads[q]['gb_s']:.3f}" for q in sorted(reads))
+    print(f"machine: memory {membw:.1f} GB/s, disk {qds} GB/s ({doc['disk']['filesystem']}, "
           f"O_DIRECT {doc['disk']['o_direct']}{', throttled to %.0f MB/s' % (a.throttle_bps / 1e6) if throttle else ''}), "
           f"load {load0}")
-    base = [a.strata, "plan", "--model", c, "--headroom", "0", "--disk-gbps", str(qd1), "--mem-gbps", str(membw),
+    base = [a.strata, "plan", "--model", c, "--headroom", "0", *qd_flags, "--mem-gbps", str(membw),
             "--experts", a.experts, "--json"]
     indep = base + ["--trace-tokens", "1024"] + (["--usage", a.usage] if a.usage else [])
     trace = None
@@ -175,7 +186,8 @@ def validate(a, c, tmp, throttle):
             row[kind + "_error"] = err
             print(f"  plan ({kind + ' trace':>18}): {p['tok_s']:.3f} tok/s at {100*p['hit_rate']:.1f}% hits "
                   f"(compute {p['compute_ms']:.1f} + disk {p['disk_ms']:.1f} ms), error {100*err:+.0f}%")
-    return dict(container=c, membw=membw, disk_qd1=qd1, throttle_bps=a.throttle_bps, load_start=load0,
+    return dict(container=c, membw=membw, disk_qd1=qd1, disk_reads=[reads[q] for q in sorted(reads)],
+                throttle_bps=a.throttle_bps, load_start=load0,
                 trace=trace, rows=rows)
 
 

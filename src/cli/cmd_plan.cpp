@@ -20,6 +20,7 @@
 #include "core/system_info.h"
 #include "experts/cache_model.h"
 #include "experts/disk_probe.h"
+#include "experts/store_options.h"
 #include "format/container.h"
 #include "format/convert_plan.h"
 #include "runtime/routing_trace.h"
@@ -35,7 +36,10 @@ struct PlanFlags {
   std::string model;
   double ram_gb = 0.0;  // memory this machine can give strata (0: available memory / cgroup limit)
   std::string disk_dir;
-  double disk_gbps = 0.0;
+  double disk_gbps = 0.0;       // queue depth 1 (alone: the rate at every depth)
+  double disk_qd4_gbps = 0.0;   // with --disk-gbps: the rates at queue depths 4 and 16
+  double disk_qd16_gbps = 0.0;
+  double disk_read_kib = 0.0;   // the reads those rates were measured with (0: one expert)
   double mem_gbps = 0.0;
   double headroom_gb = 1.0;  // memory beyond weights: KV cache, activations, the OS
   std::string experts;  // "", int4 or int8: the recommendation considers both when empty
@@ -133,19 +137,36 @@ int run_plan(const PlanFlags& f) {
   const MemoryInfo mi = memory_info();
   double ram = f.ram_gb > 0 ? f.ram_gb * 1e9 : static_cast<double>(mi.cgroup_limit_bytes ? std::min(mi.cgroup_limit_bytes, mi.available_bytes) : mi.available_bytes);
   const double mem_gbps = f.mem_gbps > 0 ? f.mem_gbps : memory_read_gb_s(512u << 20, usable_cores(), 3);
-  double disk_gbps = f.disk_gbps;
-  std::string disk_source = "--disk-gbps";
-  if (disk_gbps <= 0) {
+  // The disk: random-read rates at queue depths 1/4/16 (given, or measured
+  // as strata doctor does, with reads of one expert), read at the bytes the
+  // store keeps in flight for a request's misses (DiskRates).
+  DiskRates rates;
+  rates.io_depth = kDefaultIoDepth;
+  rates.io_chunk = kIoChunkBytes;
+  std::string disk_source;
+  if (f.disk_gbps > 0) {
+    rates.qd_gb_s = {{1.0, f.disk_gbps}};
+    if (f.disk_qd4_gbps > 0) rates.qd_gb_s.push_back({4.0, f.disk_qd4_gbps});
+    if (f.disk_qd16_gbps > 0) rates.qd_gb_s.push_back({16.0, f.disk_qd16_gbps});
+    rates.read_bytes = static_cast<uint64_t>(f.disk_read_kib * 1024.0);
+    disk_source = rates.qd_gb_s.size() == 1 ? "--disk-gbps, at every queue depth" : "--disk-gbps/--disk-qd*-gbps";
+    if (rates.qd_gb_s.size() > 1)
+      disk_source += rates.read_bytes ? fmt::format(", {} KiB reads", rates.read_bytes >> 10) : ", reads of one expert";
+  } else {
     DiskProbeOptions po;
     po.dir = f.disk_dir.empty() ? "." : f.disk_dir;
-    po.read_bytes = std::max<uint64_t>(4096, sizes[0].expert_read);
-    po.depths = {1};
+    po.read_bytes = std::max<uint64_t>(4096, sizes[0].expert_read / 4096 * 4096);
+    po.depths = {1, 4, 16};
     const DiskProbe d = probe_disk(po);
     if (d.reads.empty()) fail("--disk {}: could not measure reads ({}); pass --disk-gbps", po.dir, d.error);
-    disk_gbps = d.reads[0].gb_s;
-    disk_source = fmt::format("measured under {} (queue depth 1, {} KiB reads{})", d.dir, po.read_bytes >> 10,
-                              d.reads_direct ? ", O_DIRECT" : ", buffered: may include page-cache hits");
+    for (const DiskReadRate& r : d.reads) rates.qd_gb_s.push_back({static_cast<double>(r.depth), r.gb_s});
+    rates.read_bytes = po.read_bytes;
+    disk_source = fmt::format("measured under {} (queue depth {}, {} KiB reads{})", d.dir,
+                              d.reads.size() == 3 ? std::string("1/4/16") : std::to_string(d.reads[0].depth),
+                              po.read_bytes >> 10, d.reads_direct ? ", O_DIRECT" : ", buffered: may include page-cache hits");
   }
+  std::sort(rates.qd_gb_s.begin(), rates.qd_gb_s.end());
+  const double disk_gbps = rates.qd_gb_s.front().second;  // queue depth 1
 
   // The routing trace: a recorded one mapped onto the target's MoE layers
   // (layer l replays trace layer l mod its layers; hit rates read at the
@@ -211,7 +232,7 @@ int run_plan(const PlanFlags& f) {
     bool fits;
   };
   std::vector<Row> rows;
-  const StackDistances dist = lru_stack_distances(trace, warmup);
+  StoreModel store(trace, warmup);
   for (double r : rams)
     for (int b : precisions) {
       const Sizes& s = sizes[b == 8 ? 1 : 0];
@@ -220,7 +241,8 @@ int run_plan(const PlanFlags& f) {
       const uint64_t budget = fits ? std::min<uint64_t>(static_cast<uint64_t>(left), s.expert_pool) : 0;
       const int64_t slots = lru_slots_for_budget(budget, s.moe_layers, s.expert_read, s.n_experts);
       DecodeCost c{s.dense_per_token, s.expert_blob, s.expert_read, s.moe_layers, s.k, mem_gbps, disk_gbps};
-      rows.push_back({r, b, budget, slots, predict_decode(c, scaled_hit_rate(dist, slots, s.n_experts)), fits});
+      const StoreModel::Reading at = store.at(slots, s.n_experts, s.k, rates, s.expert_read);
+      rows.push_back({r, b, budget, slots, predict_decode(c, at.hit_rate, at.disk_s), fits});
     }
   // Recommendation at `ram`: the precision with the higher predicted speed
   // that fits (int8 is the more accurate; prefer it on a tie within 5%).
@@ -240,6 +262,8 @@ int run_plan(const PlanFlags& f) {
                                            {"dense_bytes_per_token", s.dense_per_token},
                                            {"expert_bytes_per_token", s.expert_blob * static_cast<uint64_t>(s.k * s.moe_layers)}};
     Json jr = Json::array();
+    Json disk_rates = Json::array();
+    for (const auto& [q, g] : rates.qd_gb_s) disk_rates.push_back({{"queue_depth", q}, {"gb_s", g}});
     for (const Row& row : rows)
       jr.push_back({{"ram_bytes", static_cast<uint64_t>(row.ram)},
                     {"experts", row.bits == 8 ? "int8" : "int4"},
@@ -250,13 +274,21 @@ int run_plan(const PlanFlags& f) {
                     {"disk_bytes_per_token", row.p.disk_bytes_per_token},
                     {"compute_ms", row.p.compute_s * 1e3},
                     {"disk_ms", row.p.disk_s * 1e3},
+                    {"disk_gb_s", row.p.disk_s > 0 ? row.p.disk_bytes_per_token / row.p.disk_s / 1e9 : 0.0},
                     {"tok_s", row.fits ? row.p.tok_s : 0.0}});
     Json out{{"schema", 1},
              {"model", dir},
              {"container", container},
              {"model_shape", {{"moe_layers", s0.moe_layers}, {"experts", s0.n_experts}, {"top_k", s0.k}}},
              {"sizes", js},
-             {"machine", {{"ram_bytes", static_cast<uint64_t>(ram)}, {"mem_gb_s", mem_gbps}, {"disk_gb_s", disk_gbps}, {"disk_source", disk_source}}},
+             {"machine", {{"ram_bytes", static_cast<uint64_t>(ram)},
+                          {"mem_gb_s", mem_gbps},
+                          {"disk_gb_s", disk_gbps},
+                          {"disk_rates", disk_rates},
+                          {"disk_read_bytes", rates.read_bytes},
+                          {"store_io_depth", rates.io_depth},
+                          {"store_io_chunk_bytes", rates.io_chunk},
+                          {"disk_source", disk_source}}},
              {"trace", trace_desc},
              {"trace_kind", f.trace.empty() ? "independent" : "recorded"},
              {"rows", jr}};
@@ -280,7 +312,9 @@ int run_plan(const PlanFlags& f) {
   if (container)
     std::printf("this container: %.3f GB on disk (experts %s)\n", gb(static_cast<double>(container_actual)),
                 container_bits == 8 ? "int8" : "int4");
-  std::printf("machine: memory %.1f GB/s, disk %.2f GB/s (%s), RAM for strata %.1f GB\n", mem_gbps, disk_gbps,
+  std::string disk_desc;
+  for (const auto& [q, g] : rates.qd_gb_s) disk_desc += fmt::format("{}{:.3g} GB/s at QD{:g}", disk_desc.empty() ? "" : ", ", g, q);
+  std::printf("machine: memory %.1f GB/s, disk %s (%s), RAM for strata %.1f GB\n", mem_gbps, disk_desc.c_str(),
               disk_source.c_str(), gb(ram));
   std::printf("trace: %s\n\n", trace_desc.c_str());
   std::printf("%9s %6s %12s %6s %7s %12s %10s %9s %9s\n", "RAM (GB)", "prec", "--ram (GB)", "slots", "hit", "disk MB/tok",
@@ -316,8 +350,20 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--ram", f->ram_gb, "Memory strata may use here in GB (default: available memory, or the cgroup limit)")
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--disk", f->disk_dir, "Directory whose disk would hold the container (measured; default: .)");
-  cmd->add_option("--disk-gbps", f->disk_gbps, "Expert-read throughput in GB/s instead of measuring --disk")
-      ->check(CLI::Range(1e-6, 1e4));
+  CLI::Option* disk_gbps =
+      cmd->add_option("--disk-gbps", f->disk_gbps,
+                      "Random-read throughput in GB/s at queue depth 1 instead of measuring --disk (alone: at every depth)")
+          ->check(CLI::Range(1e-6, 1e4));
+  cmd->add_option("--disk-qd4-gbps", f->disk_qd4_gbps, "With --disk-gbps: the throughput at queue depth 4 (strata doctor's)")
+      ->check(CLI::Range(1e-6, 1e4))
+      ->needs(disk_gbps);
+  cmd->add_option("--disk-qd16-gbps", f->disk_qd16_gbps, "With --disk-gbps: the throughput at queue depth 16")
+      ->check(CLI::Range(1e-6, 1e4))
+      ->needs(disk_gbps);
+  cmd->add_option("--disk-read-kib", f->disk_read_kib,
+                  "With --disk-gbps: the read size those rates were measured with in KiB (default: one expert)")
+      ->check(CLI::Range(4.0, 1e7))
+      ->needs(disk_gbps);
   cmd->add_option("--mem-gbps", f->mem_gbps, "Memory read bandwidth in GB/s instead of measuring it")->check(CLI::Range(1e-6, 1e5));
   cmd->add_option("--headroom", f->headroom_gb,
                   "GB of memory kept beyond the weights (KV cache, activations, the OS; default 1)")

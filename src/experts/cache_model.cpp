@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <set>
 
 #include "core/error.h"
 
@@ -45,19 +46,156 @@ CacheReplay StackDistances::at(int64_t slots) const {
   return r;
 }
 
-double scaled_hit_rate(const StackDistances& d, int64_t slots, int64_t target_experts) {
-  if (slots < 1 || target_experts < 1) fail("cache model: {} slots of {} experts per layer", slots, target_experts);
-  if (d.requests == 0) return 1.0;
-  const int64_t es = static_cast<int64_t>(d.hist.size());
-  if (es == target_experts) return d.at(slots).hit_rate();
-  // x trace slots: every distance below floor(x) hits, and the fraction
-  // x - floor(x) of the requests at distance floor(x).
+StoreReplay replay_store_lru(const RoutingTrace& t, int64_t slots, int64_t warmup_tokens) {
+  if (slots < 0) fail("cache model: {} slots per layer", slots);
+  StoreReplay r;
+  r.batches.assign(static_cast<size_t>(std::max<int64_t>(1, t.k)) + 1, 0);
+  r.tokens = std::max<int64_t>(0, t.tokens() - std::max<int64_t>(0, warmup_tokens));
+  if (slots == 0) {  // no cache: every expert read on its own
+    r.experts.requests = static_cast<uint64_t>(r.tokens * t.n_layers * t.k);
+    r.batches[1] = r.experts.requests;
+    return r;
+  }
+  // Per layer, as the store keeps it: each slot's expert (-1: empty) and
+  // last-use tick, expert -> slot, and the slots ordered by (tick, index):
+  // the first one not used by the current request is the store's victim.
+  struct LayerState {
+    std::vector<int32_t> expert;
+    std::vector<uint64_t> used;
+    std::vector<int32_t> slot_of;
+    std::set<std::pair<uint64_t, int32_t>> order;
+  };
+  std::vector<LayerState> ls(static_cast<size_t>(t.n_layers));
+  for (LayerState& s : ls) {
+    s.expert.assign(static_cast<size_t>(slots), -1);
+    s.used.assign(static_cast<size_t>(slots), 0);
+    s.slot_of.assign(static_cast<size_t>(t.n_experts), -1);
+    for (int32_t i = 0; i < static_cast<int32_t>(slots); ++i) s.order.insert({0, i});
+  }
+  uint64_t tick = 0;
+  std::vector<int32_t> req;
+  for (int64_t tok = 0; tok < t.tokens(); ++tok) {
+    const bool counted = tok >= warmup_tokens;
+    for (int64_t l = 0; l < t.n_layers; ++l) {
+      LayerState& s = ls[static_cast<size_t>(l)];
+      const std::span<const int32_t> e = t.at(tok, l);
+      req.assign(e.begin(), e.end());
+      std::sort(req.begin(), req.end());  // the engine's union of the token's experts, ascending
+      for (size_t c0 = 0; c0 < req.size(); c0 += static_cast<size_t>(slots)) {
+        const size_t c1 = std::min(req.size(), c0 + static_cast<size_t>(slots));
+        ++tick;
+        auto touch = [&](int32_t si) {
+          s.order.erase({s.used[static_cast<size_t>(si)], si});
+          s.used[static_cast<size_t>(si)] = tick;
+          s.order.insert({tick, si});
+        };
+        // 1. Hits keep their slots.
+        for (size_t i = c0; i < c1; ++i) {
+          const int32_t x = req[i];
+          if (x < 0 || x >= t.n_experts || (i > c0 && req[i - 1] == x))
+            fail("cache model: expert {} outside [0, {}) or asked for twice", x, t.n_experts);
+          const int32_t si = s.slot_of[static_cast<size_t>(x)];
+          if (si < 0) continue;
+          touch(si);
+          if (counted) ++r.experts.hits;
+        }
+        // 2. Each miss takes the least recently used slot this request does not use.
+        uint64_t misses = 0;
+        for (size_t i = c0; i < c1; ++i) {
+          const int32_t x = req[i];
+          if (s.slot_of[static_cast<size_t>(x)] >= 0) continue;
+          const int32_t v = s.order.begin()->second;
+          if (s.used[static_cast<size_t>(v)] == tick) fail("cache model: a request of more experts than {} slots", slots);
+          const int32_t old = s.expert[static_cast<size_t>(v)];
+          if (old >= 0) s.slot_of[static_cast<size_t>(old)] = -1;
+          s.expert[static_cast<size_t>(v)] = x;
+          s.slot_of[static_cast<size_t>(x)] = v;
+          touch(v);
+          ++misses;
+        }
+        if (counted) {
+          r.experts.requests += c1 - c0;
+          ++r.batches[misses];
+        }
+      }
+    }
+  }
+  return r;
+}
+
+double DiskRates::queue_depth(double misses, uint64_t expert_read_bytes) const {
+  const double R = static_cast<double>(expert_read_bytes);
+  const double in_flight =
+      std::min(misses * R, static_cast<double>(io_depth) * std::min(static_cast<double>(io_chunk), R));
+  return in_flight / static_cast<double>(read_bytes ? read_bytes : expert_read_bytes);
+}
+
+double DiskRates::gb_s(double misses, uint64_t expert_read_bytes) const {
+  if (qd_gb_s.empty()) return 0.0;
+  const double q = queue_depth(misses, expert_read_bytes);
+  if (q <= qd_gb_s.front().first) return qd_gb_s.front().second;
+  for (size_t i = 1; i < qd_gb_s.size(); ++i) {
+    const auto [q0, r0] = qd_gb_s[i - 1];
+    const auto [q1, r1] = qd_gb_s[i];
+    if (q <= q1) return r0 + (r1 - r0) * (std::log2(q) - std::log2(q0)) / (std::log2(q1) - std::log2(q0));
+  }
+  return qd_gb_s.back().second;
+}
+
+double DiskRates::read_seconds(double misses, int64_t slots, uint64_t expert_read_bytes) const {
+  const double batch = static_cast<double>(std::max<int64_t>(1, slots));
+  auto one = [&](double m) {
+    const double rate = m > 0 ? gb_s(m, expert_read_bytes) : 0.0;
+    return rate > 0 ? m * static_cast<double>(expert_read_bytes) / (rate * 1e9) : 0.0;
+  };
+  const double whole = std::floor(misses / batch);
+  return whole * one(batch) + one(misses - whole * batch);
+}
+
+DiskRates flat_disk_rate(double gb_s) {
+  DiskRates d;
+  d.qd_gb_s = {{1.0, gb_s}};
+  return d;
+}
+
+double disk_seconds_per_token(const StoreReplay& r, const DiskRates& rates, double miss_scale, int64_t slots,
+                              uint64_t expert_read_bytes) {
+  if (r.tokens == 0) return 0.0;
+  double s = 0.0;
+  for (size_t m = 1; m < r.batches.size(); ++m)
+    if (r.batches[m])
+      s += static_cast<double>(r.batches[m]) *
+           rates.read_seconds(static_cast<double>(m) * miss_scale, slots, expert_read_bytes);
+  return s / static_cast<double>(r.tokens);
+}
+
+const StoreReplay& StoreModel::replay(int64_t trace_slots) {
+  for (const auto& [n, r] : memo_)
+    if (n == trace_slots) return r;
+  memo_.emplace_back(trace_slots, replay_store_lru(trace_, trace_slots, warmup_));
+  return memo_.back().second;
+}
+
+StoreModel::Reading StoreModel::at(int64_t slots, int64_t target_experts, int64_t target_k, const DiskRates& rates,
+                                   uint64_t expert_read_bytes) {
+  if (slots < 1 || target_experts < 1 || target_k < 1 || trace_.k < 1)
+    fail("cache model: {} slots of {} experts per layer, top-{}", slots, target_experts, target_k);
+  const int64_t es = trace_.n_experts;
+  const double scale = static_cast<double>(target_k) / static_cast<double>(trace_.k);
+  auto read = [&](int64_t n) {
+    const StoreReplay& r = replay(n);
+    return Reading{r.experts.hit_rate(), disk_seconds_per_token(r, rates, scale, slots, expert_read_bytes)};
+  };
+  if (es == target_experts) return read(std::min(slots, es));
+  // x trace slots: linear between the replays at floor(x) and floor(x) + 1.
   const double x = std::min(static_cast<double>(es), static_cast<double>(slots) * static_cast<double>(es) /
                                                          static_cast<double>(target_experts));
   const int64_t whole = static_cast<int64_t>(std::floor(x));
-  double hits = static_cast<double>(d.at(std::max<int64_t>(whole, 0)).hits);
-  if (whole < es) hits += (x - static_cast<double>(whole)) * static_cast<double>(d.hist[static_cast<size_t>(whole)]);
-  return hits / static_cast<double>(d.requests);
+  const Reading a = read(whole);
+  if (whole >= es || x == static_cast<double>(whole)) return a;
+  const Reading b = read(whole + 1);
+  const double f = x - static_cast<double>(whole);
+  return Reading{a.hit_rate + f * (b.hit_rate - a.hit_rate), a.disk_s + f * (b.disk_s - a.disk_s)};
 }
 
 RoutingTrace repeat_layers(const RoutingTrace& src, int64_t n_layers) {
@@ -124,13 +262,19 @@ RoutingTrace independent_trace(const std::vector<std::vector<double>>& popularit
 }
 
 DecodePrediction predict_decode(const DecodeCost& c, double hit_rate) {
+  const double missed = (1.0 - std::clamp(hit_rate, 0.0, 1.0)) * static_cast<double>(c.moe_layers * c.k) *
+                        static_cast<double>(c.expert_read_bytes);
+  return predict_decode(c, hit_rate, c.disk_gb_s > 0 ? missed / (c.disk_gb_s * 1e9) : 0.0);
+}
+
+DecodePrediction predict_decode(const DecodeCost& c, double hit_rate, double disk_s) {
   DecodePrediction p;
   p.hit_rate = std::clamp(hit_rate, 0.0, 1.0);
   const double routed = static_cast<double>(c.moe_layers * c.k);
   const double touched = static_cast<double>(c.dense_bytes) + routed * static_cast<double>(c.expert_bytes);
   p.disk_bytes_per_token = (1.0 - p.hit_rate) * routed * static_cast<double>(c.expert_read_bytes);
   p.compute_s = c.mem_gb_s > 0 ? touched / (c.mem_gb_s * 1e9) : 0.0;
-  p.disk_s = c.disk_gb_s > 0 ? p.disk_bytes_per_token / (c.disk_gb_s * 1e9) : 0.0;
+  p.disk_s = disk_s;
   const double total = p.compute_s + p.disk_s;
   p.tok_s = total > 0 ? 1.0 / total : 0.0;
   return p;

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace strata {
@@ -38,19 +39,81 @@ struct StackDistances {
 };
 StackDistances lru_stack_distances(const RoutingTrace& trace, int64_t warmup_tokens);
 
-// The hit rate of `slots` LRU slots per layer on a target of `target_experts`
-// experts per layer, read from stack distances of a trace of hist.size()
-// experts per layer: the target keeps the same fraction of a layer's experts
-// cached, i.e. slots * E_trace / E_target trace slots, linear between whole
-// slots (docs/plan.md "Recorded traces"). Equal counts: at(slots).
-double scaled_hit_rate(const StackDistances& d, int64_t slots, int64_t target_experts);
+// The disk store's own rule, request by request (DiskExpertStore::begin with
+// LRU, no pinned experts, no read-ahead): a token's experts of a layer, as
+// the engine asks for them (sorted, in batches of at most `slots`: the
+// store's max_batch), form one request; its hits are marked used first, then
+// each miss (in order) takes the slot of the least recently used expert this
+// request does not use (an empty slot first; among equals the lowest slot,
+// as the store's scan does). So a miss never evicts an expert the same token
+// needs, unlike replay_lru's one-by-one replay; the hits equal the store's
+// (PlanSizes.StoreModelMatchesDiskStore). `slots` 0: no cache, every
+// expert a miss, batches of one.
+struct StoreReplay {
+  CacheReplay experts;            // counted expert requests and hits
+  int64_t tokens = 0;             // counted tokens
+  std::vector<uint64_t> batches;  // batches[m]: counted store requests (begin() calls) with m misses
+};
+StoreReplay replay_store_lru(const RoutingTrace& trace, int64_t slots, int64_t warmup_tokens);
+
+// Random-read throughput as strata doctor measures it (reads of `read_bytes`
+// at several queue depths), read at the bytes the store keeps in flight for
+// a request's misses: the store reads a request's misses together, in chunks
+// of `io_chunk` with at most `io_depth` chunks in flight (store_options.h),
+// i.e. min(misses x expert, io_depth x min(io_chunk, expert)) bytes; that is
+// taken to go as fast as the same bytes in flight in the probe's reads,
+// queue depth q = bytes / read_bytes, interpolated linearly in log2(q)
+// between the measured depths and held at the ends (docs/plan.md "Disk").
+struct DiskRates {
+  std::vector<std::pair<double, double>> qd_gb_s;  // (queue depth, 1e9 B/s), ascending depth
+  uint64_t read_bytes = 0;                         // the probe's read (0: one expert as the store reads it)
+  int io_depth = 16;
+  uint64_t io_chunk = 1u << 20;
+  // The queue depth of the probe equivalent to reading `misses` experts of
+  // `expert_read_bytes` together, and the rate there.
+  double queue_depth(double misses, uint64_t expert_read_bytes) const;
+  double gb_s(double misses, uint64_t expert_read_bytes) const;
+  // Seconds to read `misses` experts asked for together, in store requests
+  // of at most `slots` experts (max_batch).
+  double read_seconds(double misses, int64_t slots, uint64_t expert_read_bytes) const;
+};
+DiskRates flat_disk_rate(double gb_s);
+
+// Disk seconds per counted token of a store replay: each request's misses
+// (times `miss_scale`, for a trace of another top-k) read as above.
+double disk_seconds_per_token(const StoreReplay& r, const DiskRates& rates, double miss_scale, int64_t slots,
+                              uint64_t expert_read_bytes);
+
+// Hit rate and disk seconds per token of `slots` slots per layer of a target
+// of `target_experts` experts and top-`target_k` per layer, from store
+// replays of a trace of `trace.n_experts` experts, top-`trace.k`: the target
+// keeps the same fraction of a layer's experts cached, i.e. slots x E_trace /
+// E_target trace slots, linear between whole slots (docs/plan.md "Recorded
+// traces"); a request's misses scale by target_k / trace k. Equal shapes:
+// exactly replay_store_lru at `slots`. Replays are kept per slot count.
+class StoreModel {
+ public:
+  StoreModel(const RoutingTrace& trace, int64_t warmup_tokens) : trace_(trace), warmup_(warmup_tokens) {}
+  struct Reading {
+    double hit_rate = 0.0, disk_s = 0.0;
+  };
+  Reading at(int64_t slots, int64_t target_experts, int64_t target_k, const DiskRates& rates,
+             uint64_t expert_read_bytes);
+  const StoreReplay& replay(int64_t trace_slots);
+
+ private:
+  const RoutingTrace& trace_;
+  int64_t warmup_;
+  std::vector<std::pair<int64_t, StoreReplay>> memo_;
+};
 
 // A trace over `n_layers` MoE layers from one over fewer or more: target
 // layer l replays source layer l mod src.n_layers (experts and top-k kept).
 RoutingTrace repeat_layers(const RoutingTrace& src, int64_t n_layers);
 
-// Each layer keeps the `slots` most recently used experts (an expert used by
-// a token counts as used when that token asks for it). The first
+// Each layer keeps the `slots` most recently used experts, a token's experts
+// replayed one after another (so a miss may evict an expert the same token
+// asks for next; plan uses replay_store_lru, the store's rule). The first
 // `warmup_tokens` tokens fill the cache and are not counted.
 CacheReplay replay_lru(const RoutingTrace& trace, int64_t slots, int64_t warmup_tokens);
 
@@ -89,6 +152,9 @@ struct DecodePrediction {
   double tok_s = 0.0;      // 1 / (compute_s + disk_s): no overlap of reads with compute
 };
 
+// disk_s = the bytes missed / c.disk_gb_s (one rate at every queue depth).
 DecodePrediction predict_decode(const DecodeCost& c, double hit_rate);
+// With the disk seconds per token given (disk_seconds_per_token, StoreModel).
+DecodePrediction predict_decode(const DecodeCost& c, double hit_rate, double disk_s);
 
 }  // namespace strata

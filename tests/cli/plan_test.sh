@@ -35,6 +35,28 @@ for prec in ("int4", "int8"):
 rec = p["recommendation"]
 assert rec["experts"] in ("int4", "int8") and rec["tok_s"] > 0
 PY
+# doctor's queue-depth curve given by hand: the same hit rates, and every
+# row's disk time at or below the flat QD1 rate's (the fixture's small experts
+# read several at once: a request of m misses at queue depth min(m, 16)).
+"$strata" plan --model "$cfg" --disk-gbps 2 --disk-qd4-gbps 4 --disk-qd16-gbps 8 --mem-gbps 20 --ram 0.05 --headroom 0 \
+  --trace-tokens 200 --json >"$tmp/plan_qd.json"
+/usr/bin/python3 - "$tmp/plan.json" "$tmp/plan_qd.json" <<'PY'
+import json, sys
+flat, qd = (json.load(open(f)) for f in sys.argv[1:3])
+assert [(r["queue_depth"], r["gb_s"]) for r in qd["machine"]["disk_rates"]] == [(1, 2), (4, 4), (16, 8)], qd["machine"]
+assert [(r["queue_depth"], r["gb_s"]) for r in flat["machine"]["disk_rates"]] == [(1, 2)], flat["machine"]
+faster = 0
+for a, b in zip(flat["rows"], qd["rows"]):
+    assert a["hit_rate"] == b["hit_rate"] and b["disk_ms"] <= a["disk_ms"] * (1 + 1e-12), (a, b)
+    assert a["disk_ms"] == 0 or 2 - 1e-9 <= a["disk_gb_s"] <= 2 + 1e-9, a
+    assert b["disk_ms"] == 0 or 2 - 1e-9 <= b["disk_gb_s"] <= 8 + 1e-9, b
+    faster += b["disk_ms"] < a["disk_ms"] * 0.99
+assert faster > 0, "no row read faster at depth"
+PY
+set +e
+"$strata" plan --model "$cfg" --disk-qd4-gbps 4 --mem-gbps 20 >/dev/null 2>"$tmp/err.txt"; rc=$?
+set -e
+[ "$rc" = 2 ] || { echo "--disk-qd4-gbps without --disk-gbps: exit $rc"; cat "$tmp/err.txt"; exit 1; }
 "$strata" plan --model "$(dirname "$cfg")" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --experts int4 --trace-tokens 100 >"$tmp/plan.txt"
 grep -q "recommended here: convert with --experts int4" "$tmp/plan.txt"
 grep -q "this machine" "$tmp/plan.txt"
