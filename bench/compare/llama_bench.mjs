@@ -3,14 +3,15 @@
 // through npm node-llama-cpp (tools/llama_check/node_modules), the same
 // measurement `strata bench` makes.
 //
-//   node llama_bench.mjs --gguf F --ids 1,2,3 [--gen 32] [--threads 2] [--ctx 4096]
+//   node llama_bench.mjs --gguf F (--ids 1,2,3 | --ids-file F) [--gen 32] [--threads 2] [--ctx 4096]
 //                        [--batch 512] [--reps 1] [--warmup 1] [--warmup-tokens N] [--no-mmap]
 //
 // Prints one JSON line: {"prefill_tok_s_reps": [...], "decode_tok_s_reps": [...],
 // "prefill_tok_s", "decode_tok_s" (medians), "llama": {backend, threads, ...}}.
 // Prefill: the prompt ids evaluated in batches of --batch; decode: --gen
 // tokens, each the sampler's pick fed back one at a time. Each repetition
-// starts from an empty sequence.
+// starts from an empty sequence. --ids-file: the same comma-separated ids read
+// from a file (long contexts: 32768 ids do not fit one command-line argument).
 import {createRequire} from "node:module";
 import path from "node:path";
 import {fileURLToPath} from "node:url";
@@ -22,18 +23,19 @@ const {getLlama, LlamaLogLevel} = await import(require.resolve("node-llama-cpp")
 
 const a = parseArgs({
     options: {
-        gguf: {type: "string"}, ids: {type: "string"}, gen: {type: "string", default: "32"},
+        gguf: {type: "string"}, ids: {type: "string"}, "ids-file": {type: "string"}, gen: {type: "string", default: "32"},
         threads: {type: "string", default: "2"}, ctx: {type: "string", default: "4096"},
         batch: {type: "string", default: "512"}, reps: {type: "string", default: "1"},
         warmup: {type: "string", default: "1"}, "warmup-tokens": {type: "string", default: "0"}, "no-mmap": {type: "boolean", default: false},
     },
     strict: true,
 }).values;
-if (!a.gguf || !a.ids) {
-    process.stderr.write("usage: node llama_bench.mjs --gguf F --ids 1,2,3 [--gen 32] [--threads 2]\n");
+if (!a.gguf || !(a.ids || a["ids-file"])) {
+    process.stderr.write("usage: node llama_bench.mjs --gguf F (--ids 1,2,3 | --ids-file F) [--gen 32] [--threads 2]\n");
     process.exit(2);
 }
-const ids = a.ids.split(",").map(Number);
+const idText = a["ids-file"] ? (await import("node:fs")).readFileSync(a["ids-file"], "utf8") : a.ids;
+const ids = idText.trim().split(",").map(Number);
 const G = Number(a.gen), reps = Number(a.reps), warmup = Number(a.warmup);
 
 const log = [];
@@ -88,6 +90,10 @@ const out = {
         flash_attention: (all.match(/flash_attn\s*=\s*(\w+)/) ?? [])[1] ?? null,
         // Weights llama.cpp copied into repacked anonymous memory (not mmap'd; cannot stream).
         repack_mib: Number((all.match(/CPU_REPACK model buffer size\s*=\s*([\d.]+) MiB/) ?? [0, 0])[1]),
+        // The KV cache(s) llama.cpp allocated (glm-dsa: the MLA cache and the indexer-key cache), as it logs
+        // them: "llama_kv_cache: size = X MiB (C cells, L layers, ...), K (f16): ..., V (f16): ...".
+        kv_cache_lines: [...all.matchAll(/llama_kv_cache\w*: size = [^\n]*/g)].map((m) => m[0].trim()),
+        kv_cache_mib: [...all.matchAll(/llama_kv_cache\w*: size =\s*([\d.]+) MiB/g)].reduce((t, m) => t + Number(m[1]), 0),
     },
 };
 process.stdout.write(JSON.stringify(out) + "\n");

@@ -17,6 +17,8 @@ def rows_of(results):
     for key, c in results["configs"].items():
         s, l = c["runs"]["strata"], c["runs"]["llama.cpp"]
         phases = ("decode",) if key == "capped" else ("prefill", "decode")
+        if "context" in c:  # --context runs: their own table (context_table)
+            continue
         for ph in phases:
             k = ph + "_tok_s"
             ms, ml = med(s, k), med(l, k)
@@ -61,6 +63,32 @@ def table(results):
     return "\n".join(lines)
 
 
+def context_table(results):
+    """The --context runs: prefill time and decode speed of both engines at each context, strata's split and
+    KV bytes per context token (strata's session; llama.cpp's f16 K/V by formula, see docs/benchmarks.md)."""
+    ctx = [(k, c) for k, c in results["configs"].items() if "context" in c]
+    if not ctx:
+        return ("(No `--context` runs in this invocation: `bench/compare/run.py --only none --context "
+                "512,4096,16384,32768` runs them.)")
+    lines = ["| configuration | context | prefill s: strata / llama.cpp | prefill ratio | decode tok/s: strata / "
+             "llama.cpp | decode ratio | strata decode split (attention+indexer / experts / other, ms/tok) | "
+             "KV MiB at context: strata / llama.cpp (formula) | llama.cpp KV allocated (its log, context cells) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for key, c in ctx:
+        s, l, n = c["runs"]["strata"], c["runs"]["llama.cpp"], c["context"]
+        sp, lp = n / med(s, "prefill_tok_s"), n / med(l, "prefill_tok_s")
+        sd, ld = med(s, "decode_tok_s"), med(l, "decode_tok_s")
+        lines_ = [r["raw"]["context"] for r in s]
+        sp_ms = {k: statistics.median(x["decode_split_ms_per_token"][k] for x in lines_)
+                 for k in ("attention", "experts", "other")}
+        kv, lkv = lines_[0]["kv_bytes_at_context"], lines_[0]["llama_cpp_kv_bytes_at_context"]
+        lines.append(f"| {c['label']} | {n} | {sp:.1f} / {lp:.1f} | **{lp / sp:.2f}×** | {sd:.2f} / {ld:.2f} | "
+                     f"**{sd / ld:.2f}×** | {' / '.join(f'{sp_ms[k]:.1f}' for k in sp_ms)} | "
+                     f"{kv / 2**20:.1f} / {lkv / 2**20:.1f} | "
+                     f"{l[0]['raw']['llama'].get('kv_cache_mib', '?')} MiB ({l[0]['raw']['llama'].get('context_size')}) |")
+    return "\n".join(lines)
+
+
 def plot(results, path):
     import matplotlib
     matplotlib.use("Agg")
@@ -87,6 +115,7 @@ def plot(results, path):
 
 def write(results, a, root):
     print(table(results))
+    print(context_table(results))
     det = strata_decode_detail(results, "int8")
     det4 = strata_decode_detail(results, "int4")
     if det:
@@ -110,6 +139,7 @@ def write(results, a, root):
     fa = [r["raw"]["llama"].get("flash_attention") for c in results["configs"].values() for r in c["runs"]["llama.cpp"]]
     subs = {
         "TABLE": table(results),
+        "CONTEXT": context_table(results),
         "DATE": m["date_utc"], "CPU": m["cpu"], "FLAGS": m["flags"], "CORES": str(m["cores"]),
         "RAM": f"{m['ram_gib']} GiB", "KERNEL": m["kernel"],
         "LOAD": f"{min(loads):.1f}–{max(loads):.1f} (median {statistics.median(loads):.1f})" if loads else "?",
@@ -141,7 +171,9 @@ def write(results, a, root):
     tag = {("int8", "prefill"): "8P", ("int8", "decode"): "8D", ("int4", "prefill"): "4P", ("int4", "decode"): "4D",
            ("capped", "decode"): "CD"}
     for r in rows_of(results):
-        t = tag[(r["config"], r["phase"])]
+        t = tag.get((r["config"], r["phase"]))
+        if t is None:
+            continue
         subs["R" + t], subs["S" + t], subs["L" + t] = f"{r['ratio']:.2f}", f"{r['strata']:.2f}", f"{r['llama']:.2f}"
     for name, dd in (("S8", det), ("S4", det4), ("C", capdet)):
         if dd:

@@ -2,6 +2,7 @@
 """strata vs llama.cpp on the GLM-5.2-shaped slice, side by side (docs/benchmarks.md).
 
     /usr/bin/python3 bench/compare/run.py [--data /work/benchdata] [--rounds 3] [--write-docs]
+                                          [--context 512,4096,16384,32768 [--context-models int8,int4]]
 
 Runs, alternately and after one warm-up invocation of each, `strata bench` and llama.cpp
 (bench/compare/llama_bench.mjs, npm node-llama-cpp) on the same prompt token ids:
@@ -11,6 +12,9 @@ Runs, alternately and after one warm-up invocation of each, `strata bench` and l
             bytes + 25% of the expert pool: strata int8 with --ram, llama.cpp Q8_0 with mmap
             (Q4_0 cannot stream in llama.cpp: it repacks experts into anonymous memory). The
             model files are dropped from the page cache (posix_fadvise DONTNEED) before each run.
+  context   (--context N,...) resident, per N and --context-models: `strata bench --context N` and
+            llama.cpp on the same N ids (--ids-file), prefill of N then decode of --context-gen-tokens;
+            strata's context line (attention+indexer / experts / other, KV bytes) is kept.
 Prints a table of medians and strata/llama.cpp ratios; --write-docs writes docs/benchmarks.md and
 docs/benchmarks.png. Every raw result goes to DATA/compare-results.json.
 """
@@ -190,8 +194,10 @@ def run_json(argv, timeout=3600):
     return lines, {"wall_s": time.time() - t0, "load_before": la, "load_after": loadavg(), "stderr": p.stderr[-2000:]}
 
 
-def strata_run(a, model, ids, gen, extra, wrap=None, warmup_tokens=0):
-    argv = [a.strata, "bench", "--model", model, "--ids", ",".join(map(str, ids)), "--gen-tokens", str(gen),
+def strata_run(a, model, ids, gen, extra, wrap=None, warmup_tokens=0, context=0):
+    # --context N prefills strata bench's own --seed 1 ids: the same list as fixed_ids(N, vocab, 1).
+    prompt = ["--context", str(context)] if context else ["--ids", ",".join(map(str, ids))]
+    argv = [a.strata, "bench", "--model", model] + prompt + ["--gen-tokens", str(gen),
             "--threads", str(a.threads), "--reps", "1", "--warmup", "1", "--warmup-tokens", str(warmup_tokens),
             "--json", "--no-autopin"] + extra
     lines, meta = run_json(wrap(argv) if wrap else argv)
@@ -202,9 +208,12 @@ def strata_run(a, model, ids, gen, extra, wrap=None, warmup_tokens=0):
     return r
 
 
-def llama_run(a, gguf, ids, gen, wrap=None, warmup_tokens=0):
-    argv = ["node", os.path.join(HERE, "llama_bench.mjs"), "--gguf", gguf, "--ids", ",".join(map(str, ids)),
-            "--gen", str(gen), "--threads", str(a.threads), "--ctx", "4096", "--batch", "512", "--reps", "1",
+def llama_run(a, gguf, ids, gen, wrap=None, warmup_tokens=0, ids_file=None):
+    prompt = ["--ids-file", ids_file] if ids_file else ["--ids", ",".join(map(str, ids))]
+    # The context holds the prompt and the decoded tokens (at least the 4096 the resident runs use).
+    ctx = max(4096, len(ids) + gen + 256)
+    argv = ["node", os.path.join(HERE, "llama_bench.mjs"), "--gguf", gguf] + prompt + [
+            "--gen", str(gen), "--threads", str(a.threads), "--ctx", str(ctx), "--batch", "512", "--reps", "1",
             "--warmup", "1", "--warmup-tokens", str(warmup_tokens)]
     lines, meta = run_json(wrap(argv) if wrap else argv)
     j = lines[-1]
@@ -269,7 +278,13 @@ def main():
     ap.add_argument("--capped-warmup-tokens", type=int, default=8)
     ap.add_argument("--cap-allowance-gb", type=float, default=0.5,
                     help="added to the cgroup limit for each engine's own buffers (KV, scratch)")
-    ap.add_argument("--only", default="int8,int4,capped")
+    ap.add_argument("--only", default="int8,int4,capped", help="sections to run (none: only --context)")
+    ap.add_argument("--context", default="", help="long-context runs at these contexts, comma-separated (e.g. "
+                    "512,4096,16384,32768)")
+    ap.add_argument("--context-models", default="int8", help="int8 and/or int4, for the --context runs")
+    ap.add_argument("--context-gen-tokens", type=int, default=16)
+    ap.add_argument("--context-warmup-tokens", type=int, default=32,
+                    help="prompt tokens of the in-process warm-up repetition of a --context run")
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
     d = a.data
@@ -278,7 +293,13 @@ def main():
         "int4": (os.path.join(d, "slice-int4"), os.path.join(d, "slice-q4_0.gguf"), "int4 gs32 vs Q4_0"),
     }
     with open(os.path.join(d, "slice-bf16", "config.json")) as f:
-        vocab = json.load(f)["vocab_size"]
+        slice_cfg = json.load(f)
+    vocab = slice_cfg["vocab_size"]
+    for n in [int(x) for x in a.context.split(",") if x]:
+        if n + a.context_gen_tokens > slice_cfg["max_position_embeddings"]:
+            sys.exit(f"--context {n} + --context-gen-tokens {a.context_gen_tokens} exceeds the slice's "
+                     f"max_position_embeddings {slice_cfg['max_position_embeddings']}: make the slice with "
+                     "--set max_position_embeddings=202752 (docs/benchmarks.md, Long context)")
     ids = fixed_ids(a.prompt_tokens, vocab, 1)
     cids = ids[: a.capped_prompt_tokens]
     info = machine_info()
@@ -321,6 +342,23 @@ def main():
             cg.close()
         results["configs"]["capped"] = {"label": "int8 vs Q8_0, memory capped", "gguf": gb, "runs": res,
                                         "limit_bytes": limit, "strata_ram_bytes": ram}
+    for n in [int(x) for x in a.context.split(",") if x]:
+        for key in a.context_models.split(","):
+            cont, gguf, label = models[key]
+            cids = fixed_ids(n, vocab, 1)
+            ids_file = os.path.join(d, f"context-ids-{n}.txt")
+            with open(ids_file + ".tmp", "w") as f:
+                f.write(",".join(map(str, cids)))
+            os.replace(ids_file + ".tmp", ids_file)
+            name = f"{key}-ctx{n}"
+            res = alternate(
+                a, name,
+                lambda: strata_run(a, cont, cids, a.context_gen_tokens, ["--pin", "all", "--ram", "1000"],
+                                   warmup_tokens=a.context_warmup_tokens, context=n),
+                lambda: llama_run(a, gguf, cids, a.context_gen_tokens, warmup_tokens=a.context_warmup_tokens,
+                                  ids_file=ids_file))
+            results["configs"][name] = {"label": f"{label}, context {n}", "context": n,
+                                        "gguf": gguf_bytes_per_token(gguf), "runs": res}
     with open(os.path.join(d, "compare-results.json"), "w") as f:
         json.dump(results, f, indent=1)
     report(results, a)

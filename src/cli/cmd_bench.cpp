@@ -29,6 +29,7 @@ namespace {
 struct BenchFlags {
   EngineFlags engine;
   int prompt_tokens = 512;
+  int context = 0;  // --context N: prefill N tokens, decode after them, report the context line (0: off)
   int gen_tokens = 32;
   int reps = 3;
   int warmup = 1;
@@ -151,6 +152,33 @@ struct Phase {
     return Json{{"total", total * k},         {"attention", attention * k},         {"router", router * k},
                 {"expert_wait", expert_wait * k}, {"expert_matmul", expert_matmul * k}, {"other", other * k}};
   }
+  // The long-context split: attention (MLA with the DSA indexer's
+  // projections, scores and key selection: the runner's phase accounting
+  // does not time the indexer apart), experts (router, expert wait, expert
+  // matmuls) and everything else; the three add up to the total.
+  struct Split {
+    double attention, experts, other, total;
+  };
+  Split split() const {
+    const double experts = router + expert_wait + expert_matmul;
+    return {attention, experts, std::max(0.0, total - attention - experts), total};
+  }
+  Json split_ms(double tokens) const {
+    const double k = tokens > 0 ? 1e3 / tokens : 0.0;
+    const Split p = split();
+    return Json{{"total", p.total * k}, {"attention", p.attention * k}, {"experts", p.experts * k},
+                {"other", p.other * k}};
+  }
+  std::string split_line(double tokens) const {
+    const double k = tokens > 0 ? 1e3 / tokens : 0.0;
+    const Split p = split();
+    auto pct = [&](double x) { return p.total > 0 ? 100.0 * x / p.total : 0.0; };
+    char b[200];
+    std::snprintf(b, sizeof b, "%.2f ms/tok = attention+indexer %.2f (%.0f%%) + experts %.2f (%.0f%%) + other %.2f (%.0f%%)",
+                  p.total * k, p.attention * k, pct(p.attention), p.experts * k, pct(p.experts), p.other * k,
+                  pct(p.other));
+    return b;
+  }
   std::string line(double tokens) const {
     const double k = tokens > 0 ? 1e3 / tokens : 0.0;
     auto pct = [&](double x) { return total > 0 ? 100.0 * x / total : 0.0; };
@@ -164,13 +192,59 @@ struct Phase {
   }
 };
 
+// Key-cache bytes per context token, read off a session's allocation
+// (model/session.h: f32 rows of every cache part, per decoder layer).
+struct KvPerToken {
+  int64_t layers = 0, index_layers = 0;          // decoder layers; those holding indexer keys
+  uint64_t latent = 0, rope_key = 0, index_key = 0, gqa = 0;  // bytes per token, all layers
+  // Bytes per token of one layer (the indexer key: of an indexer-full layer).
+  uint64_t layer_latent = 0, layer_rope_key = 0, layer_index_key = 0;
+  uint64_t total() const { return latent + rope_key + index_key + gqa; }
+};
+KvPerToken kv_per_token(const Session& s, int64_t layers) {
+  KvPerToken k;
+  k.layers = layers;
+  const auto cap = static_cast<uint64_t>(s.capacity());
+  auto per = [&](const std::vector<float>& v) { return v.size() * sizeof(float) / cap; };
+  for (int64_t l = 0; l < layers; ++l) {
+    const LayerCache& c = s.layer(l);
+    k.latent += per(c.latent);
+    k.rope_key += per(c.rope_key);
+    k.index_key += per(c.index_key);
+    k.gqa += per(c.k) + per(c.v);
+    k.index_layers += c.index_key.empty() ? 0 : 1;
+    k.layer_latent = std::max<uint64_t>(k.layer_latent, per(c.latent));
+    k.layer_rope_key = std::max<uint64_t>(k.layer_rope_key, per(c.rope_key));
+    k.layer_index_key = std::max<uint64_t>(k.layer_index_key, per(c.index_key));
+  }
+  return k;
+}
+
+// llama.cpp's KV bytes per token for the same model, f16 K/V (its default):
+// MLA (deepseek2, glm-dsa) keeps one K row of kv_lora_rank + qk_rope_head_dim
+// per layer and no V, the DSA indexer one key row of index_head_dim per
+// indexer-full layer; GQA models a K and a V row of kv_heads * head_dim --
+// the same parts strata caches (ModelConfig::cache_widths), at 2 bytes per
+// element. The context padding llama.cpp adds (a multiple of 256 cells) is
+// not counted.
+uint64_t llama_cpp_kv_per_token(const ModelConfig& c) {
+  uint64_t elems = 0;
+  for (int64_t l = 0; l < c.num_hidden_layers; ++l) elems += static_cast<uint64_t>(c.cache_floats(l));
+  return 2 * elems;
+}
+
 int run_bench(const BenchFlags& f) {
   OpenedEngine opened = open_engine(f.engine, false);
   if (!opened.engine) return opened.status;  // a rank > 0 of --experts-over mpi
   Engine& e = *opened.engine;
   const ModelConfig& c = e.config();
-  const std::vector<int32_t> prompt = f.ids.empty() ? fixed_ids(f.prompt_tokens, c.vocab_size, f.seed)
-                                                    : parse_ids(f.ids, c.vocab_size, "--ids");
+  const bool ctx_mode = f.context > 0;
+  if (ctx_mode && f.context + int64_t{f.gen_tokens} > c.max_position_embeddings)
+    fail("--context ({}) + --gen-tokens ({}) exceeds the model's max_position_embeddings {}", f.context, f.gen_tokens,
+         c.max_position_embeddings);
+  // --context: the same fixed pseudo-random ids as --prompt-tokens, N of them.
+  const std::vector<int32_t> prompt = !f.ids.empty() ? parse_ids(f.ids, c.vocab_size, "--ids")
+                                      : fixed_ids(ctx_mode ? f.context : f.prompt_tokens, c.vocab_size, f.seed);
   const int64_t P = static_cast<int64_t>(prompt.size()), G = f.gen_tokens, V = c.vocab_size;
   if (P < 1) fail("--prompt-tokens must be at least 1");
   if (P + G > c.max_position_embeddings)
@@ -183,12 +257,17 @@ int run_bench(const BenchFlags& f) {
   uint64_t decode_read = 0, decode_wait_ns = 0, decode_misses = 0, decode_requests = 0;
   std::vector<float> logits(static_cast<size_t>(V));
   std::vector<Row> rows;
+  std::vector<double> prefill_seconds;
+  KvPerToken kv;
+  uint64_t kv_session_bytes = 0;
   std::vector<int32_t> generated;  // the last repetition's decoded ids (greedy: every repetition's)
   generated.reserve(static_cast<size_t>(std::max<int64_t>(0, G)));
   for (int rep = 0; rep < f.warmup + f.reps; ++rep) {
     const bool measured = rep >= f.warmup;
     const int64_t PP = measured || f.warmup_tokens <= 0 ? P : std::min<int64_t>(P, f.warmup_tokens);
     Session s(c, P + G, false);
+    kv = kv_per_token(s, c.num_hidden_layers);
+    kv_session_bytes = s.bytes();
     // Prefill in chunks of 512 rows (as the text front ends do).
     PhaseStats a = e.runner().stats();
     uint64_t t0 = now_ns();
@@ -201,6 +280,7 @@ int run_bench(const BenchFlags& f) {
     uint64_t dt = now_ns() - t0;
     if (measured) {
       prefill_rate.push_back(static_cast<double>(P) * 1e9 / static_cast<double>(dt));
+      prefill_seconds.push_back(static_cast<double>(dt) / 1e9);
       prefill_phase.add(a, e.runner().stats());
     }
     if (G < 1) continue;
@@ -237,6 +317,28 @@ int run_bench(const BenchFlags& f) {
   const double achieved = per_token * dmed / 1e9;
   const double read_per_tok = gtok > 0 ? static_cast<double>(decode_read) / gtok : 0.0;
   const double stream_gb_s = decode_wait_ns ? static_cast<double>(decode_read) / static_cast<double>(decode_wait_ns) : 0.0;
+  const uint64_t llama_kv = llama_cpp_kv_per_token(c);
+  const Json context_line{
+      {"bench", "context"},
+      {"context", P},
+      {"gen_tokens", G},
+      {"token_ids", "splitmix64 pseudo-random, --seed"},
+      {"seed", f.seed},
+      {"prefill_s", median(prefill_seconds)},
+      {"prefill_tok_s", pmed},
+      {"decode_tok_s", G > 0 ? dmed : 0.0},
+      {"prefill_split_ms_per_token", prefill_phase.split_ms(ptok)},
+      {"decode_split_ms_per_token", decode_phase.split_ms(gtok)},
+      {"kv_layers", kv.layers},
+      {"kv_index_key_layers", kv.index_layers},
+      {"kv_layer_bytes_per_token",
+       Json{{"latent", kv.layer_latent}, {"rope_key", kv.layer_rope_key}, {"index_key", kv.layer_index_key}}},
+      {"kv_bytes_per_token", Json{{"latent", kv.latent}, {"rope_key", kv.rope_key}, {"index_key", kv.index_key},
+                                  {"gqa_kv", kv.gqa}, {"total", kv.total()}}},
+      {"kv_bytes_at_context", kv.total() * static_cast<uint64_t>(P)},
+      {"kv_session_bytes", kv_session_bytes},
+      {"llama_cpp_kv_bytes_per_token", llama_kv},
+      {"llama_cpp_kv_bytes_at_context", llama_kv * static_cast<uint64_t>(P)}};
 
   if (f.json) {
     auto emit = [](Json j) {
@@ -285,6 +387,7 @@ int run_bench(const BenchFlags& f) {
              {"generated_ids", generated}};
       emit(d);
     }
+    if (ctx_mode) emit(context_line);
     if (mem > 0)
       emit(Json{{"bench", "memory_bandwidth"}, {"gb_s", mem}, {"threads", threads}, {"buffer_bytes", static_cast<uint64_t>(f.membw_mib) << 20}});
     if (disk.bytes > 0)
@@ -309,6 +412,22 @@ int run_bench(const BenchFlags& f) {
     } else if (mem > 0) {
       std::printf("memory read bandwidth %.1f GB/s (%d threads)\n", mem, threads);
     }
+    if (ctx_mode) {
+      const double mib = 1.0 / (1 << 20);
+      std::printf("context %lld: prefill %.2f s (%.1f tok/s) | %s\n", static_cast<long long>(P),
+                  median(prefill_seconds), pmed, prefill_phase.split_line(ptok).c_str());
+      if (G > 0)
+        std::printf("context %lld: decode %.2f tok/s | %s\n", static_cast<long long>(P), dmed,
+                    decode_phase.split_line(gtok).c_str());
+      std::printf("KV per context token %llu B = %lld layers x (latent %llu + rope key %llu) + %lld layers x index key "
+                  "%llu%s -> %.1f MiB at %lld (llama.cpp f16: %llu B/token, %.1f MiB)\n",
+                  static_cast<unsigned long long>(kv.total()), static_cast<long long>(kv.layers),
+                  static_cast<unsigned long long>(kv.layer_latent), static_cast<unsigned long long>(kv.layer_rope_key),
+                  static_cast<long long>(kv.index_layers), static_cast<unsigned long long>(kv.layer_index_key),
+                  kv.gqa ? " + GQA K/V" : "", static_cast<double>(kv.total() * static_cast<uint64_t>(P)) * mib,
+                  static_cast<long long>(P), static_cast<unsigned long long>(llama_kv),
+                  static_cast<double>(llama_kv * static_cast<uint64_t>(P)) * mib);
+    }
     if (disk.bytes > 0)
       std::printf("disk: %s sequential read %.2f GB/s (%.0f MiB of %s)\n", disk.direct ? "O_DIRECT" : "buffered",
                   disk.gb_s, static_cast<double>(disk.bytes) / (1 << 20), disk.file.c_str());
@@ -324,11 +443,20 @@ void add_bench_command(CLI::App& app, Runner& run) {
   auto f = std::make_shared<BenchFlags>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prefill and decode speed, the time split and bandwidth use");
   f->engine.add(cmd);
-  cmd->add_option("--prompt-tokens", f->prompt_tokens, "Prompt length for the prefill measurement (default 512)")
-      ->check(CLI::Range(1, 1 << 20));
+  CLI::Option* prompt_opt =
+      cmd->add_option("--prompt-tokens", f->prompt_tokens, "Prompt length for the prefill measurement (default 512)")
+          ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--gen-tokens", f->gen_tokens, "Tokens decoded after the prompt (default 32; 0 skips decode)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("--ids", f->ids, "Explicit comma-separated prompt token ids (instead of --prompt-tokens)");
+  CLI::Option* ids_opt =
+      cmd->add_option("--ids", f->ids, "Explicit comma-separated prompt token ids (instead of --prompt-tokens)");
+  cmd->add_option("--context", f->context,
+                  "Long context: prefill N tokens (the --seed ids), decode --gen-tokens after them, and report the "
+                  "context line: prefill time, decode speed at N, the attention/experts/other split, KV bytes per "
+                  "token (N + gen tokens <= max_position_embeddings)")
+      ->check(CLI::Range(1, 1 << 22))
+      ->excludes(prompt_opt)
+      ->excludes(ids_opt);
   cmd->add_option("--seed", f->seed, "Seed of the fixed pseudo-random prompt ids (default 1)");
   cmd->add_option("--reps", f->reps, "Measured repetitions; the median is reported (default 3)")->check(CLI::Range(1, 1000));
   cmd->add_option("--warmup", f->warmup, "Unmeasured repetitions first (default 1)")->check(CLI::Range(0, 1000));
@@ -341,7 +469,8 @@ void add_bench_command(CLI::App& app, Runner& run) {
   cmd->add_option("--disk-mib", f->disk_mib,
                   "Containers: MiB of the largest expert file read sequentially with O_DIRECT (default 1024; 0 skips)")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_flag("--json", f->json, "One JSON line per result (config, prefill, decode, memory_bandwidth, disk_read)");
+  cmd->add_flag("--json", f->json,
+                "One JSON line per result (config, prefill, decode, context with --context, memory_bandwidth, disk_read)");
   cmd->callback([f, &run] { run = [f] { return run_bench(*f); }; });
 }
 

@@ -8,6 +8,7 @@
 
 #include "kernels/ops.h"
 #include "model/forward.h"
+#include "model/key_selection.h"
 #include "model/workspace.h"
 
 namespace strata {
@@ -15,6 +16,17 @@ namespace strata {
 namespace {
 constexpr float kIndexerNormEps = 1e-6f;
 }  // namespace
+
+void select_top_keys(const float* scores, int64_t n, int64_t k, int32_t* order, std::vector<int32_t>& out) {
+  for (int64_t t = 0; t < n; ++t) order[t] = static_cast<int32_t>(t);
+  // Highest scores first, the lower position on an exact tie: a strict total
+  // order, so the k-th element's partition is the full sort's first k.
+  std::nth_element(order, order + k - 1, order + n, [scores](int32_t a, int32_t b) {
+    return scores[a] != scores[b] ? scores[a] > scores[b] : a < b;
+  });
+  out.assign(order, order + k);
+  std::sort(out.begin(), out.end());
+}
 
 void ModelRunner::indexer(int64_t L, std::span<const Row> rows) {
   const ModelConfig& c = m_.config;
@@ -84,15 +96,8 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
           acc += iwt[r * Hi + h] * std::max(d, 0.0f);
         }
         s[t] = acc;
-        ord[t] = static_cast<int32_t>(t);
       }
-      // Highest scores first, lower position on exact ties (deterministic).
-      std::nth_element(ord, ord + c.index_topk - 1, ord + nkeys, [&](int32_t a, int32_t b2) {
-        return s[a] != s[b2] ? s[a] > s[b2] : a < b2;
-      });
-      auto& sel = ws_.selection[static_cast<size_t>(r)];
-      sel.assign(ord, ord + c.index_topk);
-      std::sort(sel.begin(), sel.end());
+      select_top_keys(s, nkeys, c.index_topk, ord, ws_.selection[static_cast<size_t>(r)]);
     }
   });
 }
