@@ -231,7 +231,7 @@ class LocalChat final : public ChatMode {
     // Reasoning and content split as the server splits them, so that the
     // attached chat prints the same (cli/answer_view.h).
     AnswerView view(stdout, ::isatty(STDOUT_FILENO) == 1, /*safe=*/true);
-    server::GlmStreamSplit split(opens_think);
+    server::GlmStreamSplit split(opens_think, tool_call_open_tag(tm_.tmpl.dialect));
     const auto show = [&](const std::string& text, bool final) {
       if (raw_) return view.content(text);
       std::string r, c;

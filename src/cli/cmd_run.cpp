@@ -111,7 +111,7 @@ void add_run_command(CLI::App& app, Runner& run) {
       const bool tty = ::isatty(STDOUT_FILENO) == 1;
       const bool split = tty && !tm.raw();
       AnswerView view(stdout, tty, /*safe=*/tty);
-      server::GlmStreamSplit splitter(tm.tmpl.opens_reasoning(ro));
+      server::GlmStreamSplit splitter(tm.tmpl.opens_reasoning(ro), tool_call_open_tag(tm.tmpl.dialect));
       const auto show = [&](const std::string& text, bool final) {
         if (!split) return view.content(text);
         std::string r, t;

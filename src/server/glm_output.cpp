@@ -18,9 +18,9 @@ void GlmStreamSplit::push(const std::string& text, std::string& reasoning, std::
       at = pending_.find(tag);
       tag_len = 8;
     } else {
-      const size_t a = pending_.find("<think>"), b = pending_.find("<tool_call>");
+      const size_t a = pending_.find("<think>"), b = pending_.find(tool_open_);
       at = std::min(a, b);
-      tag_len = at == std::string::npos ? 0 : (at == a ? 7 : 11);
+      tag_len = at == std::string::npos ? 0 : (at == a ? 7 : tool_open_.size());
       if (at != std::string::npos && at == b) {
         content += pending_.substr(0, at);
         in_tool_ = true;
@@ -35,8 +35,8 @@ void GlmStreamSplit::push(const std::string& text, std::string& reasoning, std::
   // Hold back a possible partial tag at the end.
   size_t keep = 0;
   if (!final) {
-    for (const char* t : {"</think>", "<think>", "<tool_call>"}) {
-      const std::string_view tv(t);
+    for (const std::string_view tv : {std::string_view("</think>"), std::string_view("<think>"),
+                                      std::string_view(tool_open_)}) {
       for (size_t k = std::min(tv.size() - 1, pending_.size()); k > keep; --k)
         if (pending_.compare(pending_.size() - k, k, tv.substr(0, k)) == 0) {
           keep = k;

@@ -7,10 +7,11 @@
 //
 // Streamed, reasoning and content go out as they come, but a tag split
 // across pieces ("</thi" + "nk>") is held back until it is whole, and text
-// from a <tool_call> on is held back entirely: tool calls are sent whole,
+// from a <tool_call> (DeepSeek: <｜tool▁calls▁begin｜>) on is held back entirely: tool calls are sent whole,
 // parsed from the full output, in the last delta.
 #pragma once
 #include <string>
+#include <string_view>
 
 #include "core/json.h"
 #include "server/openai_response.h"
@@ -21,8 +22,10 @@ namespace strata::server {
 // Splits streamed GLM output into reasoning and content.
 class GlmStreamSplit {
  public:
-  // `reasoning_open`: the prompt ended inside <think> (ChatTemplate::opens_reasoning).
-  explicit GlmStreamSplit(bool reasoning_open) : reasoning_(reasoning_open) {}
+  // `reasoning_open`: the prompt ended inside <think> (ChatTemplate::opens_reasoning);
+  // `tool_open`: the dialect's tool-call opening (tool_call_open_tag).
+  explicit GlmStreamSplit(bool reasoning_open, std::string_view tool_open = "<tool_call>")
+      : reasoning_(reasoning_open), tool_open_(tool_open) {}
   // Appends to (reasoning, content) what `text` adds; `final`: no more text
   // comes, so nothing is held back.
   void push(const std::string& text, std::string& reasoning, std::string& content, bool final);
@@ -30,6 +33,7 @@ class GlmStreamSplit {
  private:
   bool reasoning_;
   bool in_tool_ = false;
+  std::string tool_open_;
   std::string pending_;
 };
 
@@ -51,7 +55,8 @@ Json chat_message(const ChatOutput& out, const std::string& text, IdSource& ids,
 // One streamed answer as chat deltas.
 class ChatDeltaStream {
  public:
-  explicit ChatDeltaStream(ChatOutput out) : out_(std::move(out)), split_(out_.reasoning_open) {}
+  explicit ChatDeltaStream(ChatOutput out)
+      : out_(std::move(out)), split_(out_.reasoning_open, tool_call_open_tag(out_.dialect)) {}
   // The delta for the next piece of output: {"reasoning_content", "content"},
   // either absent when empty; {} while everything is held back.
   Json next(const std::string& text);

@@ -377,6 +377,97 @@ std::string render_qwen3_chat(std::span<const ChatMessage> messages, const Order
   return out;
 }
 
+namespace {
+
+// DeepSeek's special tokens (U+FF5C FULLWIDTH VERTICAL LINE, U+2581 LOWER ONE EIGHTH BLOCK).
+constexpr std::string_view kDsBos = "<｜begin▁of▁sentence｜>";
+constexpr std::string_view kDsEos = "<｜end▁of▁sentence｜>";
+constexpr std::string_view kDsUser = "<｜User｜>";
+constexpr std::string_view kDsAssistant = "<｜Assistant｜>";
+constexpr std::string_view kDsCallsBegin = "<｜tool▁calls▁begin｜>";
+constexpr std::string_view kDsCallsEnd = "<｜tool▁calls▁end｜>";
+constexpr std::string_view kDsCallBegin = "<｜tool▁call▁begin｜>";
+constexpr std::string_view kDsCallEnd = "<｜tool▁call▁end｜>";
+constexpr std::string_view kDsSep = "<｜tool▁sep｜>";
+constexpr std::string_view kDsOutputsBegin = "<｜tool▁outputs▁begin｜>";
+constexpr std::string_view kDsOutputsEnd = "<｜tool▁outputs▁end｜>";
+constexpr std::string_view kDsOutputBegin = "<｜tool▁output▁begin｜>";
+constexpr std::string_view kDsOutputEnd = "<｜tool▁output▁end｜>";
+
+// <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
+void append_deepseek3_call(std::string& out, const ToolCall& tc) {
+  out += kDsCallBegin;
+  out += "function";
+  out += kDsSep;
+  out += tc.name;
+  out += "\n```json\n";
+  out += tc.arguments.is_string() ? tc.arguments.get_ref<const std::string&>() : jinja_tojson(tc.arguments);
+  out += "\n```";
+  out += kDsCallEnd;
+}
+
+}  // namespace
+
+std::string render_deepseek3_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                  const ChatRenderOptions& opts) {
+  check_tools(tools);
+  std::string out(kDsBos);
+  bool first_system = true;
+  for (const ChatMessage& m : messages) {
+    if (m.role != "system") continue;
+    if (!first_system) out += "\n\n";
+    out += m.content;
+    first_system = false;
+  }
+  // The template's namespace flags. `calls_opened` is never reset: every
+  // later assistant message's calls continue the first one's block.
+  bool calls_opened = false, in_tool = false, first_output = true;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      in_tool = false;
+      out += kDsUser;
+      out += m.content;
+    } else if (m.role == "assistant" && !m.tool_calls.empty() && m.content.empty()) {
+      in_tool = false;
+      for (const ToolCall& tc : m.tool_calls) {
+        if (!calls_opened) {
+          out += kDsAssistant;
+          out += kDsCallsBegin;
+          append_deepseek3_call(out, tc);
+          calls_opened = true;
+        } else {
+          out += '\n';
+          append_deepseek3_call(out, tc);
+          out += kDsCallsEnd;
+          out += kDsEos;
+        }
+      }
+    } else if (m.role == "assistant") {
+      out += in_tool ? kDsOutputsEnd : kDsAssistant;
+      out += m.content;
+      out += kDsEos;
+      in_tool = false;
+    } else if (m.role == "tool") {
+      in_tool = true;
+      if (first_output) {
+        out += kDsOutputsBegin;
+        first_output = false;
+      } else {
+        out += '\n';
+      }
+      out += kDsOutputBegin;
+      out += m.content;
+      out += kDsOutputEnd;
+    } else if (m.role != "system") {
+      fail("chat: message {}: unknown role \"{}\" (expected system, user, assistant or tool)", i, m.role);
+    }
+  }
+  if (in_tool) out += kDsOutputsEnd;
+  if (opts.add_generation_prompt && !in_tool) out += kDsAssistant;
+  return out;
+}
+
 const char* chat_dialect_name(ChatDialect d) {
   switch (d) {
     case ChatDialect::Glm:
@@ -385,6 +476,8 @@ const char* chat_dialect_name(ChatDialect d) {
       return "glm45";
     case ChatDialect::Qwen3:
       return "qwen3";
+    case ChatDialect::DeepSeek3:
+      return "deepseek3";
     case ChatDialect::Raw:
       return "raw";
   }
@@ -398,6 +491,8 @@ std::vector<std::string> ChatTemplate::special_tokens() const {
       return {"[gMASK]", "<sop>", "<|system|>", "<|user|>", "<|assistant|>", "<|observation|>", "<think>", "</think>"};
     case ChatDialect::Qwen3:
       return {"<|im_start|>", "<|im_end|>"};
+    case ChatDialect::DeepSeek3:
+      return {std::string(kDsBos), std::string(kDsUser), std::string(kDsAssistant), std::string(kDsEos)};
     case ChatDialect::Raw:
       break;
   }
@@ -411,6 +506,8 @@ std::vector<std::string> ChatTemplate::stop_tokens() const {
       return {"<|endoftext|>", "<|user|>", "<|observation|>"};
     case ChatDialect::Qwen3:
       return {"<|im_end|>", "<|endoftext|>"};
+    case ChatDialect::DeepSeek3:
+      return {std::string(kDsEos)};
     case ChatDialect::Raw:
       break;
   }
@@ -422,6 +519,7 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Or
   if (dialect == ChatDialect::Glm) return render_glm_chat(messages, tools, opts);
   if (dialect == ChatDialect::Glm45) return render_glm45_chat(messages, tools, opts);
   if (dialect == ChatDialect::Qwen3) return render_qwen3_chat(messages, tools, opts);
+  if (dialect == ChatDialect::DeepSeek3) return render_deepseek3_chat(messages, tools, opts);
   std::string out;
   for (const ChatMessage& m : messages) out += m.content;
   return out;
@@ -481,20 +579,40 @@ std::optional<ChatDialect> classify_chat_template(std::string_view jinja, std::s
         "<tool_response>, enable_thinking), which strata does not render");
     return std::nullopt;
   }
-  say("neither a GLM template ([gMASK] and <|assistant|>) nor a Qwen3 one (<|im_start|>)");
+  if (contains(jinja, kDsUser) && contains(jinja, kDsAssistant)) {
+    // The DeepSeek-V3 / V3-0324 template: calls in a ```json fence after the
+    // type, results in one <｜tool▁outputs▁begin｜> block, no reasoning
+    // handling. R1 (strips </think>, opens <think>) and V3.1 (thinking switch,
+    // NAME<｜tool▁sep｜>ARGS calls) render differently.
+    const bool v3_markers = contains(jinja, kDsCallsBegin) && contains(jinja, kDsOutputsBegin) &&
+                            contains(jinja, "is_output_first") && contains(jinja, "'```json'") &&
+                            contains(jinja, "message['content'] is none") && contains(jinja, "is_first_sp");
+    if (v3_markers && !contains(jinja, "</think>") && !contains(jinja, "<think>") && !contains(jinja, "thinking") &&
+        !contains(jinja, "is_last_user")) {
+      say("the DeepSeek-V3 template");
+      return ChatDialect::DeepSeek3;
+    }
+    say("a DeepSeek template other than DeepSeek-V3's (R1 and V3.1 handle <think> and V3.1 writes its tool calls "
+        "differently), which strata does not render yet");
+    return std::nullopt;
+  }
+  say("neither a GLM template ([gMASK] and <|assistant|>), a Qwen3 one (<|im_start|>) nor a DeepSeek one "
+      "(<｜User｜> and <｜Assistant｜>)");
   return std::nullopt;
 }
 
 ChatTemplate load_chat_template(const std::string& model_dir, std::string_view force) {
   ChatTemplate t;
-  for (ChatDialect d : {ChatDialect::Glm, ChatDialect::Glm45, ChatDialect::Qwen3, ChatDialect::Raw}) {
+  for (ChatDialect d :
+       {ChatDialect::Glm, ChatDialect::Glm45, ChatDialect::Qwen3, ChatDialect::DeepSeek3, ChatDialect::Raw}) {
     if (force == chat_dialect_name(d)) {
       t.dialect = d;
       t.source = std::string("--chat-template ") + chat_dialect_name(d);
       return t;
     }
   }
-  if (!force.empty() && force != "auto") fail("--chat-template {}: expected auto, glm, glm45, qwen3 or raw", force);
+  if (!force.empty() && force != "auto")
+    fail("--chat-template {}: expected auto, glm, glm45, qwen3, deepseek3 or raw", force);
 
   auto exists = [](const std::string& p) {
     struct stat st {};
@@ -528,7 +646,8 @@ ChatTemplate load_chat_template(const std::string& model_dir, std::string_view f
   if (text.empty())
     fail(
         "{}: no chat template (neither chat_template.jinja nor a \"chat_template\" in tokenizer_config.json); "
-        "pass --chat-template glm (GLM-4.7/GLM-5), glm45 (GLM-4.5/4.6) or qwen3 to use that dialect anyway, or "
+        "pass --chat-template glm (GLM-4.7/GLM-5), glm45 (GLM-4.5/4.6), qwen3 or deepseek3 (DeepSeek-V3) to use "
+        "that dialect anyway, or "
         "--chat-template raw (run: --raw) for plain text",
         model_dir);
   std::string why;
@@ -537,7 +656,7 @@ ChatTemplate load_chat_template(const std::string& model_dir, std::string_view f
     fail(
         "{}: the chat template is {}; strata renders templates natively and refuses one it does not know rather "
         "than mis-render it. Pass --chat-template glm to force the GLM-4.7/GLM-5 dialect (glm45: GLM-4.5/4.6, qwen3: "
-        "Qwen3), or --chat-template raw (run: --raw) for plain text",
+        "Qwen3, deepseek3: DeepSeek-V3), or --chat-template raw (run: --raw) for plain text",
         source, why);
   t.dialect = *d;
   t.source = source;
@@ -729,6 +848,81 @@ ParsedOutput parse_qwen3_output(std::string_view text, bool reasoning_open) {
   return out;
 }
 
+namespace {
+
+// One DeepSeek call body: TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n``` (V3) or
+// NAME<｜tool▁sep｜>ARGS (V3.1); false if not one.
+bool parse_deepseek3_body(std::string_view body, ToolCall& tc) {
+  const size_t sep = body.find(kDsSep);
+  if (sep == std::string_view::npos) return false;
+  std::string_view name = body.substr(0, sep), args = body.substr(sep + kDsSep.size());
+  // V3's fence follows the name; V3.1's JSON starts at once (and may hold "```json" in a string).
+  const std::string_view lead = py_strip(args);
+  const size_t fence = lead.empty() || lead[0] == '{' || lead[0] == '"' ? std::string_view::npos : args.find("```json");
+  if (fence != std::string_view::npos) {
+    const size_t close = args.rfind("```");
+    if (close <= fence) return false;
+    name = args.substr(0, fence);
+    args = args.substr(fence + 7, close - fence - 7);
+  }
+  tc.name = std::string(py_strip(name));
+  if (tc.name.empty()) return false;
+  std::optional<OrderedJson> j = parse_bounded(py_strip(args));
+  if (j && j->is_string()) j = parse_bounded(j->get_ref<const std::string&>());  // arguments as a JSON string
+  if (!j || !j->is_object()) return false;
+  tc.arguments = std::move(*j);
+  return true;
+}
+
+}  // namespace
+
+ParsedOutput parse_deepseek3_output(std::string_view text, bool reasoning_open) {
+  ParsedOutput out;
+  std::string_view rest;
+  if (!split_reasoning(text, reasoning_open, out, rest)) return out;
+  const size_t open = rest.find(kDsCallsBegin);
+  if (open == std::string_view::npos) {
+    out.content = std::string(py_strip(rest));
+    return out;
+  }
+  std::string content(rest.substr(0, open));
+  std::string_view block = rest.substr(open + kDsCallsBegin.size());
+  std::string_view after;
+  if (const size_t end = block.find(kDsCallsEnd); end != std::string_view::npos) {
+    after = block.substr(end + kDsCallsEnd.size());
+    block = block.substr(0, end);
+  }
+  std::string left;  // what the block holds besides well-formed calls
+  for (;;) {
+    const size_t b = block.find(kDsCallBegin);
+    if (b == std::string_view::npos) break;
+    const size_t e = block.find(kDsCallEnd, b + kDsCallBegin.size());
+    if (e == std::string_view::npos) break;  // unterminated: stays content
+    ToolCall tc;
+    const size_t body = b + kDsCallBegin.size();
+    if (parse_deepseek3_body(block.substr(body, e - body), tc)) {
+      left += block.substr(0, b);
+      out.tool_calls.push_back(std::move(tc));
+    } else {
+      left += block.substr(0, e + kDsCallEnd.size());  // malformed: shown as text
+    }
+    block = block.substr(e + kDsCallEnd.size());
+  }
+  left += block;
+  if (out.tool_calls.empty()) {
+    out.content = std::string(py_strip(rest));  // no call parsed: the block is text
+    return out;
+  }
+  content += py_strip(left);
+  content += after;
+  out.content = std::string(py_strip(content));
+  return out;
+}
+
+std::string_view tool_call_open_tag(ChatDialect dialect) {
+  return dialect == ChatDialect::DeepSeek3 ? kDsCallsBegin : std::string_view("<tool_call>");
+}
+
 ParsedOutput parse_chat_output(ChatDialect dialect, std::string_view text, bool reasoning_open,
                                const OrderedJson& tools) {
   switch (dialect) {
@@ -737,6 +931,8 @@ ParsedOutput parse_chat_output(ChatDialect dialect, std::string_view text, bool 
       return parse_glm_output(text, reasoning_open, tools);
     case ChatDialect::Qwen3:
       return parse_qwen3_output(text, reasoning_open);
+    case ChatDialect::DeepSeek3:
+      return parse_deepseek3_output(text, reasoning_open);
     case ChatDialect::Raw:
       break;
   }

@@ -31,8 +31,16 @@
 // tools listed in the system block, calls as <tool_call>\n{"name": ..,
 // "arguments": {..}}\n</tool_call>, results as <tool_response> blocks inside a
 // user turn, and "<think>\n\n</think>\n\n" after the generation prompt when
-// enable_thinking is false. tests/fixtures/templates/ holds the templates and
-// tests/chat/jinja_crosscheck.py checks each renderer against Jinja2.
+// enable_thinking is false.
+//
+// The DeepSeek-V3 renderer reproduces the DeepSeek-V3 / V3-0324 template:
+// BOS, the system messages joined by blank lines, <｜User｜>{content},
+// <｜Assistant｜>{content}<｜end▁of▁sentence｜>, tool calls as
+// <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>,
+// tool results in <｜tool▁outputs▁begin｜>...<｜tool▁outputs▁end｜>, and a bare
+// <｜Assistant｜> generation prompt (no thinking switch, no tool list).
+// tests/fixtures/templates/ holds the templates and tests/chat/jinja_crosscheck.py
+// checks each renderer against Jinja2.
 #pragma once
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -85,6 +93,16 @@ std::string render_glm45_chat(std::span<const ChatMessage> messages, const Order
 std::string render_qwen3_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
                               const ChatRenderOptions& opts);
 
+// The DeepSeek-V3 dialect (thinking options do not apply; `tools` is not
+// rendered: the template has no tool list). As the template does, an
+// assistant message with tool calls renders them only when its content is
+// empty (the template's `content is none`), and the calls of every later
+// such message continue the first one's block ("\n<｜tool▁call▁begin｜>...
+// <｜tool▁calls▁end｜><｜end▁of▁sentence｜>" each); arguments given as a JSON
+// string are printed as they are, others as tojson.
+std::string render_deepseek3_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                  const ChatRenderOptions& opts);
+
 // Python-compatible `json.dumps(v, ensure_ascii=False)`: ", " and ": "
 // separators, non-ASCII kept, invalid UTF-8 replaced by U+FFFD. This is what
 // the template's tojson filter prints.
@@ -97,10 +115,11 @@ enum class ChatDialect {
   Glm,    // GLM-4.7 / GLM-5 / GLM-5.1
   Glm45,  // GLM-4.5 / GLM-4.5-Air / GLM-4.6
   Qwen3,  // Qwen3 (hybrid thinking): Qwen3-30B-A3B, Qwen3-235B-A22B, ...
+  DeepSeek3,  // DeepSeek-V3 / V3-0324
   Raw,    // no template: messages' contents are concatenated (test models)
 };
 
-// The --chat-template name of a dialect: "glm", "glm45", "qwen3" or "raw".
+// The --chat-template name of a dialect: "glm", "glm45", "qwen3", "deepseek3" or "raw".
 const char* chat_dialect_name(ChatDialect d);
 
 struct ChatTemplate {
@@ -156,6 +175,19 @@ ParsedOutput parse_glm_output(std::string_view text, bool reasoning_open, const 
 // ignored; arguments given as a JSON string holding an object are decoded);
 // a block that is not such an object is kept as content.
 ParsedOutput parse_qwen3_output(std::string_view text, bool reasoning_open);
+
+// DeepSeek's output: reasoning as for GLM (R1-style <think> blocks); the
+// calls are a <｜tool▁calls▁begin｜>...<｜tool▁calls▁end｜> block of
+// <｜tool▁call▁begin｜>TYPE<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
+// (DeepSeek-V3) or <｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>
+// (V3.1's form) calls, ARGS a JSON object (or a JSON string holding one). The
+// block may end with the output (the end-of-sentence token stops it); a call
+// that is malformed or unterminated is kept as content.
+ParsedOutput parse_deepseek3_output(std::string_view text, bool reasoning_open);
+
+// The text that opens a tool-call block in `dialect`'s output (streaming
+// holds back text from it on): "<tool_call>", or DeepSeek's "<｜tool▁calls▁begin｜>".
+std::string_view tool_call_open_tag(ChatDialect dialect);
 
 // The parser of `dialect` (Raw: all content).
 ParsedOutput parse_chat_output(ChatDialect dialect, std::string_view text, bool reasoning_open,

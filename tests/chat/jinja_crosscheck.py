@@ -8,7 +8,8 @@ template the way `strata run` does and renders conversations with strata's rende
 renders the same conversations with Jinja2 as transformers' apply_chat_template does (sandboxed,
 trim_blocks, lstrip_blocks, loopcontrols, its tojson filter) from DIR's template (chat_template.jinja,
 or tokenizer_config.json "chat_template"; default DIR: models/glm5-strata-tiny; the Qwen3 and GLM-4.5/4.6/4.7
-templates are under tests/fixtures/templates/), and asserts that every rendering is byte-identical.  The conversations: the ones the C++ unit tests use, then N seeded random
+templates are under tests/fixtures/templates/; bos_token and eos_token from tokenizer_config.json, as transformers
+passes them), and asserts that every rendering is byte-identical.  The conversations: the ones the C++ unit tests use, then N seeded random
 ones (system messages, tools, tool calls with nested arguments, tool results, consecutive ones
 included, multi-turn reasoning with reasoning_content or <think> inside the content, thinking on /
 off / unset, clear_thinking, tool results sent as user text, a user's /nothink, odd whitespace and
@@ -191,14 +192,15 @@ def features(case):
     if case.get("enable_thinking") is not False and case.get("add_generation_prompt"):
         f.add("thinking on")
     reasoned = [i for i, m in enumerate(msgs) if m["role"] == "assistant" and
-                (m.get("reasoning_content") or "</think>" in m.get("content", ""))]
+                (m.get("reasoning_content") or "</think>" in (m.get("content") or ""))]
     if any(i < last_user for i in reasoned) and roles.count("user") > 1:
         f.add("multi-turn with earlier reasoning")
     if any(i > last_user for i in reasoned):
         f.add("reasoning after the last user message")
     if case.get("clear_thinking") is False and any(i < last_user for i in reasoned):
         f.add("clear_thinking false")
-    if any(m["role"] == "assistant" and "reasoning_content" not in m and "</think>" in m["content"] for m in msgs):
+    if any(m["role"] == "assistant" and "reasoning_content" not in m and "</think>" in (m["content"] or "")
+           for m in msgs):
         f.add("reasoning inside the content")
     if any(m["role"] == "user" and m["content"].startswith("<tool_response>") and
            m["content"].endswith("</tool_response>") for m in msgs):
@@ -218,6 +220,42 @@ def load_template(model_dir):
     if isinstance(ct, list):
         ct = next((e["template"] for e in ct if e.get("name") == "default"), ct[0]["template"])
     return ct
+
+
+def special_tokens(model_dir):
+    """bos_token / eos_token of tokenizer_config.json, which transformers passes to the template."""
+    p = os.path.join(model_dir, "tokenizer_config.json")
+    if not os.path.exists(p):
+        return {}
+    cfg = json.load(open(p, encoding="utf-8"))
+    out = {}
+    for k in ("bos_token", "eos_token"):
+        v = cfg.get(k)
+        if isinstance(v, dict):
+            v = v.get("content")
+        if isinstance(v, str):
+            out[k] = v
+    return out
+
+
+def as_openai_calls(case, rng):
+    """The conversation as an OpenAI client sends it, for templates that need that form (DeepSeek's): each call
+    {"type": "function", "function": {"name", "arguments": JSON text}}, and null content beside tool calls when
+    there is no text and in most other messages with calls (the template renders the calls only then)."""
+    msgs = []
+    for m in case["messages"]:
+        m = dict(m)
+        if m.get("tool_calls"):
+            calls = []
+            for tc in m["tool_calls"]:
+                f = tc.get("function", tc)
+                calls.append({"id": tc.get("id", "call_0"), "type": "function",
+                              "function": {"name": f["name"], "arguments": json.dumps(f["arguments"], ensure_ascii=False)}})
+            m["tool_calls"] = calls
+            if not m.get("content") or rng.random() < 0.7:
+                m["content"] = None
+        msgs.append(m)
+    return dict(case, messages=msgs)
 
 
 def jinja_renderer(source):
@@ -255,8 +293,13 @@ def main():
 
     rng = random.Random(args.seed)
     cases = FIXED + [conversation(rng) for _ in range(args.cases)]
-    render = jinja_renderer(load_template(args.model))
-    want = [render(c) for c in cases]
+    source = load_template(args.model)
+    deepseek = "<｜tool▁sep｜>" in source
+    if deepseek:  # arguments are concatenated as text, so they must be strings
+        cases = [as_openai_calls(c, rng) for c in cases]
+    render = jinja_renderer(source)
+    tokens = special_tokens(args.model)
+    want = [render(dict(tokens, **c)) for c in cases]
     if args.print:
         for i, w in enumerate(want):
             print(i, json.dumps(w, ensure_ascii=False))
@@ -277,6 +320,11 @@ def main():
               "clear_thinking false", "reasoning inside the content", "tool result as user text", "user /nothink"]
     print(f"{len(cases)} conversations ({len(FIXED)} fixed, {args.cases} random, seed {args.seed}); covered: " +
           ", ".join(f"{f} {covered.get(f, 0)}" for f in needed))
+    if deepseek:  # the template's own paths: a call block opened, a later call closing one, tool outputs
+        for mark in ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁outputs▁begin｜>"):
+            covered[mark] = sum(mark in w for w in want)
+            needed.append(mark)
+        print("DeepSeek renderings with " + ", ".join(f"{m} {covered[m]}" for m in needed[-3:]))
     thin = [f for f in needed if covered.get(f, 0) < min(5, max(1, args.cases // 50))]
     if thin:
         sys.exit(f"FAIL: the random conversations cover too little of: {thin}")

@@ -3,7 +3,7 @@
 // (server/openai_request.h) and rendered with the repository's GLM template
 // (models/glm5-strata-tiny), then tokenized; the content of the last message
 // is also parsed as model output (parse_glm_output) with the request's tools.
-// The same messages are rendered and parsed in the GLM-4.5 and Qwen3 dialects.
+// The same messages are rendered and parsed in the GLM-4.5, Qwen3 and DeepSeek-V3 dialects.
 #include "core/error.h"
 #include "fuzz_util.h"
 #include "server/openai_request.h"
@@ -24,7 +24,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)tok.encode(prompt, false);
     if (!r.messages.empty())
       (void)parse_glm_output(r.messages.back().content, tmpl.opens_reasoning(r.render), r.tools);
-    for (const ChatDialect d : {ChatDialect::Glm45, ChatDialect::Qwen3}) {
+    for (const ChatDialect d : {ChatDialect::Glm45, ChatDialect::Qwen3, ChatDialect::DeepSeek3}) {
       ChatTemplate other;
       other.dialect = d;
       try {
