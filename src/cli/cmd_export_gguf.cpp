@@ -3,12 +3,16 @@
 // independent implementation (docs/llama-cpp-crosscheck.md). One llama.cpp
 // architecture per strata family:
 //
-//   glm_moe_dsa -> glm-dsa, qwen3_moe -> qwen3moe, glm4_moe -> glm4moe.
+//   glm_moe_dsa -> glm-dsa, deepseek_v3 -> deepseek2, qwen3_moe -> qwen3moe,
+//   glm4_moe -> glm4moe.
 //
-// glm-dsa follows llama.cpp's own converter for GlmMoeDsaForCausalLM
-// (DeepseekV2-derived): kv_b_proj is split per head into attn_k_b (stored
-// transposed, [H, kv_lora, nope]) and attn_v_b ([H, v, kv_lora]); the
-// per-layer indexer schedule goes in attention.indexer.types. The two GQA
+// The two MLA families follow llama.cpp's own converter for
+// DeepseekV2/V3ForCausalLM (and GlmMoeDsaForCausalLM, derived from it):
+// kv_b_proj is split per head into attn_k_b (stored transposed,
+// [H, kv_lora, nope]) and attn_v_b ([H, v, kv_lora]). glm-dsa adds the
+// per-layer indexer schedule (attention.indexer.types); deepseek2 adds YaRN
+// rope scaling (see yarn_metadata for how its two magnitude factors map onto
+// llama.cpp's keys). The two GQA
 // families store q/k/v/o as they are (plus q/k norms and q/k/v biases where
 // the checkpoint has them). In every family routed experts are stacked into
 // one 3-D tensor per projection and layer, the router bias is
@@ -53,7 +57,7 @@ namespace strata::cli {
 namespace {
 
 // The llama.cpp architecture a strata family is written as.
-enum class GgufArch { GlmDsa, Qwen3Moe, Glm4Moe };
+enum class GgufArch { GlmDsa, Deepseek2, Qwen3Moe, Glm4Moe };
 
 struct ExportOptions {
   std::string model_dir;
@@ -135,18 +139,21 @@ class Exporter {
   std::string key(const char* suffix) const { return std::string(arch_name_) + "." + suffix; }
   static std::string blk(int64_t i, const char* suffix) { return "blk." + std::to_string(i) + "." + suffix; }
   static std::string hf(int64_t i, const char* suffix) { return "model.layers." + std::to_string(i) + "." + suffix; }
+  bool mla() const { return arch_ == GgufArch::GlmDsa || arch_ == GgufArch::Deepseek2; }
 
   void validate() {
     const std::string origin = ck_.dir() + "/config.json";
     if (c_.model_type == "glm_moe_dsa") {
       arch_ = GgufArch::GlmDsa, arch_name_ = "glm-dsa";
+    } else if (c_.model_type == "deepseek_v3") {
+      arch_ = GgufArch::Deepseek2, arch_name_ = "deepseek2";
     } else if (c_.model_type == "qwen3_moe") {
       arch_ = GgufArch::Qwen3Moe, arch_name_ = "qwen3moe";
     } else if (c_.model_type == "glm4_moe") {
       arch_ = GgufArch::Glm4Moe, arch_name_ = "glm4moe";
     } else {
-      fail("{}: export-gguf supports model_type \"glm_moe_dsa\", \"qwen3_moe\" and \"glm4_moe\"; \"{}\" is not "
-           "exported yet",
+      fail("{}: export-gguf supports model_type \"glm_moe_dsa\", \"deepseek_v3\", \"qwen3_moe\" and "
+           "\"glm4_moe\"; \"{}\" is not exported yet",
            origin, c_.model_type);
     }
     if (arch_ == GgufArch::Qwen3Moe) {
@@ -164,10 +171,11 @@ class Exporter {
              origin, i, lead_dense_, arch_name_);
     if (lead_dense_ == c_.num_hidden_layers)
       fail("{}: every layer is dense; llama.cpp's {} expects MoE layers", origin, arch_name_);
-    if (arch_ == GgufArch::GlmDsa && c_.n_shared_experts < 1)
-      fail("{}: n_shared_experts = 0; llama.cpp's glm-dsa graph always runs a shared expert", origin);
-    if (arch_ == GgufArch::Glm4Moe && c_.n_group > 1 && c_.n_routed_experts % c_.n_group != 0)
+    if (mla() && c_.n_shared_experts < 1)
+      fail("{}: n_shared_experts = 0; llama.cpp's {} graph always runs a shared expert", origin, arch_name_);
+    if (arch_ != GgufArch::GlmDsa && c_.n_group > 1 && c_.n_routed_experts % c_.n_group != 0)  // glm4moe, deepseek2
       fail("{}: n_routed_experts {} is not a multiple of n_group {}", origin, c_.n_routed_experts, c_.n_group);
+    if (arch_ == GgufArch::Deepseek2) validate_yarn(origin);
     const std::string mtp_probe = hf(c_.num_hidden_layers, "eh_proj.weight");
     with_mtp_ = !opt_.no_mtp && c_.num_nextn_predict_layers > 0 && ck_.has(mtp_probe);
     if (!opt_.no_mtp && c_.num_nextn_predict_layers > 0 && !with_mtp_ && !opt_.quiet)
@@ -178,6 +186,21 @@ class Exporter {
                    "strata: warning: index_head_dim %lld is not a multiple of 64; llama.cpp's glm-dsa graph "
                    "multiplies the indexer q/k by a 64x64-or-larger Hadamard matrix and aborts at context creation\n",
                    static_cast<long long>(c_.index_head_dim));
+  }
+
+  // llama.cpp's deepseek2 reads no YaRN beta (it always uses beta_fast 32,
+  // beta_slow 1), and with factor 1 (ln f = 0) its softmax multiplier is the
+  // rotary one squared (see yarn_metadata).
+  void validate_yarn(const std::string& origin) const {
+    if (!c_.rope_yarn) return;
+    if (c_.yarn_beta_fast != 32.0 || c_.yarn_beta_slow != 1.0)
+      fail("{}: rope_scaling.beta_fast / beta_slow = {} / {}; llama.cpp's deepseek2 always uses 32 / 1", origin,
+           c_.yarn_beta_fast, c_.yarn_beta_slow);
+    if (std::log(c_.yarn_factor) == 0.0 &&
+        std::fabs(std::sqrt(c_.softmax_scale_mult) - c_.rope_attention_factor) > 1e-6f * c_.rope_attention_factor)
+      fail("{}: rope_scaling.factor 1 with a softmax scale of {} and a rotary scale of {}; llama.cpp's deepseek2 "
+           "cannot express that combination",
+           origin, c_.softmax_scale_mult, c_.rope_attention_factor);
   }
 
   // llama.cpp's qwen3moe: softmax router renormalised over the top-k, no
@@ -212,7 +235,7 @@ class Exporter {
                            : mat_type_ == GgmlType::Q8_0 ? 7u
                                                          : 32u;
     w_.add_u32("general.file_type", ftype);
-    if (arch_ != GgufArch::GlmDsa) {
+    if (!mla()) {
       gqa_metadata();
       return;
     }
@@ -241,12 +264,24 @@ class Exporter {
     w_.add_u32(key("expert_count"), static_cast<uint32_t>(c_.n_routed_experts));
     w_.add_u32(key("expert_used_count"), static_cast<uint32_t>(c_.num_experts_per_tok));
     w_.add_u32(key("expert_shared_count"), static_cast<uint32_t>(c_.n_shared_experts));
-    w_.add_u32(key("expert_group_count"), static_cast<uint32_t>(c_.n_group));
-    w_.add_u32(key("expert_group_used_count"), static_cast<uint32_t>(c_.topk_group));
+    if (arch_ == GgufArch::GlmDsa) {
+      w_.add_u32(key("expert_group_count"), static_cast<uint32_t>(c_.n_group));
+      w_.add_u32(key("expert_group_used_count"), static_cast<uint32_t>(c_.topk_group));
+    } else {
+      expert_groups();
+    }
     w_.add_f32(key("expert_weights_scale"), c_.routed_scaling_factor);
     w_.add_bool(key("expert_weights_norm"), c_.norm_topk_prob);
     w_.add_u32(key("expert_gating_func"), 2);  // LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
+    if (arch_ == GgufArch::GlmDsa)
+      indexer_metadata();
+    else
+      yarn_metadata();
+    if (with_mtp_) w_.add_u32(key("nextn_predict_layers"), static_cast<uint32_t>(c_.num_nextn_predict_layers));
+  }
 
+  // glm-dsa's DSA indexer.
+  void indexer_metadata() {
     w_.add_u32(key("attention.indexer.head_count"), static_cast<uint32_t>(c_.index_n_heads));
     w_.add_u32(key("attention.indexer.key_length"), static_cast<uint32_t>(c_.index_head_dim));
     w_.add_u32(key("attention.indexer.top_k"), static_cast<uint32_t>(c_.index_topk));
@@ -254,7 +289,6 @@ class Exporter {
     // Written even when every layer is full: without it llama.cpp guesses the
     // schedule from the context length.
     w_.add_array_bool(key("attention.indexer.types"), c_.layer_indexer_full);
-    if (with_mtp_) w_.add_u32(key("nextn_predict_layers"), static_cast<uint32_t>(c_.num_nextn_predict_layers));
   }
 
   // qwen3moe / glm4moe: plain GQA heads (key_length = value_length =
@@ -281,16 +315,42 @@ class Exporter {
     w_.add_u32(key("expert_feed_forward_length"), static_cast<uint32_t>(c_.moe_intermediate_size));
     w_.add_u32(key("leading_dense_block_count"), static_cast<uint32_t>(lead_dense_));
     w_.add_u32(key("expert_shared_count"), static_cast<uint32_t>(c_.n_shared_experts));
-    // Group selection only when it can drop a group (llama.cpp asserts
-    // 0 < used < count when count > 1; keeping every group selects as no groups).
-    if (c_.n_group > 1 && c_.topk_group < c_.n_group) {
-      w_.add_u32(key("expert_group_count"), static_cast<uint32_t>(c_.n_group));
-      w_.add_u32(key("expert_group_used_count"), static_cast<uint32_t>(c_.topk_group));
-    }
+    expert_groups();
     w_.add_f32(key("expert_weights_scale"), c_.routed_scaling_factor);
     w_.add_bool(key("expert_weights_norm"), c_.norm_topk_prob);
     w_.add_u32(key("expert_gating_func"), 2);  // LLAMA_EXPERT_GATING_FUNC_TYPE_SIGMOID
     if (with_mtp_) w_.add_u32(key("nextn_predict_layers"), static_cast<uint32_t>(c_.num_nextn_predict_layers));
+  }
+
+  // Group-limited routing (glm4moe, deepseek2): written only when it can drop
+  // a group (llama.cpp asserts 0 < used < count when count > 1; keeping every
+  // group selects as no groups).
+  void expert_groups() {
+    if (c_.n_group > 1 && c_.topk_group < c_.n_group) {
+      w_.add_u32(key("expert_group_count"), static_cast<uint32_t>(c_.n_group));
+      w_.add_u32(key("expert_group_used_count"), static_cast<uint32_t>(c_.topk_group));
+    }
+  }
+
+  // deepseek2's YaRN. strata (as transformers) multiplies the rotary cos/sin
+  // by A = rope_attention_factor and the softmax scale 1/sqrt(qk_head_dim) by
+  // S = softmax_scale_mult. llama.cpp's deepseek2, with f = factor and
+  // m = yarn_log_multiplier / 0.1, multiplies cos/sin by rope.scaling.attn_factor
+  // (R, default 1; its own mscale ratio is 1 for this architecture) and the
+  // softmax scale by (R * (1 + 0.1 m ln f))^2. So R = A and
+  // 0.1 m = (sqrt(S) / A - 1) / ln f. For the released checkpoints
+  // (mscale = mscale_all_dim) A = 1 and this is 0.1 * mscale_all_dim, which is
+  // what llama.cpp's own converter writes.
+  void yarn_metadata() {
+    if (!c_.rope_yarn) return;
+    w_.add_string(key("rope.scaling.type"), "yarn");
+    w_.add_f32(key("rope.scaling.factor"), static_cast<float>(c_.yarn_factor));
+    w_.add_u32(key("rope.scaling.original_context_length"), static_cast<uint32_t>(c_.yarn_original_context));
+    const double A = c_.rope_attention_factor, ln_f = std::log(c_.yarn_factor);
+    if (A != 1.0) w_.add_f32(key("rope.scaling.attn_factor"), static_cast<float>(A));
+    if (ln_f != 0.0)  // factor 1: validate_yarn checked that sqrt(S) = A
+      w_.add_f32(key("rope.scaling.yarn_log_multiplier"),
+                 static_cast<float>((std::sqrt(static_cast<double>(c_.softmax_scale_mult)) / A - 1.0) / ln_f));
   }
 
   void vocabulary() {
@@ -590,7 +650,7 @@ class Exporter {
     vec("output_norm.weight", "model.norm.weight", d);
     mat("output.weight", "lm_head.weight", c_.vocab_size, d);
     for (int64_t i = 0; i < blocks(); ++i) {
-      if (arch_ == GgufArch::GlmDsa)
+      if (mla())
         layer(i);
       else
         gqa_layer(i);
@@ -634,8 +694,8 @@ void add_export_gguf_command(CLI::App& app, Runner& run) {
   auto opt = std::make_shared<ExportOptions>();
   CLI::App* cmd = app.add_subcommand(
       "export-gguf",
-      "Convert a checkpoint to a GGUF file for llama.cpp (glm_moe_dsa -> glm-dsa, qwen3_moe -> qwen3moe, "
-      "glm4_moe -> glm4moe)");
+      "Convert a checkpoint to a GGUF file for llama.cpp (glm_moe_dsa -> glm-dsa, deepseek_v3 -> deepseek2, "
+      "qwen3_moe -> qwen3moe, glm4_moe -> glm4moe)");
   cmd->add_option("--model", opt->model_dir, "Checkpoint directory (config.json + safetensors)")->required();
   cmd->add_option("--out", opt->out_path, "Output .gguf file (written atomically)")->required();
   cmd->add_option("--type", opt->type,

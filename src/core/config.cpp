@@ -315,6 +315,8 @@ void parse_deepseek_rope(const Reader& r, ModelConfig& c) {
     c.yarn_factor = factor;
     c.yarn_low = std::max(std::floor(correction_dim(beta_fast)), 0.0);
     c.yarn_high = std::min(std::ceil(correction_dim(beta_slow)), d - 1.0);
+    c.yarn_original_context = orig;
+    c.yarn_beta_fast = beta_fast, c.yarn_beta_slow = beta_slow;
     c.rope_attention_factor = static_cast<float>(attention_factor);
     if (mscale_all != 0.0) {
       const double m = yarn_mscale(factor, mscale_all);

@@ -75,6 +75,9 @@ struct ModelConfig {
   bool rope_yarn = false;
   double yarn_factor = 1.0;
   double yarn_low = 0.0, yarn_high = 0.0;
+  // The inputs of that range, kept for export-gguf (llama.cpp recomputes it).
+  int64_t yarn_original_context = 0;
+  double yarn_beta_fast = 32.0, yarn_beta_slow = 1.0;
   float rope_attention_factor = 1.0f;
   // Multiplies the attention softmax scale 1/sqrt(qk_head_dim): YaRN's
   // mscale(factor, mscale_all_dim)^2 (deepseek_v3); exactly 1 elsewhere.

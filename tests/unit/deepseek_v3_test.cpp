@@ -5,13 +5,15 @@
 // fixture dsv3-tiny-bf16, whose 48 positions run past the original context
 // of 32): teacher forcing, logits, MTP, greedy continuation, batch / thread
 // invariance, the YaRN parameters of the released configs, and the family's
-// config refusals.
+// config refusals; export-gguf of the family (its deepseek2 layout is checked
+// in gguf_writer_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 
 #include "core/io.h"
 #include "core/json.h"
@@ -331,19 +333,38 @@ TEST(Dsv3Config, YarnAnglesBlendTheFrequencies) {
   }
 }
 
-TEST(Dsv3Config, ExportGgufRefusesTheFamilyByName) {
-  // llama.cpp's deepseek2 GGUF layout is not written yet: refused, not half-written.
-  if (!std::filesystem::exists(fixture_dir() + "/config.json")) GTEST_SKIP() << "fixture missing";
-  const std::string out = ::testing::TempDir() + "/dsv3-export.gguf";
-  const std::string cmd = std::string(STRATA_BINARY) + " export-gguf --model " + fixture_dir() + " --out " + out +
-                          " 2>&1";
+// Runs `strata export-gguf` on `model`; returns its exit status and output.
+int export_gguf(const std::string& model, const std::string& out, std::string& text) {
+  const std::string cmd = std::string(STRATA_BINARY) + " export-gguf --model " + model + " --out " + out + " 2>&1";
   FILE* f = popen(cmd.c_str(), "r");
-  ASSERT_NE(f, nullptr);
-  std::string text;
+  if (!f) return -1;
   char buf[512];
   while (size_t k = fread(buf, 1, sizeof buf, f)) text.append(buf, k);
-  EXPECT_NE(pclose(f), 0);
-  EXPECT_THAT(text, HasSubstr("\"deepseek_v3\" is not exported yet"));
+  return pclose(f);
+}
+
+TEST(Dsv3Config, ExportGgufWritesDeepseek2AndRefusesYarnBetasLlamaCppIgnores) {
+  // The fixture exports as llama.cpp's deepseek2 (gguf_writer_test.cpp checks
+  // the layout and the YaRN keys; ctest llama_cpp_crosscheck_dsv3-tiny-bf16
+  // runs it). llama.cpp's deepseek2 reads no YaRN beta and always uses 32 / 1:
+  // a config with other betas is refused by name, not written wrong.
+  if (!std::filesystem::exists(fixture_dir() + "/config.json")) GTEST_SKIP() << "fixture missing";
+  const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "dsv3-export-yarn";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::string text;
+  const std::string ok = (dir / "ok.gguf").string();
+  EXPECT_EQ(export_gguf(fixture_dir(), ok, text), 0) << text;
+  EXPECT_TRUE(std::filesystem::exists(ok));
+
+  Json cfg = dsv3_config();
+  cfg["rope_scaling"]["beta_fast"] = 16;
+  std::ofstream(dir / "config.json") << cfg.dump();
+  std::filesystem::create_symlink(fixture_dir() + "/model.safetensors", dir / "model.safetensors");
+  const std::string out = (dir / "x.gguf").string();
+  text.clear();
+  EXPECT_NE(export_gguf(dir.string(), out, text), 0);
+  EXPECT_THAT(text, AllOf(HasSubstr("beta_fast"), HasSubstr("deepseek2")));
   EXPECT_FALSE(std::filesystem::exists(out));
 }
 

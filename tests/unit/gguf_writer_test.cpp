@@ -547,6 +547,77 @@ TEST_F(ExportGgufTest, Glm4FixturesHaveTheGlm4moeLayout) {
   }
 }
 
+// deepseek2: the MLA layout of glm-dsa without indexer keys or tensors, the
+// expert groups, and YaRN in llama.cpp's terms. llama.cpp's deepseek2 scales
+// the rotary cos/sin by R = rope.scaling.attn_factor and the softmax scale by
+// (R * (1 + 0.1 m ln f))^2 with m = yarn_log_multiplier / 0.1; transformers
+// by mscale(f, mscale) / mscale(f, mscale_all_dim) and mscale(f, mscale_all_dim)^2,
+// computed here from the fixture's config.json.
+TEST_F(ExportGgufTest, Dsv3FixtureHasTheDeepseek2Layout) {
+  const std::string fx = fixture("dsv3-tiny-bf16");
+  if (fx.empty()) GTEST_SKIP() << "tests/fixtures/dsv3-tiny-bf16 not present";
+  const std::string out = path("d.gguf");
+  ASSERT_EQ(run_export(fx, out), 0) << stderr_text();
+  ParsedFile f = parse(out);
+  const ModelConfig c = load_model_config(fx);
+  const int64_t L = c.num_hidden_layers;
+  auto f32 = [&](const std::string& k) { return std::get<double>(f.kv.at(k).values.at(0)); };
+  EXPECT_EQ(std::get<std::string>(f.kv.at("general.architecture").values[0]), "deepseek2");
+  EXPECT_EQ(kv_u(f, "deepseek2.block_count"), static_cast<uint64_t>(L + 1));
+  EXPECT_EQ(kv_u(f, "deepseek2.nextn_predict_layers"), 1u);
+  EXPECT_EQ(kv_u(f, "deepseek2.leading_dense_block_count"), 1u);
+  EXPECT_EQ(kv_u(f, "deepseek2.attention.head_count_kv"), 1u);
+  EXPECT_EQ(kv_u(f, "deepseek2.attention.key_length"), static_cast<uint64_t>(c.kv_lora_rank + c.qk_rope_head_dim));
+  EXPECT_EQ(kv_u(f, "deepseek2.attention.value_length"), static_cast<uint64_t>(c.kv_lora_rank));
+  EXPECT_EQ(kv_u(f, "deepseek2.attention.key_length_mla"), static_cast<uint64_t>(c.qk_head_dim()));
+  EXPECT_EQ(kv_u(f, "deepseek2.attention.value_length_mla"), static_cast<uint64_t>(c.v_head_dim));
+  EXPECT_EQ(kv_u(f, "deepseek2.attention.q_lora_rank"), static_cast<uint64_t>(c.q_lora_rank));
+  EXPECT_EQ(kv_u(f, "deepseek2.attention.kv_lora_rank"), static_cast<uint64_t>(c.kv_lora_rank));
+  EXPECT_EQ(kv_u(f, "deepseek2.rope.dimension_count"), static_cast<uint64_t>(c.qk_rope_head_dim));
+  EXPECT_EQ(kv_u(f, "deepseek2.expert_shared_count"), 1u);
+  EXPECT_EQ(kv_u(f, "deepseek2.expert_group_count"), 4u);
+  EXPECT_EQ(kv_u(f, "deepseek2.expert_group_used_count"), 2u);
+  EXPECT_EQ(kv_u(f, "deepseek2.expert_gating_func"), 2u);
+  EXPECT_TRUE(std::get<bool>(f.kv.at("deepseek2.expert_weights_norm").values.at(0)));
+  EXPECT_FLOAT_EQ(static_cast<float>(f32("deepseek2.expert_weights_scale")), 2.5f);
+  for (const auto& kv : f.kv) EXPECT_EQ(kv.first.find("indexer"), std::string::npos) << kv.first;
+
+  const Json raw = parse_json(read_small_file(fx + "/config.json", 1 << 20), "config.json");
+  const Json& rs = raw.at("rope_scaling");
+  const double fac = rs.at("factor").get<double>();
+  auto mscale = [&](double m) { return 0.1 * m * std::log(fac) + 1.0; };
+  const double rot = mscale(rs.at("mscale").get<double>()) / mscale(rs.at("mscale_all_dim").get<double>());
+  const double soft = std::pow(mscale(rs.at("mscale_all_dim").get<double>()), 2);
+  ASSERT_GT(std::fabs(rot - 1.0), 0.01);  // the fixture makes the two factors differ
+  EXPECT_EQ(std::get<std::string>(f.kv.at("deepseek2.rope.scaling.type").values[0]), "yarn");
+  EXPECT_FLOAT_EQ(static_cast<float>(f32("deepseek2.rope.scaling.factor")), static_cast<float>(fac));
+  EXPECT_EQ(kv_u(f, "deepseek2.rope.scaling.original_context_length"),
+            rs.at("original_max_position_embeddings").get<uint64_t>());
+  const double R = f32("deepseek2.rope.scaling.attn_factor");
+  const double m = f32("deepseek2.rope.scaling.yarn_log_multiplier") / 0.1;
+  EXPECT_NEAR(R, rot, 1e-6);
+  EXPECT_NEAR(std::pow(R * (1.0 + 0.1 * m * std::log(fac)), 2), soft, 1e-5);
+
+  // Tensors: dense layer 0, MoE layers with router bias and shared expert,
+  // the MTP block with its nextn tensors (this checkpoint has no own
+  // embedding or head), no indexer anywhere.
+  for (int64_t i = 0; i <= L; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    for (const char* n : {"attn_q_a.weight", "attn_q_a_norm.weight", "attn_q_b.weight", "attn_kv_a_mqa.weight",
+                          "attn_kv_a_norm.weight", "attn_k_b.weight", "attn_v_b.weight", "attn_output.weight",
+                          "ffn_norm.weight"})
+      EXPECT_NE(find_tensor(f, b + n), nullptr) << b << n;
+    EXPECT_EQ(find_tensor(f, b + "attn_kv_b.weight"), nullptr) << i;
+    EXPECT_EQ(find_tensor(f, b + "ffn_gate.weight") != nullptr, i == 0) << i;
+    EXPECT_EQ(find_tensor(f, b + "exp_probs_b.bias") != nullptr, i > 0) << i;
+    EXPECT_EQ(find_tensor(f, b + "ffn_down_shexp.weight") != nullptr, i > 0) << i;
+    EXPECT_EQ(find_tensor(f, b + "nextn.eh_proj.weight") != nullptr, i == L) << i;
+    EXPECT_EQ(find_tensor(f, b + "nextn.shared_head_norm.weight") != nullptr, i == L) << i;
+    EXPECT_EQ(find_tensor(f, b + "nextn.embed_tokens.weight"), nullptr) << i;
+  }
+  for (const ParsedTensor& t : f.tensors) EXPECT_EQ(t.name.find("indexer"), std::string::npos) << t.name;
+}
+
 // The test reader itself (tests/unit/gguf_reader.h) refuses bad files with an
 // error instead of reading past its buffer or dividing by zero: inputs found
 // by tests/fuzz/fuzz_gguf (tests/fuzz/corpus/gguf/crash-*).

@@ -295,8 +295,7 @@ TEST(Glm4Config, DefaultsAndRopeParametersFollowTransformers) {
 
 TEST(Glm4Config, ExportGgufRefusesAnUnsupportedFamilyByName) {
   // glm4_moe exports (gguf_writer_test.cpp checks its layout); a family strata
-  // does not run, such as gpt_oss, is refused by name, not half-written (the
-  // deepseek_v3 export refusal is Dsv3Config's).
+  // does not run, such as gpt_oss, is refused by name, not half-written.
   if (!std::filesystem::exists(fixture_dir() + "/config.json")) GTEST_SKIP() << "fixture missing";
   const std::filesystem::path dir = std::filesystem::path(::testing::TempDir()) / "dsv3-export";
   std::filesystem::create_directories(dir);
