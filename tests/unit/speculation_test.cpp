@@ -755,7 +755,8 @@ void feed_forwards(Speculator& s, double per_row, double bytes_per_row, double n
 // The controller's arithmetic on synthetic measurements. (a) High
 // acceptance and a cheap verify: it drafts. (b) The same compute, acceptance
 // ~60%, but every verified row reads as many expert bytes again at a slow
-// disk (10 ns/byte): off; the same without the bytes: on. (c) Per-position
+// disk (10 ns/byte): off; the same without the bytes: on; and off when the
+// disk slowed down after the wide forwards were last measured. (c) Per-position
 // acceptance that falls off after two drafts: the k chosen is the one with
 // the best expected tokens per unit of time, checked against brute force
 // over every k from the controller's estimates, and it is the optimum of the
@@ -792,6 +793,18 @@ TEST(Speculation, AutoChoosesKByExpectedRateWithExpertBytes) {
       }
     EXPECT_NEAR(s.forward_bytes(5), 5e6, 1.0);
     EXPECT_NEAR(s.forward_ns(5), 1e6 + 5e7, 1e3);
+  }
+  {
+    // (b''): the wide forwards were measured while reads were fast (1 ns/byte); since then the disk
+    // slowed to 10 ns/byte and only one-row forwards ran. Their stale times alone would make a
+    // 5-row verify look no dearer than a one-row forward now; the bytes repriced at the measured
+    // rate keep it ~4.6x dearer, and 60% acceptance does not pay for that.
+    Speculator s(o, false, 0.1);
+    feed_forwards(s, 0.05, 1e6, 1.0);
+    for (int i = 0; i < 300; ++i) s.record_forward(1, static_cast<uint64_t>(1e6 + 1e7), 1000000, 10000000);
+    feed_position_acceptance(s, {0.6, 0.6, 0.6, 0.6}, 400);
+    EXPECT_NEAR(s.forward_ns(5) / s.forward_ns(1), (1.2e6 + 5e7) / 11e6, 0.1);
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 0);
   }
   {  // (c)
     const std::array<double, 4> truth = {0.95, 0.9, 0.1, 0.2};
