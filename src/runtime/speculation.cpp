@@ -9,6 +9,7 @@ namespace {
 constexpr double kDecay = 0.98;       // acceptance counts: an effective window of ~50 verified positions
 constexpr double kPriorSlope = 0.10;  // an unmeasured extra row: 10% of a forward (optimistic, so it is tried)
 constexpr uint64_t kExplore = 64;     // auto: every 64th plan that drafts nothing verifies one draft anyway
+constexpr uint32_t kMeasureFirst = 4;  // auto: ... and so does each plan until a one-row-wider forward was measured 4 times
 // An unmeasured extra row's expert bytes: as many as a row of the nearest
 // measured forward (no experts shared between rows: pessimistic, so streaming
 // does not look free before it was measured; exploring measures it).
@@ -229,8 +230,12 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
       const double v = value(forced, DraftSource::Mtp, m);
       if (v > best_v) best_v = v, best = {DraftSource::Mtp, m};
     }
-  if (best.count == 0 && (ngram > 0 || (mtp && room > 0)) && plans_ % kExplore == 0) {
-    // Costs are measured only where drafts are verified: look again now and then.
+  // Costs are measured only where drafts are verified: look again now and
+  // then, and measure a forward one row wider than this step's before its
+  // cost is trusted (the priors then only fill in the rest).
+  const size_t wider = static_cast<size_t>(std::min<int64_t>(base_ + forced + 1, kMaxRows));
+  if (best.count == 0 && (ngram > 0 || (mtp && room > 0)) &&
+      (plans_ % kExplore == 0 || main_[wider].n < kMeasureFirst)) {
     const bool ng = ngram > 0 && (!mtp || acceptance(DraftSource::Ngram) >= acceptance(DraftSource::Mtp));
     best = {ng ? DraftSource::Ngram : DraftSource::Mtp, 1};
   }

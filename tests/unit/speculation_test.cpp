@@ -756,7 +756,8 @@ void feed_forwards(Speculator& s, double per_row, double bytes_per_row, double n
 // acceptance and a cheap verify: it drafts. (b) The same compute, acceptance
 // ~60%, but every verified row reads as many expert bytes again at a slow
 // disk (10 ns/byte): off; the same without the bytes: on; and off when the
-// disk slowed down after the wide forwards were last measured. (c) Per-position
+// disk slowed down after the wide forwards were last measured. (d) A wider
+// forward is measured before its prior is trusted. (c) Per-position
 // acceptance that falls off after two drafts: the k chosen is the one with
 // the best expected tokens per unit of time, checked against brute force
 // over every k from the controller's estimates, and it is the optimum of the
@@ -805,6 +806,18 @@ TEST(Speculation, AutoChoosesKByExpectedRateWithExpertBytes) {
     feed_position_acceptance(s, {0.6, 0.6, 0.6, 0.6}, 400);
     EXPECT_NEAR(s.forward_ns(5) / s.forward_ns(1), (1.2e6 + 5e7) / 11e6, 0.1);
     EXPECT_EQ(s.plan(0, 4, 4, false).count, 0);
+  }
+  {
+    // (d) Streaming, only one-row forwards measured: the wider forward's bytes are not assumed
+    // (the prior would say a row's experts again) -- the first plans verify one draft to measure
+    // it; once measured (rows share most experts here), the rate decides: 4 drafts.
+    Speculator s(o, false, 0.1);
+    for (int i = 0; i < 20; ++i) s.record_forward(1, static_cast<uint64_t>(11e6), 1000000, 10000000);
+    feed_position_acceptance(s, {0.9, 0.9, 0.9, 0.9}, 400);
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 1);
+    s.record_forward(2, static_cast<uint64_t>(12e6), 1100000, 11000000);
+    EXPECT_NEAR(s.forward_bytes(5), 1.4e6, 1.0);
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 4);
   }
   {  // (c)
     const std::array<double, 4> truth = {0.95, 0.9, 0.1, 0.2};
