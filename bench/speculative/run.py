@@ -3,7 +3,7 @@
 --spec off and each other mode, alternating within every repetition (off,
 ngram, mtp, auto, off, ...), on prose, code and JSON prompts. Prints per prompt
 and mode the median decode speed-up over off (ratios of the runs of one
-repetition), tokens per step and acceptance per source, from --stats-json.
+repetition), tokens per step and acceptance per source, from --stats-json, and the distribution of the drafts chosen per step.
 
   bench/speculative/run.py --strata build/strata --model models/glm5-strata-tiny
   bench/speculative/run.py --strata build/strata --model CONTAINER --engine-flags "--ram 0.5 --no-autopin"
@@ -72,17 +72,20 @@ def main():
         results[name] = {
             m: {"speedup_median": statistics.median(ratios[m]), "speedups": ratios[m],
                 "tokens_per_step": last[m]["tokens_per_step"], "acceptance": last[m]["acceptance"],
-                "sources": {s: f"{v['accepted']}/{v['drafted']}" for s, v in last[m]["sources"].items() if v["drafted"]}}
+                "sources": {s: f"{v['accepted']}/{v['drafted']}" for s, v in last[m]["sources"].items() if v["drafted"]},
+                "k_chosen": last[m].get("k_chosen", [])}
             for m in modes}
     if args.json:
         print(json.dumps(results))
         return
-    print(f"{'prompt':6} {'mode':6} {'speed-up':>9} {'tok/step':>9} {'accept':>7}  sources (accepted/drafted)")
+    print(f"{'prompt':6} {'mode':6} {'speed-up':>9} {'tok/step':>9} {'accept':>7}  sources (accepted/drafted); "
+          "k chosen (drafts:steps, last run)")
     for name, r in results.items():
         for m, x in r.items():
             src = ", ".join(f"{s} {v}" for s, v in x["sources"].items())
+            ks = " ".join(f"{k}:{n}" for k, n in enumerate(x["k_chosen"]) if n)
             print(f"{name:6} {m:6} {x['speedup_median']:8.2f}x {x['tokens_per_step']:9.2f} "
-                  f"{100 * x['acceptance']:6.1f}%  {src}")
+                  f"{100 * x['acceptance']:6.1f}%  {src}; k {ks}")
 
 
 if __name__ == "__main__":

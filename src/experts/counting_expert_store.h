@@ -21,6 +21,7 @@ class CountingExpertStore final : public ExpertStore {
   bool wants_prefetch() const override { return inner_.wants_prefetch(); }
   void prefetch(int64_t layer, std::span<const int32_t> experts) override { inner_.prefetch(layer, experts); }
   ExpertStoreStats stats() const override { return inner_.stats(); }
+  ExpertIo io() const override { return inner_.io(); }
   ExpertMemory memory() const override { return inner_.memory(); }
   std::string describe() const override { return inner_.describe(); }
   bool save_usage() const override { return inner_.save_usage(); }

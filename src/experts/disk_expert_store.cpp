@@ -830,6 +830,11 @@ ExpertStoreStats DiskExpertStore::stats() const {
   return s;
 }
 
+ExpertIo DiskExpertStore::io() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return {stats_.bytes_read + io_bytes_, stats_.read_ns + io_ns_};
+}
+
 // On the caller's thread, like acquire(): slots change hands only there.
 ExpertMemory DiskExpertStore::memory() const {
   uint64_t used = 0;

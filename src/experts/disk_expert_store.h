@@ -39,6 +39,7 @@ class DiskExpertStore final : public ExpertStore {
   void prefetch(int64_t layer, std::span<const int32_t> experts) override;
 
   ExpertStoreStats stats() const override;
+  ExpertIo io() const override;
   ExpertMemory memory() const override;
   uint64_t budget_bytes() const { return budget_; }
   uint64_t pinned_bytes() const { return pinned_bytes_; }

@@ -40,6 +40,13 @@ struct ExpertStoreStats {
   double hit_rate() const { return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 1.0; }
 };
 
+// The store's read counters alone (those of stats(), without the per-layer
+// detail): cheap enough to take around every forward.
+struct ExpertIo {
+  uint64_t bytes_read = 0;
+  uint64_t read_ns = 0;
+};
+
 // Where a store keeps experts (all zero for one that holds every expert resident).
 struct ExpertMemory {
   bool on_disk = false;
@@ -79,6 +86,7 @@ class ExpertStore {
   // Reporting: counters, memory tiers, a start-up line, and persisting what
   // the store learned (routing usage) when the engine closes.
   virtual ExpertStoreStats stats() const { return {}; }
+  virtual ExpertIo io() const { return {}; }  // no allocation, no per-layer walk
   virtual ExpertMemory memory() const { return {}; }
   virtual std::string describe() const { return "experts: resident"; }
   virtual bool save_usage() const { return true; }

@@ -69,6 +69,10 @@ bool Engine::has_mtp() const {
 Engine::~Engine() = default;
 
 void Engine::forward(std::span<const Row> rows, float* logits, float* hidden, int64_t prompt_rows) {
+  // Decode forwards feed the speculation controller their time and the
+  // expert bytes they read (streamed experts: a forward over more rows reads
+  // the union of their experts).
+  const ExpertIo io0 = prompt_rows == 0 ? heat_->io() : ExpertIo{};
   const uint64_t t0 = now_ns();
   runner_->forward(rows, o_.forward, logits, hidden);
   const uint64_t dt = now_ns() - t0;
@@ -76,7 +80,11 @@ void Engine::forward(std::span<const Row> rows, float* logits, float* hidden, in
   counts_.prompt_tokens += static_cast<uint64_t>(prompt_rows);
   counts_.decode_tokens += static_cast<uint64_t>(decode_rows);
   (prompt_rows > 0 ? counts_.prompt_ns : counts_.decode_ns) += dt;
-  if (prompt_rows == 0) spec_->record_forward(static_cast<int64_t>(rows.size()), dt);
+  if (prompt_rows == 0) {
+    const ExpertIo io1 = heat_->io();
+    spec_->record_forward(static_cast<int64_t>(rows.size()), dt, io1.bytes_read - io0.bytes_read,
+                          io1.read_ns - io0.read_ns);
+  }
 }
 
 void Engine::forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out) {

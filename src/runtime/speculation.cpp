@@ -9,6 +9,12 @@ namespace {
 constexpr double kDecay = 0.98;       // acceptance counts: an effective window of ~50 verified positions
 constexpr double kPriorSlope = 0.10;  // an unmeasured extra row: 10% of a forward (optimistic, so it is tried)
 constexpr uint64_t kExplore = 64;     // auto: every 64th plan that drafts nothing verifies one draft anyway
+constexpr uint32_t kMeasureFirst = 4;  // auto: ... and so does each plan until a one-row-wider forward was measured 4 times
+// An unmeasured extra row's expert bytes: as many as a row of the nearest
+// measured forward (no experts shared between rows: pessimistic, so streaming
+// does not look free before it was measured; exploring measures it).
+constexpr double kPriorBytesPerRow = 1.0;
+constexpr double kPosPrior = 2.0;     // a draft position's estimate starts as 2 verified at the source's acceptance
 }  // namespace
 
 const char* spec_mode_name(SpecMode m) {
@@ -97,13 +103,26 @@ Speculator::Speculator(const SpecOptions& o, bool mtp_loaded, double mtp_prior)
   st_.k = o_.mode == SpecMode::Off ? 0 : o_.k;
 }
 
-void Speculator::record_forward(int64_t rows, uint64_t ns) {
-  st_.decode_ns += ns;
-  if (rows < 1 || rows > kMaxRows) return;
-  Ema& e = main_[static_cast<size_t>(rows)];
-  const double w = std::max(0.1, 1.0 / (e.n + 1.0));
-  e.ns += w * (static_cast<double>(ns) - e.ns);
+void Speculator::update(Table& t, int64_t rows, double v, double w) {
+  Ema& e = t[static_cast<size_t>(rows)];
+  e.ns += w * (v - e.ns);
   ++e.n;
+}
+
+void Speculator::record_forward(int64_t rows, uint64_t ns, uint64_t bytes, uint64_t read_ns) {
+  st_.decode_ns += ns;
+  st_.decode_bytes += bytes;
+  if (bytes > 0) {
+    io_ns_ = io_ns_ * kDecay + static_cast<double>(read_ns);
+    io_bytes_ = io_bytes_ * kDecay + static_cast<double>(bytes);
+  }
+  if (rows < 1 || rows > kMaxRows) return;
+  // Same weight for the three tables: for a count measured throughout,
+  // compute + bytes at a constant rate is exactly the measured time.
+  const double w = std::max(0.1, 1.0 / (main_[static_cast<size_t>(rows)].n + 1.0));
+  update(main_, rows, static_cast<double>(ns), w);
+  update(bytes_, rows, static_cast<double>(bytes), w);
+  update(compute_, rows, static_cast<double>(ns) - static_cast<double>(bytes) * read_ns_per_byte(), w);
 }
 
 void Speculator::record_mtp(int64_t rows, uint64_t ns) {
@@ -111,13 +130,11 @@ void Speculator::record_mtp(int64_t rows, uint64_t ns) {
   st_.mtp_rows += static_cast<uint64_t>(std::max<int64_t>(rows, 0));
   st_.mtp_ns += ns;
   if (rows < 1 || rows > kMaxRows) return;
-  Ema& e = mtp_cost_[static_cast<size_t>(rows)];
-  const double w = std::max(0.1, 1.0 / (e.n + 1.0));
-  e.ns += w * (static_cast<double>(ns) - e.ns);
-  ++e.n;
+  update(mtp_cost_, rows, static_cast<double>(ns),
+         std::max(0.1, 1.0 / (mtp_cost_[static_cast<size_t>(rows)].n + 1.0)));
 }
 
-double Speculator::cost(const std::array<Ema, kMaxRows + 1>& t, int64_t rows) const {
+double Speculator::cost(const Table& t, int64_t rows, double prior, bool per_row) {
   rows = std::clamp<int64_t>(rows, 1, kMaxRows);
   if (t[static_cast<size_t>(rows)].n) return t[static_cast<size_t>(rows)].ns;
   int64_t lo = 0, lo2 = 0, hi = 0;
@@ -138,22 +155,32 @@ double Speculator::cost(const std::array<Ema, kMaxRows + 1>& t, int64_t rows) co
   const auto v = [&](int64_t r) { return t[static_cast<size_t>(r)].ns; };
   if (lo && hi) return v(lo) + (v(hi) - v(lo)) * static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
   if (lo) {
-    const double slope = lo2 ? std::max(0.0, (v(lo) - v(lo2)) / static_cast<double>(lo - lo2)) : kPriorSlope * v(lo);
+    const double slope = lo2 ? std::max(0.0, (v(lo) - v(lo2)) / static_cast<double>(lo - lo2))
+                             : prior * v(lo) / static_cast<double>(per_row ? lo : 1);
     return v(lo) + slope * static_cast<double>(rows - lo);
   }
-  if (hi) return v(hi) * std::max(0.5, 1.0 - kPriorSlope * static_cast<double>(hi - rows));
+  if (hi)
+    return v(hi) * std::max(0.5, 1.0 - prior * static_cast<double>(hi - rows) / static_cast<double>(per_row ? hi : 1));
   return 0.0;
+}
+
+double Speculator::forward_bytes(int64_t rows) const { return std::max(0.0, cost(bytes_, rows, kPriorBytesPerRow, true)); }
+
+double Speculator::forward_ns(int64_t rows) const {
+  const double c = cost(compute_, rows, kPriorSlope, false);
+  const double b = forward_bytes(rows) * read_ns_per_byte();
+  return c > 0 || b > 0 ? std::max(0.0, c) + b : 0.0;
 }
 
 double Speculator::rel_main(int extra) const {
   if (extra <= 0) return 1.0;
-  const double a = cost(main_, base_), b = cost(main_, base_ + extra);
+  const double a = forward_ns(base_), b = forward_ns(base_ + extra);
   if (a <= 0 || b <= 0) return 1.0 + kPriorSlope * extra;
   return std::max(1.0, b / a);
 }
 
 double Speculator::rel_mtp() const {
-  const double a = cost(main_, base_), m = cost(mtp_cost_, base_);
+  const double a = forward_ns(base_), m = cost(mtp_cost_, base_, kPriorSlope, false);
   if (a <= 0 || m <= 0) return mtp_prior_;
   return m / a;
 }
@@ -163,10 +190,16 @@ double Speculator::acceptance(DraftSource s) const {
   return (acc_[i] + 1.0) / (seen_[i] + 2.0);
 }
 
+double Speculator::acceptance(DraftSource s, int pos) const {
+  const size_t i = static_cast<size_t>(s), p = static_cast<size_t>(std::clamp(pos, 0, kSpecMaxDraft - 1));
+  return (pos_acc_[i][p] + kPosPrior * acceptance(s)) / (pos_seen_[i][p] + kPosPrior);
+}
+
 double Speculator::value(int forced, DraftSource s, int count) const {
-  const double a = acceptance(s);
+  // Expected tokens: the pending token's, every forced one, and draft i when
+  // it and every draft before it are accepted.
   double e = 1.0 + forced, p = 1.0;
-  for (int i = 0; i < count; ++i) e += (p *= a);
+  for (int i = 0; i < count; ++i) e += (p *= acceptance(s, i));
   double c = rel_main(forced + count);
   if (s == DraftSource::Mtp && count > 0) c += static_cast<double>(forced + count - 1) * rel_mtp();
   return e / c;
@@ -175,10 +208,14 @@ double Speculator::value(int forced, DraftSource s, int count) const {
 SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
   const int room = std::max(0, cap - forced);
   ngram = std::min(ngram, room);
+  const auto chosen = [&](SpecPlan p) {
+    ++st_.chosen[static_cast<size_t>(std::clamp(p.count, 0, kSpecMaxDraft))];
+    return p;
+  };
   switch (o_.mode) {
     case SpecMode::Off: return {};
-    case SpecMode::Ngram: return {DraftSource::Ngram, ngram};
-    case SpecMode::Mtp: return mtp ? SpecPlan{DraftSource::Mtp, room} : SpecPlan{};
+    case SpecMode::Ngram: return chosen({DraftSource::Ngram, ngram});
+    case SpecMode::Mtp: return chosen(mtp ? SpecPlan{DraftSource::Mtp, room} : SpecPlan{});
     case SpecMode::Auto: break;
   }
   ++plans_;
@@ -193,13 +230,17 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
       const double v = value(forced, DraftSource::Mtp, m);
       if (v > best_v) best_v = v, best = {DraftSource::Mtp, m};
     }
-  if (best.count == 0 && (ngram > 0 || (mtp && room > 0)) && plans_ % kExplore == 0) {
-    // Costs are measured only where drafts are verified: look again now and then.
+  // Costs are measured only where drafts are verified: look again now and
+  // then, and measure a forward one row wider than this step's before its
+  // cost is trusted (the priors then only fill in the rest).
+  const size_t wider = static_cast<size_t>(std::min<int64_t>(base_ + forced + 1, kMaxRows));
+  if (best.count == 0 && (ngram > 0 || (mtp && room > 0)) &&
+      (plans_ % kExplore == 0 || main_[wider].n < kMeasureFirst)) {
     const bool ng = ngram > 0 && (!mtp || acceptance(DraftSource::Ngram) >= acceptance(DraftSource::Mtp));
     best = {ng ? DraftSource::Ngram : DraftSource::Mtp, 1};
   }
   if (best.source == DraftSource::Mtp && best.count > 0) mtp_backoff_ = 1;
-  return best;
+  return chosen(best);
 }
 
 bool Speculator::start_mtp() {
@@ -219,13 +260,18 @@ void Speculator::record_step(std::span<const uint8_t> sources, int fed, int reac
   ++st_.steps;
   if (fed > 0) ++st_.spec_steps;
   st_.tokens += static_cast<uint64_t>(std::max(tokens, 0));
+  std::array<int, kDraftSources> pos{};  // drafts of each source so far in this step
   for (int i = 0; i < fed && i < static_cast<int>(sources.size()); ++i) {
     const size_t s = sources[static_cast<size_t>(i)];
+    const size_t p = static_cast<size_t>(std::min(pos[s]++, kSpecMaxDraft - 1));
     ++st_.source[s].drafted;
     if (i < accepted) ++st_.source[s].accepted;
-    if (i < reached) {
-      acc_[s] = acc_[s] * kDecay + (i < accepted ? 1.0 : 0.0);
+    if (i < reached) {  // verified: every draft before it was accepted
+      const double hit = i < accepted ? 1.0 : 0.0;
+      acc_[s] = acc_[s] * kDecay + hit;
       seen_[s] = seen_[s] * kDecay + 1.0;
+      pos_acc_[s][p] = pos_acc_[s][p] * kDecay + hit;
+      pos_seen_[s][p] = pos_seen_[s][p] * kDecay + 1.0;
     }
   }
 }
@@ -236,11 +282,14 @@ void Speculator::record_shadow(DraftSource s, bool hit) {
   if (hit) ++st_.source[i].shadow_hits;
   acc_[i] = acc_[i] * kDecay + (hit ? 1.0 : 0.0);
   seen_[i] = seen_[i] * kDecay + 1.0;
+  pos_acc_[i][0] = pos_acc_[i][0] * kDecay + (hit ? 1.0 : 0.0);  // a first draft
+  pos_seen_[i][0] = pos_seen_[i][0] * kDecay + 1.0;
 }
 
 SpecStats Speculator::stats() const {
   SpecStats s = st_;
   s.one_row_ns = main_[1].n >= 8 ? main_[1].ns : 0.0;  // a few samples before it means anything
+  s.read_ns_per_byte = read_ns_per_byte();
   return s;
 }
 

@@ -16,11 +16,16 @@
 // deterministic proposal), so one acceptance rule covers all of them.
 //
 // --spec auto: a step's value is the tokens it is expected to give over the
-// time it is expected to take. The controller keeps, per source, the
-// acceptance of a drafted position (decayed counts), and per row count the
-// time of a decode forward and of an MTP forward (exponential averages,
-// measured by the engine), and verifies the draft prefix with the best
-// ratio -- none (one row, as --spec off) while drafting loses. Drafts it does
+// time it is expected to take. The controller keeps, per source and draft
+// position, the probability that the i-th draft is accepted given the ones
+// before it were (decayed counts, drawn towards the source's overall
+// acceptance while a position has few), and per row count the cost of a
+// decode forward as measured by the engine: its compute time and the
+// expert bytes it read (streamed experts: a forward over more rows reads the
+// union of their experts), the bytes priced at the store's measured read
+// time per byte; and the time of an MTP forward. Each step it verifies the
+// number of drafts k (0..--spec-k) with the best expected tokens per unit of
+// time -- none (one row, as --spec off) while drafting loses. Drafts it does
 // not verify are still scored against the token that came (a free measure
 // for n-gram), so it turns drafting back on when they start to match.
 #pragma once
@@ -74,6 +79,11 @@ struct SpecStats {
   uint64_t mtp_forwards = 0, mtp_rows = 0, mtp_ns = 0;  // the MTP layer: state sync and draft chains
   uint64_t mtp_drops = 0;     // auto: answers that stopped using the MTP layer (it lost)
   double one_row_ns = 0;      // measured time of a one-row decode forward (0: not measured)
+  uint64_t decode_bytes = 0;  // expert bytes the decode forwards read (streamed experts)
+  double read_ns_per_byte = 0;  // the store's measured read time per byte (0: nothing read)
+  // Plans by the number of drafts chosen after the forced tokens (auto: the
+  // controller's k per step; 0: one row).
+  std::array<uint64_t, kSpecMaxDraft + 1> chosen{};
 
   uint64_t drafted() const;
   uint64_t accepted() const;
@@ -114,8 +124,9 @@ class Speculator {
   bool auto_mode() const { return o_.mode == SpecMode::Auto; }
 
   // The engine reports every forward: a decode forward (no prompt rows) of
-  // `rows` rows, and every MTP forward.
-  void record_forward(int64_t rows, uint64_t ns);
+  // `rows` rows that took `ns` and read `bytes` of experts in `read_ns` (the
+  // store's read counters over the forward), and every MTP forward.
+  void record_forward(int64_t rows, uint64_t ns, uint64_t bytes = 0, uint64_t read_ns = 0);
   void record_mtp(int64_t rows, uint64_t ns);
   // Decode rows a step holds before any drafts (the scheduler: its decoding
   // sequences; 1 otherwise): costs are relative to that.
@@ -137,8 +148,19 @@ class Speculator {
   // step generated.
   void record_step(std::span<const uint8_t> sources, int fed, int reached, int accepted, int tokens);
   void record_shadow(DraftSource s, bool hit);
-  // Auto's acceptance estimate for a drafted position of `s`.
+  // Auto's acceptance estimates: of a drafted position of `s`, and of the
+  // `pos`-th draft of `s` in a step (0-based) given the ones before it were
+  // accepted.
   double acceptance(DraftSource s) const;
+  double acceptance(DraftSource s, int pos) const;
+  // Auto's estimate of a decode forward over `rows` rows (ns; compute plus
+  // expert bytes at the measured read time; 0: nothing measured yet), and of
+  // the expert bytes it reads.
+  double forward_ns(int64_t rows) const;
+  double forward_bytes(int64_t rows) const;
+  // Auto's expected tokens per unit of time (one-row forwards at the current
+  // batch) of a step verifying `forced` forced tokens then `count` drafts of `s`.
+  double value(int forced, DraftSource s, int count) const;
 
   SpecStats stats() const;
 
@@ -148,18 +170,29 @@ class Speculator {
     double ns = 0;
     uint32_t n = 0;
   };
-  double cost(const std::array<Ema, kMaxRows + 1>& t, int64_t rows) const;
+  using Table = std::array<Ema, kMaxRows + 1>;
+  static void update(Table& t, int64_t rows, double v, double w);
+  // Measured value at `rows`, else interpolated or extrapolated from the
+  // nearest measured counts (one measured count: `prior` of its value per
+  // extra row, or of its value per row when `per_row`).
+  static double cost(const Table& t, int64_t rows, double prior, bool per_row);
   double rel_main(int extra) const;  // decode forward with base + extra rows over one with base rows
   double rel_mtp() const;            // one MTP chain row over a decode forward with base rows
-  double value(int forced, DraftSource s, int count) const;
 
   SpecOptions o_;
   bool mtp_;
   double mtp_prior_;
   int64_t base_ = 1;
   SpecStats st_;
-  std::array<Ema, kMaxRows + 1> main_{}, mtp_cost_{};
+  Table main_{};     // decode forward time (the one-row figure reported)
+  Table compute_{};  // decode forward time less its expert bytes at read_ns_per_byte()
+  Table bytes_{};    // expert bytes read per decode forward
+  Table mtp_cost_{};
+  double io_ns_ = 0, io_bytes_ = 0;  // decayed store read time and bytes over decode forwards
+  double read_ns_per_byte() const { return io_bytes_ > 0 ? io_ns_ / io_bytes_ : 0.0; }
   std::array<double, kDraftSources> acc_{}, seen_{};  // decayed accepted / verified counts
+  // Per source and draft position: accepted given the earlier drafts were / verified there.
+  std::array<std::array<double, kSpecMaxDraft>, kDraftSources> pos_acc_{}, pos_seen_{};
   uint64_t plans_ = 0;
   int mtp_skip_ = 0, mtp_backoff_ = 1;  // auto: answers left without MTP; the next backoff
 };

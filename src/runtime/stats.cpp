@@ -29,11 +29,14 @@ std::string spec_text(const SpecStats& sp) {
     if (!x.drafted && !x.shadow) continue;
     per += fmt::format(", {} {}/{}", draft_source_name(static_cast<DraftSource>(i)), x.accepted, x.drafted);
   }
+  std::string chosen;  // "0:12 1:3 4:80": steps by the drafts chosen
+  for (size_t i = 0; i < sp.chosen.size(); ++i)
+    if (sp.chosen[i]) chosen += fmt::format("{}{}:{}", chosen.empty() ? "" : " ", i, sp.chosen[i]);
   return fmt::format(
       "spec {} k {} | {:.2f} tok/step over {} steps ({} with drafts) | drafted {} accepted {} ({:.1f}%){} | "
-      "mtp {:.3f} s | saved {}\n",
+      "k chosen {} | mtp {:.3f} s | saved {}\n",
       spec_mode_name(sp.mode), sp.k, sp.tokens_per_step(), sp.steps, sp.spec_steps, sp.drafted(), sp.accepted(),
-      100.0 * sp.acceptance(), per, sec(sp.mtp_ns),
+      100.0 * sp.acceptance(), per, chosen.empty() ? "-" : chosen, sec(sp.mtp_ns),
       // Saved needs the time of a one-row forward: none when every step drafted.
       sp.one_row_ns > 0 ? fmt::format("{:+.3f} s", sp.saved_s()) : std::string("n/a (no one-row forward measured)"));
 }
@@ -130,6 +133,9 @@ Json stats_spec_json(const EngineStats& s) {
                                                            {"shadow", x.shadow},
                                                            {"shadow_hits", x.shadow_hits}};
   }
+  // Plans by drafts chosen (index 0..k).
+  Json chosen = Json::array();
+  for (int i = 0; i <= sp.k && i < static_cast<int>(sp.chosen.size()); ++i) chosen.push_back(sp.chosen[static_cast<size_t>(i)]);
   return Json{{"mode", spec_mode_name(sp.mode)},
               {"k", sp.k},
               {"steps", sp.steps},
@@ -146,6 +152,9 @@ Json stats_spec_json(const EngineStats& s) {
               {"mtp_drops", sp.mtp_drops},
               {"decode_s", sec(sp.decode_ns)},
               {"one_row_forward_s", sp.one_row_ns / 1e9},
+              {"k_chosen", chosen},
+              {"decode_expert_bytes", sp.decode_bytes},
+              {"read_ns_per_byte", sp.read_ns_per_byte},
               {"saved_s", sp.saved_s()}};
 }
 

@@ -16,10 +16,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <random>
 #include <memory>
 #include <string>
 #include <vector>
@@ -289,6 +291,50 @@ TEST(Speculation, GreedyEqualsOffThroughAContainerWithATinyExpertBudget) {
       EXPECT_GT(a.drafted, 0);
     }
   }
+}
+
+// The trained model through a container with one expert-cache slot per layer
+// (every forward streams experts): greedy with auto == off token for token on
+// text prompts, and the expert bytes the decode forwards read reached auto's
+// cost model (with the store's read time per byte).
+TEST(Speculation, AutoEqualsOffOnTheTrainedModelThroughATinyExpertBudget) {
+  test_util::TempDir tmp;
+  const std::string dir = tmp.file("c");
+  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + kTiny + " --out " + dir + " -q >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto open = [&](SpecMode m) {
+    EngineOptions o;
+    o.model = dir;
+    o.threads = 2;
+    o.verbose = false;
+    o.experts.ram_bytes = 1;
+    o.experts.autopin = false;
+    o.spec.mode = m;
+    o.spec.k = 4;
+    return std::make_unique<Engine>(o);
+  };
+  auto off = open(SpecMode::Off);
+  auto au = open(SpecMode::Auto);
+  const TextModel tm = open_text_model(kTiny, off->config(), "raw", true);
+  int64_t drafted = 0;
+  for (const char* text : {"Computer, n.", "a pin, or a pin, or a pin, or a"}) {
+    const std::vector<int32_t> prompt = tm.tok.encode(text, true);
+    const Answer want = generate(*off, prompt, greedy(40), &tm.tok, tm.stop_ids);
+    const Answer got = generate(*au, prompt, greedy(40), &tm.tok, tm.stop_ids);
+    EXPECT_EQ(got.tokens, want.tokens) << text;
+    EXPECT_EQ(got.text, want.text) << text;
+    drafted += got.drafted;
+  }
+  const SpecStats st = au->stats().spec;
+  std::printf("[ container ] auto: drafted %lld, decode forwards read %.2f MB at %.2f ns/byte\n",
+              static_cast<long long>(drafted), static_cast<double>(st.decode_bytes) / 1e6, st.read_ns_per_byte);
+  EXPECT_GT(au->experts().stats().misses, 0u);
+  EXPECT_GT(st.decode_bytes, 0u);
+  EXPECT_GT(st.read_ns_per_byte, 0.0);
+  EXPECT_GT(au->speculator().forward_bytes(1), 0.0);
+  uint64_t plans = 0;
+  for (uint64_t n : st.chosen) plans += n;
+  EXPECT_GT(plans, 0u) << "auto reported no chosen k";
 }
 
 // After an answer with many rejected drafts, the session holds exactly what
@@ -675,6 +721,143 @@ TEST(Speculation, AutoDraftsOnlyWhileItPays) {
     Speculator m(f, true, 0.1);
     EXPECT_EQ(m.plan(1, 2, 4, true).source, DraftSource::Mtp);
     EXPECT_EQ(m.plan(1, 2, 4, true).count, 3);
+  }
+}
+
+
+// Feeds a speculator steps of 4 n-gram drafts whose i-th draft is accepted,
+// given the ones before it were, with probability acc[i] (a fixed stream).
+void feed_position_acceptance(Speculator& s, const std::array<double, 4>& acc, int steps) {
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::array<uint8_t, 4> ng;
+  ng.fill(static_cast<uint8_t>(DraftSource::Ngram));
+  for (int t = 0; t < steps; ++t) {
+    int a = 0;
+    while (a < 4 && u(rng) < acc[static_cast<size_t>(a)]) ++a;
+    s.record_step(ng, 4, std::min(a + 1, 4), a, a + 1);
+  }
+}
+
+// Decode forwards of 1..5 rows: compute 1 ms plus `per_row` of it per extra
+// row, and `bytes_per_row` expert bytes per row read at `ns_per_byte` (the
+// measured time includes the reads, as the engine measures it).
+void feed_forwards(Speculator& s, double per_row, double bytes_per_row, double ns_per_byte) {
+  for (int i = 0; i < 20; ++i)
+    for (int64_t r = 1; r <= 5; ++r) {
+      const double bytes = bytes_per_row * static_cast<double>(r);
+      const double compute = 1e6 * (1.0 + per_row * static_cast<double>(r - 1));
+      s.record_forward(r, static_cast<uint64_t>(compute + bytes * ns_per_byte), static_cast<uint64_t>(bytes),
+                       static_cast<uint64_t>(bytes * ns_per_byte));
+    }
+}
+
+// The controller's arithmetic on synthetic measurements. (a) High
+// acceptance and a cheap verify: it drafts. (b) The same compute, acceptance
+// ~60%, but every verified row reads as many expert bytes again at a slow
+// disk (10 ns/byte): off; the same without the bytes: on; and off when the
+// disk slowed down after the wide forwards were last measured. (d) A wider
+// forward is measured before its prior is trusted. (c) Per-position
+// acceptance that falls off after two drafts: the k chosen is the one with
+// the best expected tokens per unit of time, checked against brute force
+// over every k from the controller's estimates, and it is the optimum of the
+// true rates too (a source-wide acceptance would choose 4).
+TEST(Speculation, AutoChoosesKByExpectedRateWithExpertBytes) {
+  SpecOptions o;
+  o.mode = SpecMode::Auto;
+  o.k = 4;
+  {  // (a)
+    Speculator s(o, false, 0.1);
+    feed_forwards(s, 0.05, 0, 0);
+    feed_position_acceptance(s, {0.95, 0.95, 0.95, 0.95}, 400);
+    EXPECT_GT(s.plan(0, 4, 4, false).count, 0);
+  }
+  for (bool streaming : {false, true}) {  // (b)
+    Speculator s(o, false, 0.1);
+    feed_forwards(s, 0.05, streaming ? 1e6 : 0.0, 10.0);  // 1 MB per row at 100 MB/s: 10 ms a row
+    feed_position_acceptance(s, {0.6, 0.6, 0.6, 0.6}, 400);
+    EXPECT_NEAR(s.forward_bytes(3), streaming ? 3e6 : 0.0, 1.0);
+    EXPECT_GT(s.forward_ns(2) / s.forward_ns(1), streaming ? 1.8 : 1.0);
+    const int k = s.plan(0, 4, 4, false).count;
+    if (streaming)
+      EXPECT_EQ(k, 0) << "each verified row reads a forward's experts again: verifying loses";
+    else
+      EXPECT_GT(k, 0) << "resident, a 5% row for 60% acceptance pays";
+  }
+  {  // (b'): bytes measured at 1 and 2 rows only; 3..5 rows extrapolated from them, not assumed free
+    Speculator s(o, false, 0.1);
+    for (int i = 0; i < 20; ++i)
+      for (int64_t r = 1; r <= 2; ++r) {
+        const double bytes = 1e6 * static_cast<double>(r);
+        s.record_forward(r, static_cast<uint64_t>(1e6 + bytes * 10.0), static_cast<uint64_t>(bytes),
+                         static_cast<uint64_t>(bytes * 10.0));
+      }
+    EXPECT_NEAR(s.forward_bytes(5), 5e6, 1.0);
+    EXPECT_NEAR(s.forward_ns(5), 1e6 + 5e7, 1e3);
+  }
+  {
+    // (b''): the wide forwards were measured while reads were fast (1 ns/byte); since then the disk
+    // slowed to 10 ns/byte and only one-row forwards ran. Their stale times alone would make a
+    // 5-row verify look no dearer than a one-row forward now; the bytes repriced at the measured
+    // rate keep it ~4.6x dearer, and 60% acceptance does not pay for that.
+    Speculator s(o, false, 0.1);
+    feed_forwards(s, 0.05, 1e6, 1.0);
+    for (int i = 0; i < 300; ++i) s.record_forward(1, static_cast<uint64_t>(1e6 + 1e7), 1000000, 10000000);
+    feed_position_acceptance(s, {0.6, 0.6, 0.6, 0.6}, 400);
+    EXPECT_NEAR(s.forward_ns(5) / s.forward_ns(1), (1.2e6 + 5e7) / 11e6, 0.1);
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 0);
+  }
+  {
+    // (d) Streaming, only one-row forwards measured: the wider forward's bytes are not assumed
+    // (the prior would say a row's experts again) -- the first plans verify one draft to measure
+    // it; once measured (rows share most experts here), the rate decides: 4 drafts.
+    Speculator s(o, false, 0.1);
+    for (int i = 0; i < 20; ++i) s.record_forward(1, static_cast<uint64_t>(11e6), 1000000, 10000000);
+    feed_position_acceptance(s, {0.9, 0.9, 0.9, 0.9}, 400);
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 1);
+    s.record_forward(2, static_cast<uint64_t>(12e6), 1100000, 11000000);
+    EXPECT_NEAR(s.forward_bytes(5), 1.4e6, 1.0);
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 4);
+  }
+  {  // (c)
+    const std::array<double, 4> truth = {0.95, 0.9, 0.1, 0.2};
+    Speculator s(o, false, 0.1);
+    feed_forwards(s, 0.1, 0, 0);
+    feed_position_acceptance(s, truth, 3000);
+    for (int i = 0; i < 4; ++i)
+      EXPECT_NEAR(s.acceptance(DraftSource::Ngram, i), truth[static_cast<size_t>(i)], 0.15) << "position " << i;
+    // Brute force over k from the controller's estimates.
+    int best = 0;
+    double best_rate = 0;
+    for (int k = 0; k <= 4; ++k) {
+      double e = 1, p = 1;
+      for (int i = 0; i < k; ++i) e += (p *= s.acceptance(DraftSource::Ngram, i));
+      const double rate = e / (s.forward_ns(1 + k) / s.forward_ns(1));
+      EXPECT_NEAR(s.value(0, DraftSource::Ngram, k), rate, 1e-9) << k;
+      if (rate > best_rate) best_rate = rate, best = k;
+    }
+    // And from the true rates: 1 ms + 10% a row.
+    int true_best = 0;
+    double true_rate = 0;
+    for (int k = 0; k <= 4; ++k) {
+      double e = 1, p = 1;
+      for (int i = 0; i < k; ++i) e += (p *= truth[static_cast<size_t>(i)]);
+      const double rate = e / (1.0 + 0.1 * k);
+      if (rate > true_rate) true_rate = rate, true_best = k;
+    }
+    EXPECT_EQ(true_best, 2);
+    EXPECT_EQ(best, true_best);
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, best);
+    // --spec-k is the most: with k 1 it chooses 1.
+    SpecOptions one = o;
+    one.k = 1;
+    Speculator s1(one, false, 0.1);
+    feed_forwards(s1, 0.1, 0, 0);
+    feed_position_acceptance(s1, truth, 3000);
+    EXPECT_EQ(s1.plan(0, 4, s1.options().k, false).count, 1);
+    // The chosen k is reported.
+    const SpecStats st = s.stats();
+    EXPECT_EQ(st.chosen[static_cast<size_t>(best)], 1u);
   }
 }
 
