@@ -270,6 +270,7 @@ void DiskExpertStore::open_reader(Reader& r, size_t max_loads, const ExpertCache
     if (!r.engine) uring_why_ = why;
   }
   if (!r.engine) r.engine = open_pread_engine(o.io_depth);
+  if (o.wrap_engine) r.engine = o.wrap_engine(std::move(r.engine), &r == &ahead_);
   const size_t d = static_cast<size_t>(o.io_depth);
   r.loads.resize(max_loads);
   r.chunks.resize(d);
@@ -395,9 +396,20 @@ void DiskExpertStore::start_batch(Reader& r) {
 }
 
 // Fills the free queue slots: retries first, then the next chunks in load
-// order, and submits them.
+// order, and submits them. The read-ahead reader yields to demand reads:
+// while one is in flight it submits nothing (its chunks already in flight
+// finish), and it skips read-aheads cancelled before their first chunk.
 void DiskExpertStore::issue(Reader& r) {
   r.ops.clear();
+  const bool ahead = &r == &ahead_;
+  std::unique_lock<std::mutex> lk(mu_, std::defer_lock);
+  if (ahead) {
+    lk.lock();  // against note_demand() and release()'s cancelling
+    if (demand_busy_) {
+      if (!r.retry.empty() || r.cur < r.n_loads) ++yields_;
+      return;
+    }
+  }
   auto put = [&](const Chunk& c) {
     Load& ld = r.loads[c.load];
     const uint32_t tag = r.free.back();
@@ -414,7 +426,7 @@ void DiskExpertStore::issue(Reader& r) {
   }
   while (!r.free.empty() && r.cur < r.n_loads) {
     Load& ld = r.loads[r.cur];
-    if (!ld.error.empty() || ld.next >= ld.l->read_bytes) {
+    if (!ld.error.empty() || ld.next >= ld.l->read_bytes || ld.cancelled) {
       ++r.cur;
       continue;
     }
@@ -423,7 +435,19 @@ void DiskExpertStore::issue(Reader& r) {
     ld.next += len;
     ++ld.open;
   }
+  if (ahead) lk.unlock();
+  if (&r == &demand_) note_demand(r.in_flight > 0);  // before the reads start
   if (!r.ops.empty()) r.engine->submit(r.ops);
+}
+
+void DiskExpertStore::note_demand(bool busy) {
+  if (busy == demand_busy_mine_ || !prefetch_) return;
+  demand_busy_mine_ = busy;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    demand_busy_ = busy;
+  }
+  if (!busy) cv_.notify_all();
 }
 
 void DiskExpertStore::step_batch(Reader& r) {
@@ -481,7 +505,7 @@ void DiskExpertStore::assign(Layer& l, int32_t expert, Slot& s) {
 // One expert into `s` through the caller's reader (pins at start).
 void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
   const uint64_t t0 = now_ns();
-  demand_.loads[0] = Load{&l, layer, expert, &s, 0, false, {}};
+  demand_.loads[0] = Load{&l, layer, expert, &s, 0, false, {}, 0, false, false};
   demand_.n_loads = 1;
   read_batch(demand_);
   if (!demand_.loads[0].error.empty()) {
@@ -550,8 +574,10 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
     // past the budget, and never evicts what this layer just asked for.
     Slot* v = victim(l, tick, false);
     if (!v) break;  // every slot is busy: the rest loads on demand
+    drop_fresh(l, *v);
     v->last_used = tick;
     v->prefetched = true;
+    v->fresh = true;
     assign(l, e, *v);
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -567,7 +593,10 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
   }
 }
 
-// Takes every queued read-ahead at once and reads them together.
+// Takes every queued read-ahead at once and reads them together, each
+// slot handed over as its expert lands. While demand reads are in flight
+// issue() submits nothing: with nothing of its own in flight the thread
+// waits for them to finish.
 void DiskExpertStore::io_loop() {
   for (;;) {
     {
@@ -584,23 +613,97 @@ void DiskExpertStore::io_loop() {
         ld.layer = job.layer;
         ld.expert = job.expert;
         ld.slot = job.slot;
+        ld.next = 0;  // nothing issued: release() may still cancel it
+        ld.cancelled = false;
       }
     }
     const uint64_t t0 = now_ns();
-    read_batch(ahead_);
+    start_batch(ahead_);
+    for (;;) {
+      if (ahead_.in_flight > 0) {
+        step_batch(ahead_);
+        if (ahead_.landed.empty()) continue;
+        {
+          std::lock_guard<std::mutex> lk(mu_);
+          for (uint32_t i : ahead_.landed) {
+            Load& ld = ahead_.loads[i];
+            ld.slot->loading = false;
+            ld.slot->error = std::move(ld.error);
+            ld.error.clear();
+            io_bytes_ += ld.l->read_bytes;
+          }
+        }
+        cv_.notify_all();
+        continue;
+      }
+      if (ahead_.cur >= ahead_.n_loads && ahead_.retry.empty()) break;
+      {  // held back for demand reads
+        std::unique_lock<std::mutex> lk(mu_);
+        cv_.wait(lk, [&] { return stop_ || !demand_busy_; });
+        if (stop_) return;
+      }
+      issue(ahead_);
+    }
     {
       std::lock_guard<std::mutex> lk(mu_);
-      for (size_t i = 0; i < ahead_.n_loads; ++i) {
-        Load& ld = ahead_.loads[i];
-        ld.slot->loading = false;
-        ld.slot->error = std::move(ld.error);
-        ld.error.clear();
-        io_bytes_ += ld.l->read_bytes;
-      }
       io_ns_ += now_ns() - t0;
     }
-    cv_.notify_all();
   }
+}
+
+void DiskExpertStore::cancel_ahead(Layer& l, Slot& s) {
+  s.last_used = 0;  // empty: the next victim under either policy
+  s.loading = false;
+  s.fresh = false;
+  s.prefetched = false;
+  s.error.clear();
+  if (s.expert >= 0 && l.slot_of[static_cast<size_t>(s.expert)] == static_cast<int32_t>(&s - l.slots.data()))
+    l.slot_of[static_cast<size_t>(s.expert)] = -1;
+  s.expert = -1;
+}
+
+void DiskExpertStore::drop_fresh(Layer& l, Slot& s) {
+  if (!s.fresh) return;
+  s.fresh = false;
+  std::lock_guard<std::mutex> lk(mu_);
+  l.wasted_bytes += l.read_bytes;
+}
+
+bool DiskExpertStore::unqueue_ahead(Slot& s) {
+  for (size_t i = 0; i < jobs_count_; ++i)
+    if (jobs_[(jobs_head_ + i) % jobs_.size()].slot == &s) {
+      for (size_t j = i; j + 1 < jobs_count_; ++j)
+        jobs_[(jobs_head_ + j) % jobs_.size()] = jobs_[(jobs_head_ + j + 1) % jobs_.size()];
+      --jobs_count_;
+      return true;
+    }
+  for (size_t i = 0; i < ahead_.n_loads; ++i) {
+    Load& ld = ahead_.loads[i];
+    if (ld.slot == &s && !ld.cancelled && ld.next == 0 && s.loading) {
+      ld.cancelled = true;
+      return true;
+    }
+  }
+  return false;
+}
+
+// The layer's request has been served: its read-aheads that it did not use
+// are stale. Still queued: dropped unread (cancelled); submitted or landed:
+// their bytes were wasted (the expert stays cached and may be used later).
+void DiskExpertStore::release(int64_t layer) {
+  if (!prefetch_) return;
+  Layer& l = layers_[static_cast<size_t>(layer)];
+  if (!l.rec || l.map) return;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (Slot& s : l.slots)
+      if (s.fresh && s.loading && unqueue_ahead(s)) {
+        cancel_ahead(l, s);
+        ++l.cancelled;
+      }
+  }
+  cv_.notify_all();
+  for (Slot& s : l.slots) drop_fresh(l, s);
 }
 
 int64_t DiskExpertStore::max_batch(int64_t layer) const {
@@ -677,27 +780,48 @@ void DiskExpertStore::begin(int64_t layer, std::span<const int32_t> experts, std
       }
     }
     const int32_t si = l.slot_of[static_cast<size_t>(e)];
-    if (si >= 0) l.slots[static_cast<size_t>(si)].last_used = tick;
+    if (si >= 0) {
+      l.slots[static_cast<size_t>(si)].last_used = tick;
+      l.slots[static_cast<size_t>(si)].fresh = false;
+    }
   }
   // 2. Every miss gets a slot, and all of them are read together.
   demand_.n_loads = 0;
   for (int32_t e : experts) {
     const int32_t si = l.slot_of[static_cast<size_t>(e)];
+    Slot* v = nullptr;
     if (si >= 0) {
-      pend_.push_back(Pending{e, &l.slots[static_cast<size_t>(si)], From::Slot, 0, false});
-      continue;
+      Slot& s = l.slots[static_cast<size_t>(si)];
+      bool queued = false;
+      if (prefetch_ && s.prefetched) {
+        std::lock_guard<std::mutex> lk(mu_);
+        // A read-ahead of it not submitted yet: read it with the demand
+        // reads instead of after them (it still counts as a read-ahead hit).
+        queued = s.loading && unqueue_ahead(s);
+        if (queued) cancel_ahead(l, s);
+      }
+      if (!queued) {
+        pend_.push_back(Pending{e, &s, From::Slot, 0, false});
+        continue;
+      }
+      v = &s;
+      ++stats_.hits;
+      ++stats_.prefetch_hits;
+      ++l.prefetch_hits;
+    } else {
+      v = victim(l, tick, true);
+      if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
+      drop_fresh(l, *v);
+      ++stats_.misses;
+      ++l.misses;
     }
-    Slot* v = victim(l, tick, true);
-    if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
     v->last_used = tick;
     if (v->expert >= 0 && l.slot_of[static_cast<size_t>(v->expert)] == static_cast<int32_t>(v - l.slots.data()))
       l.slot_of[static_cast<size_t>(v->expert)] = -1;
     v->expert = -1;
     v->prefetched = false;
     pend_.push_back(Pending{e, v, From::Read, static_cast<uint32_t>(demand_.n_loads), false});
-    demand_.loads[demand_.n_loads++] = Load{&l, layer, e, v, 0, false, {}, 0, false};
-    ++stats_.misses;
-    ++l.misses;
+    demand_.loads[demand_.n_loads++] = Load{&l, layer, e, v, 0, false, {}, 0, false, false};
   }
   for (const Pending& p : pend_) out.push_back(&p.slot->w);
   if (demand_.n_loads > 0) start_batch(demand_);
@@ -765,7 +889,7 @@ size_t DiskExpertStore::next() {
         if (demand_.n_loads >= demand_.loads.size())
           fail("expert store: layer {} asked for more experts than its {} cache slots", pend_layer_, l.lru_slots);
         Load& ld = demand_.loads[demand_.n_loads];
-        ld = Load{&l, pend_layer_, p.expert, p.slot, 0, false, {}, 0, false};
+        ld = Load{&l, pend_layer_, p.expert, p.slot, 0, false, {}, 0, false, false};
         {
           std::lock_guard<std::mutex> lk(mu_);
           ld.direct = l.direct;
@@ -821,11 +945,15 @@ ExpertStoreStats DiskExpertStore::stats() const {
   s.bytes_read += io_bytes_;
   s.read_ns += io_ns_;
   if (io_mode_ != IoMode::Mmap) s.prefetched = io_count_;
+  s.prefetch_yields = yields_;
   for (size_t L = 0; L < layers_.size(); ++L) {
     const Layer& l = layers_[L];
     if (!l.rec) continue;
-    s.layers.push_back({static_cast<int64_t>(L), l.requests, l.misses, l.prefetched, l.prefetch_hits});
+    s.layers.push_back(
+        {static_cast<int64_t>(L), l.requests, l.misses, l.prefetched, l.prefetch_hits, l.cancelled, l.wasted_bytes});
     if (io_mode_ == IoMode::Mmap) s.prefetched += l.prefetched;
+    s.prefetch_cancelled += l.cancelled;
+    s.prefetch_wasted_bytes += l.wasted_bytes;
   }
   return s;
 }

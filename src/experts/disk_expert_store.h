@@ -4,7 +4,10 @@
 // Reads go through a ReadEngine (io_uring, or a pread pool): each expert is
 // read in chunks with several reads in flight (O_DIRECT where the filesystem
 // allows), all the misses of one acquire() together, and checked against its
-// XXH3-64 before use. Read-ahead runs on its own thread with its own engine.
+// XXH3-64 before use. Read-ahead runs on its own thread with its own engine
+// and yields to demand reads: while any demand read is in flight it submits
+// nothing new, and read-aheads a layer's request did not use are dropped at
+// release() if still queued (cancelled), counted as wasted bytes if not.
 // With IoMode::Mmap the files are mapped instead: the page cache is the cache
 // and read-ahead is madvise(WILLNEED) (docs/streaming.md).
 #pragma once
@@ -33,7 +36,7 @@ class DiskExpertStore final : public ExpertStore {
   void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
   void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
   size_t next() override;
-  void release(int64_t layer) override {}
+  void release(int64_t layer) override;
   int64_t max_batch(int64_t layer) const override;
   bool wants_prefetch() const override { return prefetch_; }
   void prefetch(int64_t layer, std::span<const int32_t> experts) override;
@@ -62,6 +65,9 @@ class DiskExpertStore final : public ExpertStore {
     // thread under mu_ (with `error` if the read failed).
     bool loading = false;
     bool prefetched = false;  // filled by a read-ahead not yet asked for
+    // A read-ahead that the request of its layer has not asked for yet: at
+    // that layer's release() it is cancelled (still queued) or wasted.
+    bool fresh = false;
     std::string error;
     MlpWeights w;  // views into buf
   };
@@ -84,6 +90,7 @@ class DiskExpertStore final : public ExpertStore {
     int64_t n_owned = 0;
     // Counters for the per-layer read-ahead report (prefetched under mu_).
     uint64_t requests = 0, misses = 0, prefetch_hits = 0, prefetched = 0;
+    uint64_t cancelled = 0, wasted_bytes = 0;  // under mu_
     // IoMode::Mmap: the mapped file, each expert's views into it, which
     // experts were checked and which a read-ahead asked for.
     uint8_t* map = nullptr;
@@ -102,6 +109,7 @@ class DiskExpertStore final : public ExpertStore {
     std::string error;
     uint32_t open = 0;  // chunks in flight or queued for a retry
     bool done = false;  // every byte landed (and was checked) or it failed
+    bool cancelled = false;  // a read-ahead dropped before any chunk was issued (under mu_)
   };
   // One chunk in flight (the engine's tag is its index).
   struct Chunk {
@@ -143,6 +151,13 @@ class DiskExpertStore final : public ExpertStore {
   Slot* victim(Layer& l, uint64_t tick, bool wait);
   Slot& new_slot(Layer& l);
   void io_loop();
+  // Under mu_: the read-ahead in `s` is dropped before any of it was read.
+  void cancel_ahead(Layer& l, Slot& s);
+  // A read-ahead slot leaves without its layer's request having used it.
+  void drop_fresh(Layer& l, Slot& s);
+  // The read-ahead for `s` if no chunk of it was submitted yet: takes it off
+  // the queue (under mu_) and returns true.
+  bool unqueue_ahead(Slot& s);
   void release_files();  // closes files, frees slot buffers, unmaps
   void open_mapped(const ExpertFiles& files);
   void acquire_mapped(Layer& l, int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out);
@@ -202,6 +217,12 @@ class DiskExpertStore final : public ExpertStore {
   std::vector<Job> jobs_;
   size_t jobs_head_ = 0, jobs_count_ = 0;
   bool stop_ = false;
+  // Demand reads in flight (set and cleared by the caller's thread): the I/O
+  // thread submits no read-ahead chunk meanwhile (docs/streaming.md).
+  bool demand_busy_ = false;
+  bool demand_busy_mine_ = false;  // the caller's copy, to lock only on a change
+  void note_demand(bool busy);
+  uint64_t yields_ = 0;  // under mu_
   uint64_t io_bytes_ = 0, io_ns_ = 0, io_count_ = 0;  // under mu_
 };
 

@@ -3,11 +3,13 @@
 // cache should behave. The concrete stores stay inside experts/.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "experts/expert_store.h"
+#include "experts/read_engine.h"
 #include "format/container.h"
 
 namespace strata {
@@ -65,13 +67,16 @@ struct ExpertCacheOptions {
   // pinned or cached. Empty: every expert.
   std::vector<std::vector<uint8_t>> owned;
   IoMode io = IoMode::Uring;
-  int io_depth = kDefaultIoDepth;        // reads in flight per reader (demand and read-ahead each)
+  int io_depth = kDefaultIoDepth;        // reads in flight per reader (demand and read-ahead each; read-ahead yields to demand)
   uint64_t io_chunk = kIoChunkBytes;     // an expert is read in chunks of this size (a multiple of 4096)
   CachePolicy policy = CachePolicy::Lru;
   // Lfu: request counts halve after this many times the layer's cache slots
   // in requests (docs/streaming.md: chosen by replaying the trained model's routing).
   int lfu_decay = kLfuDecayTurnovers;
   IoFault fault;                         // test hook
+  // A test hook: wraps each reader's engine (`ahead`: the read-ahead
+  // thread's) to watch the order of submissions or hold completions back.
+  std::function<std::unique_ptr<ReadEngine>(std::unique_ptr<ReadEngine>, bool ahead)> wrap_engine;
 };
 
 // The store for a container's experts: read from disk through a RAM cache

@@ -94,7 +94,9 @@ Json stats_json(const EngineStats& s) {
                         {"prefetched", l.prefetched},
                         {"prefetch_hits", l.prefetch_hits},
                         {"precision", l.precision()},
-                        {"recall", l.recall()}});
+                        {"recall", l.recall()},
+                        {"cancelled", l.prefetch_cancelled},
+                        {"wasted_bytes", l.prefetch_wasted_bytes}});
       all.requests += l.requests;
       all.misses += l.misses;
       all.prefetched += l.prefetched;
@@ -102,6 +104,9 @@ Json stats_json(const EngineStats& s) {
     }
     j["prefetch_precision"] = all.precision();
     j["prefetch_recall"] = all.recall();
+    j["prefetch_cancelled"] = s.experts.prefetch_cancelled;
+    j["prefetch_wasted_bytes"] = s.experts.prefetch_wasted_bytes;
+    j["prefetch_yields"] = s.experts.prefetch_yields;
     j["prefetch_layers"] = std::move(layers);
   }
   j["time_s"] = {{"total", sec(ps.total_ns)},         {"attention", sec(ps.attention_ns)},

@@ -6,14 +6,19 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -267,6 +272,14 @@ TEST_F(ExpertStoreTest, PinFlagPinsThatManyBytes) {
   ASSERT_FALSE(json_line.empty()) << text;
   const Json j = parse_json(json_line, stats);
   EXPECT_EQ(j["pinned_bytes"].get<uint64_t>(), 100000 / rb * rb) << text;
+  // The read-ahead counters are reported per layer (zero here: --no-prefetch).
+  ASSERT_TRUE(j.contains("prefetch_layers")) << text;
+  for (const auto& l : j["prefetch_layers"]) {
+    EXPECT_EQ(l["cancelled"].get<uint64_t>(), 0u) << text;
+    EXPECT_EQ(l["wasted_bytes"].get<uint64_t>(), 0u) << text;
+  }
+  EXPECT_EQ(j["prefetch_cancelled"].get<uint64_t>(), 0u) << text;
+  EXPECT_EQ(j["prefetch_wasted_bytes"].get<uint64_t>(), 0u) << text;
   // A malformed size is refused, naming the flag.
   const std::string bad =
       std::string(STRATA_BINARY) + " score --model " + dir + " --ids 1 --pin 12x >/dev/null 2>" + stats;
@@ -326,6 +339,10 @@ TEST_F(ExpertStoreTest, ReadAheadHappensAndNeverChangesLogits) {
   EXPECT_GT(b.prefetched, 0u) << "read-ahead is on but nothing was read ahead";
   EXPECT_GT(b.prefetch_hits, 0u) << "no request was served by a read-ahead";
   EXPECT_LE(b.prefetch_hits, b.hits);
+  // Each read-ahead is at most once cancelled or wasted.
+  EXPECT_LE(b.prefetch_cancelled + b.prefetch_wasted_bytes / rb, b.prefetched);
+  EXPECT_EQ(b.prefetch_wasted_bytes % rb, 0u);
+  EXPECT_EQ(a.prefetch_cancelled + a.prefetch_wasted_bytes, 0u);
   EXPECT_EQ(a.requests, b.requests);
   EXPECT_EQ(a.hits + a.misses, a.requests);
   EXPECT_EQ(b.hits + b.misses, b.requests);
@@ -645,6 +662,174 @@ TEST_F(ExpertStoreTest, ReadAheadNeverReadsPastTheBudget) {
     EXPECT_EQ(st.layers[1].prefetch_hits, 2u);
     EXPECT_DOUBLE_EQ(st.layers[1].precision(), 1.0);
     EXPECT_DOUBLE_EQ(st.layers[1].recall(), 2.0 / 3.0);
+  }
+}
+
+// The order in which a store's two readers submit and complete reads, seen
+// through the engine hook; the read-ahead engine's completions can be held
+// back, so what is queued behind them stays queued until the test says.
+struct ReadLog {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::string> events;  // "ahead submit", "demand done", ...
+  bool ahead_held = true;
+  int count(const std::string& what) {
+    std::lock_guard<std::mutex> lk(mu);
+    return static_cast<int>(std::count(events.begin(), events.end(), what));
+  }
+  // Index of the n-th (0-based) event `what`, or -1.
+  long index(const std::string& what, int n) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (size_t i = 0; i < events.size(); ++i)
+      if (events[i] == what && n-- == 0) return static_cast<long>(i);
+    return -1;
+  }
+  long last(const std::string& what) {
+    std::lock_guard<std::mutex> lk(mu);
+    for (size_t i = events.size(); i-- > 0;)
+      if (events[i] == what) return static_cast<long>(i);
+    return -1;
+  }
+  void release_ahead() {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      ahead_held = false;
+    }
+    cv.notify_all();
+  }
+};
+
+struct LetGo {
+  ReadLog& log;
+  ~LetGo() { log.release_ahead(); }
+};
+
+class WatchedEngine final : public ReadEngine {
+ public:
+  WatchedEngine(std::unique_ptr<ReadEngine> in, bool ahead, ReadLog& log)
+      : in_(std::move(in)), who_(ahead ? "ahead" : "demand"), ahead_(ahead), log_(log) {}
+  void submit(std::span<const ReadOp> ops) override {
+    {
+      std::lock_guard<std::mutex> lk(log_.mu);
+      for (size_t i = 0; i < ops.size(); ++i) log_.events.push_back(who_ + " submit");
+    }
+    in_->submit(ops);
+  }
+  size_t wait(std::span<ReadDone> out) override {
+    if (ahead_) {
+      std::unique_lock<std::mutex> lk(log_.mu);
+      log_.cv.wait(lk, [&] { return !log_.ahead_held; });
+    }
+    const size_t n = in_->wait(out);
+    std::lock_guard<std::mutex> lk(log_.mu);
+    for (size_t i = 0; i < n; ++i) log_.events.push_back(who_ + " done");
+    return n;
+  }
+  int depth() const override { return in_->depth(); }
+  std::string describe() const override { return in_->describe(); }
+
+ private:
+  std::unique_ptr<ReadEngine> in_;
+  std::string who_;
+  bool ahead_;
+  ReadLog& log_;
+};
+
+// Waits for an event of another thread (not for a time: the bound only
+// turns a hang into a failure).
+bool eventually(const std::function<bool()>& done) {
+  for (int i = 0; i < 30000; ++i) {
+    if (done()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return done();
+}
+
+ExpertCacheOptions watched_options(uint64_t rb, IoMode mode, ReadLog& log) {
+  ExpertCacheOptions o;
+  o.ram_bytes = 4 * rb * 3;  // four slots per layer
+  o.autopin = false;
+  o.prefetch = true;
+  o.io = mode;
+  o.io_depth = 1;  // one read in flight per reader: the rest of a read-ahead is queued
+  o.io_chunk = kExpertAlign;
+  o.wrap_engine = [&log](std::unique_ptr<ReadEngine> e, bool ahead) -> std::unique_ptr<ReadEngine> {
+    return std::make_unique<WatchedEngine>(std::move(e), ahead, log);
+  };
+  return o;
+}
+
+// A demand read issued while read-aheads are queued is submitted and
+// completes before any queued read-ahead chunk is submitted; the read-ahead
+// chunk already in flight finishes. Observed as the order of submissions.
+TEST_F(ExpertStoreTest, DemandReadsOvertakeQueuedReadAheads) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  const int chunks = static_cast<int>(rb / kExpertAlign);
+  ASSERT_GT(chunks, 1);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread}) {
+    SCOPED_TRACE(mode_name(mode));
+    ReadLog log;
+    DiskExpertStore s(m->expert_files(), watched_options(rb, mode, log));
+    const LetGo let_go{log};  // before the store closes, even after a failed assertion
+    // Three read-aheads for layer 2: one chunk in flight (held), the rest queued.
+    s.prefetch(2, std::vector<int32_t>{4, 5, 6});
+    ASSERT_TRUE(eventually([&] { return log.count("ahead submit") == 1; }));
+    // Layer 1's demand reads start while they are queued ...
+    std::vector<const MlpWeights*> out;
+    s.begin(1, std::vector<int32_t>{0, 1}, out);
+    EXPECT_EQ(log.count("demand submit"), 1);
+    // ... the read-ahead chunk in flight finishes, and the I/O thread holds
+    // the queued ones back rather than submit them next to the demand reads.
+    log.release_ahead();
+    ASSERT_TRUE(eventually([&] { return log.count("ahead submit") > 1 || s.stats().prefetch_yields > 0; }));
+    EXPECT_EQ(log.count("ahead submit"), 1) << "a queued read-ahead was submitted while demand reads were in flight";
+    for (int i = 0; i < 2; ++i) s.next();
+    s.release(1);
+    EXPECT_EQ(log.count("demand done"), 2 * chunks);
+    // Then the read-aheads go on by themselves, and serve layer 2.
+    ASSERT_TRUE(eventually([&] { return log.count("ahead submit") == 3 * chunks; }));
+    EXPECT_LT(log.last("demand done"), log.index("ahead submit", 1))
+        << "a read-ahead chunk was submitted before the demand reads completed";
+    expect_acquire(s, 2, {4, 5, 6}, 3, 0, 0, "read ahead");
+    EXPECT_GT(s.stats().prefetch_yields, 0u);
+  }
+}
+
+// Queued read-aheads when their layer's request comes: one it asks for is
+// read with the demand reads (a read-ahead hit; the held read-ahead engine
+// never sees it); the ones it does not use are dropped unread at release()
+// (cancelled), and the one already submitted counts its bytes as wasted.
+TEST_F(ExpertStoreTest, QueuedReadAheadsAreTakenByDemandOrCancelled) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  const int chunks = static_cast<int>(rb / kExpertAlign);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread}) {
+    SCOPED_TRACE(mode_name(mode));
+    ReadLog log;
+    DiskExpertStore s(m->expert_files(), watched_options(rb, mode, log));
+    const LetGo let_go{log};  // before the store closes, even after a failed assertion
+    s.prefetch(2, std::vector<int32_t>{4, 5, 6});  // the fourth slot stays free for expert 0
+    ASSERT_TRUE(eventually([&] { return log.count("ahead submit") == 1; }));
+    // 5 is queued: the request reads it itself (the read-ahead engine is still held).
+    expect_acquire(s, 2, {0, 5}, 1, 1, 0, "5 taken over from the read-ahead queue");
+    ExpertStoreStats st = s.stats();
+    ASSERT_EQ(st.layers.size(), 3u);
+    EXPECT_EQ(st.layers[1].prefetch_hits, 1u);
+    EXPECT_EQ(st.layers[1].prefetch_cancelled, 1u) << "6 was queued and not used";
+    EXPECT_EQ(st.layers[1].prefetch_wasted_bytes, rb) << "4 was submitted and not used";
+    EXPECT_EQ(st.prefetch_cancelled, 1u);
+    EXPECT_EQ(st.prefetch_wasted_bytes, rb);
+    EXPECT_EQ(st.prefetched, 3u) << "read-aheads count when queued (precision does not depend on timing)";
+    EXPECT_EQ(log.count("ahead submit"), 1);
+    log.release_ahead();
+    // 4 still lands and serves a later request; 6 was dropped: read on demand.
+    expect_acquire(s, 2, {4}, 1, 0, 0, "the submitted read-ahead landed");
+    expect_acquire(s, 2, {6}, 0, 1, rb, "the cancelled one is read on demand");
+    EXPECT_EQ(log.count("ahead submit"), chunks) << "only expert 4 went through the read-ahead engine";
+    st = s.stats();
+    EXPECT_EQ(st.layers[1].prefetch_hits, 2u);
+    EXPECT_EQ(st.layers[1].prefetch_wasted_bytes, rb) << "counted once";
   }
 }
 
