@@ -149,7 +149,6 @@ void add_trace_command(CLI::App& app, Runner& run) {
       j["prefetch_precision"] = s.prefetched ? static_cast<double>(s.prefetch_hits) / static_cast<double>(s.prefetched) : 0.0;
       const uint64_t needed = s.prefetch_hits + s.misses;
       j["prefetch_recall"] = needed ? static_cast<double>(s.prefetch_hits) / static_cast<double>(needed) : 0.0;
-      j["prefetch_cancelled"] = s.prefetch_cancelled;
       j["prefetch_wasted_bytes"] = s.prefetch_wasted_bytes;
       j["prefetch_yields"] = s.prefetch_yields;
       if (pf->json) {

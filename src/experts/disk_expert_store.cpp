@@ -688,21 +688,13 @@ bool DiskExpertStore::unqueue_ahead(Slot& s) {
 }
 
 // The layer's request has been served: its read-aheads that it did not use
-// are stale. Still queued: dropped unread (cancelled); submitted or landed:
-// their bytes were wasted (the expert stays cached and may be used later).
+// are stale and their bytes count as wasted. They stay cached, queued ones are
+// still read: dropping only those not yet submitted would make the cache's
+// contents (and so hit rates) depend on how far the I/O thread got.
 void DiskExpertStore::release(int64_t layer) {
   if (!prefetch_) return;
   Layer& l = layers_[static_cast<size_t>(layer)];
   if (!l.rec || l.map) return;
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    for (Slot& s : l.slots)
-      if (s.fresh && s.loading && unqueue_ahead(s)) {
-        cancel_ahead(l, s);
-        ++l.cancelled;
-      }
-  }
-  cv_.notify_all();
   for (Slot& s : l.slots) drop_fresh(l, s);
 }
 
@@ -950,9 +942,8 @@ ExpertStoreStats DiskExpertStore::stats() const {
     const Layer& l = layers_[L];
     if (!l.rec) continue;
     s.layers.push_back(
-        {static_cast<int64_t>(L), l.requests, l.misses, l.prefetched, l.prefetch_hits, l.cancelled, l.wasted_bytes});
+        {static_cast<int64_t>(L), l.requests, l.misses, l.prefetched, l.prefetch_hits, l.wasted_bytes});
     if (io_mode_ == IoMode::Mmap) s.prefetched += l.prefetched;
-    s.prefetch_cancelled += l.cancelled;
     s.prefetch_wasted_bytes += l.wasted_bytes;
   }
   return s;

@@ -6,8 +6,9 @@
 // allows), all the misses of one acquire() together, and checked against its
 // XXH3-64 before use. Read-ahead runs on its own thread with its own engine
 // and yields to demand reads: while any demand read is in flight it submits
-// nothing new, and read-aheads a layer's request did not use are dropped at
-// release() if still queued (cancelled), counted as wasted bytes if not.
+// nothing new; read-aheads a layer's request did not use are counted as
+// wasted bytes at release() and stay cached (never dropped: whether one was
+// still queued depends on timing, and the cache's contents must not).
 // With IoMode::Mmap the files are mapped instead: the page cache is the cache
 // and read-ahead is madvise(WILLNEED) (docs/streaming.md).
 #pragma once
@@ -66,7 +67,7 @@ class DiskExpertStore final : public ExpertStore {
     bool loading = false;
     bool prefetched = false;  // filled by a read-ahead not yet asked for
     // A read-ahead that the request of its layer has not asked for yet: at
-    // that layer's release() it is cancelled (still queued) or wasted.
+    // that layer's release() its bytes count as wasted.
     bool fresh = false;
     std::string error;
     MlpWeights w;  // views into buf
@@ -90,7 +91,7 @@ class DiskExpertStore final : public ExpertStore {
     int64_t n_owned = 0;
     // Counters for the per-layer read-ahead report (prefetched under mu_).
     uint64_t requests = 0, misses = 0, prefetch_hits = 0, prefetched = 0;
-    uint64_t cancelled = 0, wasted_bytes = 0;  // under mu_
+    uint64_t wasted_bytes = 0;  // under mu_
     // IoMode::Mmap: the mapped file, each expert's views into it, which
     // experts were checked and which a read-ahead asked for.
     uint8_t* map = nullptr;

@@ -17,10 +17,7 @@ struct ExpertLayerStats {
   uint64_t requests = 0, misses = 0;
   uint64_t prefetched = 0;     // experts read ahead (issued)
   uint64_t prefetch_hits = 0;  // requests served by a read-ahead
-  // Read-aheads the layer's request did not use (docs/streaming.md): those
-  // still queued when it was served were dropped unread (cancelled); the
-  // bytes of those already submitted or landed were read for nothing (wasted).
-  uint64_t prefetch_cancelled = 0;
+  // Bytes of read-aheads the layer's request did not use (docs/streaming.md).
   uint64_t prefetch_wasted_bytes = 0;
   // Read-ahead reads that were then asked for; of the requests that needed a
   // read, the share a read-ahead had already made.
@@ -41,7 +38,6 @@ struct ExpertStoreStats {
   uint64_t prefetched = 0;        // experts read ahead
   uint64_t prefetch_hits = 0;     // requests served by a read-ahead (counted in hits too)
   uint64_t prefetch_wait_ns = 0;  // time acquire() waited for an in-flight read-ahead
-  uint64_t prefetch_cancelled = 0;     // read-aheads dropped before submission (per layer in `layers`)
   uint64_t prefetch_wasted_bytes = 0;  // bytes read ahead that their layer's request did not use
   uint64_t prefetch_yields = 0;        // times the read-ahead held its queued reads back for demand reads
   std::vector<ExpertLayerStats> layers;  // MoE layers, in order (empty for a resident store)

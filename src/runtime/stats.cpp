@@ -95,7 +95,6 @@ Json stats_json(const EngineStats& s) {
                         {"prefetch_hits", l.prefetch_hits},
                         {"precision", l.precision()},
                         {"recall", l.recall()},
-                        {"cancelled", l.prefetch_cancelled},
                         {"wasted_bytes", l.prefetch_wasted_bytes}});
       all.requests += l.requests;
       all.misses += l.misses;
@@ -104,7 +103,6 @@ Json stats_json(const EngineStats& s) {
     }
     j["prefetch_precision"] = all.precision();
     j["prefetch_recall"] = all.recall();
-    j["prefetch_cancelled"] = s.experts.prefetch_cancelled;
     j["prefetch_wasted_bytes"] = s.experts.prefetch_wasted_bytes;
     j["prefetch_yields"] = s.experts.prefetch_yields;
     j["prefetch_layers"] = std::move(layers);

@@ -275,10 +275,9 @@ TEST_F(ExpertStoreTest, PinFlagPinsThatManyBytes) {
   // The read-ahead counters are reported per layer (zero here: --no-prefetch).
   ASSERT_TRUE(j.contains("prefetch_layers")) << text;
   for (const auto& l : j["prefetch_layers"]) {
-    EXPECT_EQ(l["cancelled"].get<uint64_t>(), 0u) << text;
     EXPECT_EQ(l["wasted_bytes"].get<uint64_t>(), 0u) << text;
   }
-  EXPECT_EQ(j["prefetch_cancelled"].get<uint64_t>(), 0u) << text;
+  EXPECT_FALSE(j.contains("prefetch_cancelled")) << text;
   EXPECT_EQ(j["prefetch_wasted_bytes"].get<uint64_t>(), 0u) << text;
   // A malformed size is refused, naming the flag.
   const std::string bad =
@@ -339,10 +338,10 @@ TEST_F(ExpertStoreTest, ReadAheadHappensAndNeverChangesLogits) {
   EXPECT_GT(b.prefetched, 0u) << "read-ahead is on but nothing was read ahead";
   EXPECT_GT(b.prefetch_hits, 0u) << "no request was served by a read-ahead";
   EXPECT_LE(b.prefetch_hits, b.hits);
-  // Each read-ahead is at most once cancelled or wasted.
-  EXPECT_LE(b.prefetch_cancelled + b.prefetch_wasted_bytes / rb, b.prefetched);
+  // Each read-ahead is at most once wasted.
+  EXPECT_LE(b.prefetch_wasted_bytes / rb, b.prefetched);
   EXPECT_EQ(b.prefetch_wasted_bytes % rb, 0u);
-  EXPECT_EQ(a.prefetch_cancelled + a.prefetch_wasted_bytes, 0u);
+  EXPECT_EQ(a.prefetch_wasted_bytes, 0u);
   EXPECT_EQ(a.requests, b.requests);
   EXPECT_EQ(a.hits + a.misses, a.requests);
   EXPECT_EQ(b.hits + b.misses, b.requests);
@@ -376,7 +375,12 @@ TEST_F(ExpertStoreTest, FailedReadAheadSurfacesWhenTheExpertIsAcquired) {
     EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
   }
   EXPECT_EQ(s.stats().prefetched, 2u) << "both read-aheads ran (acquire waited for them)";
-  EXPECT_EQ(s.stats().prefetch_hits, 1u);
+  // Expert 3's read-ahead stays after release() (stale read-aheads are not
+  // dropped): if it was still queued when asked for, the demand reader took it
+  // over and counted a read-ahead hit before its read failed; if it had run,
+  // its failure counted a miss. Which one depends on the I/O thread's timing.
+  EXPECT_GE(s.stats().prefetch_hits, 1u);
+  EXPECT_LE(s.stats().prefetch_hits, 2u);
   // The store still works: other experts load, and a read-ahead of the corrupt
   // expert that is never asked for costs nothing but its read.
   expect_acquire(s, 2, {0, 1}, 0, 2, rb, "after the error");
@@ -798,9 +802,10 @@ TEST_F(ExpertStoreTest, DemandReadsOvertakeQueuedReadAheads) {
 
 // Queued read-aheads when their layer's request comes: one it asks for is
 // read with the demand reads (a read-ahead hit; the held read-ahead engine
-// never sees it); the ones it does not use are dropped unread at release()
-// (cancelled), and the one already submitted counts its bytes as wasted.
-TEST_F(ExpertStoreTest, QueuedReadAheadsAreTakenByDemandOrCancelled) {
+// never sees it); the ones it does not use count their bytes as wasted at
+// release(), whether submitted or still queued, and stay: a queued one is
+// still read (dropping it would make the cache's contents depend on timing).
+TEST_F(ExpertStoreTest, QueuedReadAheadsAreTakenByDemandOrCountedAsWasted) {
   auto m = open(container_);
   const uint64_t rb = expert_bytes(*m);
   const int chunks = static_cast<int>(rb / kExpertAlign);
@@ -816,20 +821,19 @@ TEST_F(ExpertStoreTest, QueuedReadAheadsAreTakenByDemandOrCancelled) {
     ExpertStoreStats st = s.stats();
     ASSERT_EQ(st.layers.size(), 3u);
     EXPECT_EQ(st.layers[1].prefetch_hits, 1u);
-    EXPECT_EQ(st.layers[1].prefetch_cancelled, 1u) << "6 was queued and not used";
-    EXPECT_EQ(st.layers[1].prefetch_wasted_bytes, rb) << "4 was submitted and not used";
-    EXPECT_EQ(st.prefetch_cancelled, 1u);
-    EXPECT_EQ(st.prefetch_wasted_bytes, rb);
+    EXPECT_EQ(st.layers[1].prefetch_wasted_bytes, 2 * rb) << "4 (submitted) and 6 (queued) were not used";
+    EXPECT_EQ(st.prefetch_wasted_bytes, 2 * rb);
     EXPECT_EQ(st.prefetched, 3u) << "read-aheads count when queued (precision does not depend on timing)";
     EXPECT_EQ(log.count("ahead submit"), 1);
     log.release_ahead();
-    // 4 still lands and serves a later request; 6 was dropped: read on demand.
+    // 4 and 6 still land and serve later requests.
     expect_acquire(s, 2, {4}, 1, 0, 0, "the submitted read-ahead landed");
-    expect_acquire(s, 2, {6}, 0, 1, rb, "the cancelled one is read on demand");
-    EXPECT_EQ(log.count("ahead submit"), chunks) << "only expert 4 went through the read-ahead engine";
+    ASSERT_TRUE(eventually([&] { return log.count("ahead submit") == 2 * chunks; }))
+        << "the queued unused read-ahead (6) was not read by the read-ahead engine";
+    expect_acquire(s, 2, {6}, 1, 0, 0, "the queued unused read-ahead stayed and landed");
     st = s.stats();
-    EXPECT_EQ(st.layers[1].prefetch_hits, 2u);
-    EXPECT_EQ(st.layers[1].prefetch_wasted_bytes, rb) << "counted once";
+    EXPECT_EQ(st.layers[1].prefetch_hits, 3u);
+    EXPECT_EQ(st.layers[1].prefetch_wasted_bytes, 2 * rb) << "counted once";
   }
 }
 
