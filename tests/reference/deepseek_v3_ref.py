@@ -256,7 +256,40 @@ class DeepseekV3Ref:
         return {"logits": logits, "hidden": hn, "mtp_logits": mtp_logits, "router_gaps": gaps, "group_gaps": ggaps}
 
 
+# The Linear modules a DeepSeek-V3 FP8 checkpoint (quantization_config: fp8, e4m3, block-wise)
+# stores as float8_e4m3fn with a float32 `weight_scale_inv` of [ceil(out / block_rows),
+# ceil(in / block_cols)]: every attention projection, the dense MLP, the shared and routed
+# experts and the MTP layer's eh_proj. Embeddings, lm_head, norms, the router (mlp.gate) and its
+# correction bias stay bf16 / f32.
+FP8_MODULES = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj",
+               "down_proj", "eh_proj")
+
+
+def is_fp8_weight(name: str) -> bool:
+    parts = name.split(".")
+    return len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in FP8_MODULES and parts[0] == "model"
+
+
+def fp8_block(cfg: dict):
+    """(block_rows, block_cols) of an FP8 checkpoint's quantization_config, None when unquantized."""
+    q = cfg.get("quantization_config")
+    if not q:
+        return None
+    if q.get("quant_method") != "fp8" or q.get("fmt", "e4m3") != "e4m3":
+        raise ValueError(f"quantization_config {q!r} is not block fp8 e4m3")
+    return tuple(int(b) for b in q.get("weight_block_size", (128, 128)))
+
+
 def expected_tensor_names(cfg: dict) -> List[str]:
+    """Every tensor of the checkpoint (with the `weight_scale_inv` of each FP8 weight when the
+    config has a quantization_config)."""
+    names = weight_names(cfg)
+    if fp8_block(cfg) is None:
+        return names
+    return names + [n + "_scale_inv" for n in names if is_fp8_weight(n)]
+
+
+def weight_names(cfg: dict) -> List[str]:
     c = Config(cfg)
     names = ["model.embed_tokens.weight", "model.norm.weight", "lm_head.weight"]
     for L in range(c.num_layers + (1 if c.mtp else 0)):
@@ -280,13 +313,24 @@ def expected_tensor_names(cfg: dict) -> List[str]:
 def load_checkpoint(ckpt_dir: str) -> DeepseekV3Ref:
     with open(os.path.join(ckpt_dir, "config.json")) as f:
         cfg = json.load(f)
-    raw = fmt.read_safetensors(os.path.join(ckpt_dir, "model.safetensors"))
+    raw = fmt.load_raw_tensors(ckpt_dir)  # model.safetensors or the shards of model.safetensors.index.json
     want = set(expected_tensor_names(cfg))
     if set(raw) != want:
         raise ValueError(f"{ckpt_dir}: tensors differ from the config: missing {sorted(want - set(raw))[:5]}, "
                          f"extra {sorted(set(raw) - want)[:5]}")
-    w = {n: torch.from_numpy(fmt.storage_to_f32(dt, a).copy()) for n, (dt, a) in raw.items()}
-    return DeepseekV3Ref(Config(cfg), w)
+    return DeepseekV3Ref(Config(cfg), weights_of(raw, cfg))
+
+
+def weights_of(raw: dict, cfg: dict) -> Dict[str, torch.Tensor]:
+    """fp32 weights of {name: (dtype, stored array)}: bf16 / f32 upcast exactly, FP8 weights
+    dequantized as fp8(code) * weight_scale_inv[i // block_rows, j // block_cols]."""
+    block = fp8_block(cfg)
+    for n, (dt, _) in raw.items():
+        if dt == "F8_E4M3" and not is_fp8_weight(n):
+            raise ValueError(f"{n} is stored as F8_E4M3 but DeepSeek-V3 keeps it unquantized")
+        if block is not None and is_fp8_weight(n) and dt != "F8_E4M3":
+            raise ValueError(f"{n} is {dt}, expected F8_E4M3 in an FP8 checkpoint")
+    return fmt.raw_to_f32_weights(raw, block or (128, 128))
 
 
 def _top2(logits: torch.Tensor):

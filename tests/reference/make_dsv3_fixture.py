@@ -1,10 +1,12 @@
 #!/usr/bin/python3
-"""Deterministic generator for the tiny random-weight `deepseek_v3` fixture + reference outputs.
+"""Deterministic generator for the tiny random-weight `deepseek_v3` fixtures + reference outputs.
 
-    /usr/bin/python3 tests/reference/make_dsv3_fixture.py --out tests/fixtures [--seed N]
+    /usr/bin/python3 tests/reference/make_dsv3_fixture.py --out tests/fixtures [--variant fp8] [--seed N]
 
 Writes <out>/dsv3-tiny-bf16/{config.json, generation_config.json, model.safetensors,
-reference.json}.  Weights come from numpy's PCG64 stream (no BLAS): the same seed gives
+reference.json}; with --variant fp8, <out>/dsv3-tiny-fp8/ (same architecture, other seeds): the
+weights block-quantized to float8_e4m3fn as the DeepSeek-V3 FP8 checkpoints store them (see
+VARIANTS), in two shards with model.safetensors.index.json.  Weights come from numpy's PCG64 stream (no BLAS): the same seed gives
 byte-identical weights.  Candidate seeds are tried in order; the first whose reference has router
 gaps (k-th minus (k+1)-th expert choice score, and the same for the group scores) of at least
 1e-4, top-1 / greedy / MTP top-1 margins of at least 1e-2 and every router choice score positive
@@ -30,6 +32,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import glm_moe_dsa_ref as fmt  # noqa: E402  (safetensors writer, bf16 codec)
 import deepseek_v3_ref as Q  # noqa: E402
+import make_fixtures  # noqa: E402  (write_weights: one file or shards + index)
 
 torch.set_num_threads(2)
 try:
@@ -37,7 +40,20 @@ try:
 except Exception:  # pragma: no cover
     pass
 
-NAME = "dsv3-tiny-bf16"
+# bf16: the released layout in bf16. fp8: the same architecture with DeepSeek-V3's
+# quantization_config (fp8, e4m3, dynamic activations, weight_block_size); every attention
+# projection, dense MLP, shared / routed expert and the MTP eh_proj stored as float8_e4m3fn with a
+# float32 weight_scale_inv per block (deepseek_v3_ref.FP8_MODULES). The block is the real
+# checkpoints' 128 x 128 scaled to the tiny shapes: 32 rows x 48 columns, so most matrices hold
+# several blocks and every one a partial edge block (hidden 64 = 48 + 16 columns, kv_a 48 = 32 + 16
+# rows, experts 16 of 32 rows), and a transposed block or scale index cannot pass unnoticed.
+# Written as two shards with model.safetensors.index.json; the cut falls inside layer 2, between
+# model.layers.2.mlp.experts.2.down_proj.weight and its weight_scale_inv (checked by --check), so a
+# reader must find a scale in another file than its weight.
+VARIANTS = {
+    "bf16": {"name": "dsv3-tiny-bf16", "block": None, "shards": 1, "seeds": list(range(4000, 4060))},
+    "fp8": {"name": "dsv3-tiny-fp8", "block": [32, 48], "shards": 2, "seeds": list(range(4100, 4160))},
+}
 SEQ_LEN = 48
 EOS_IDS = [253, 254, 255]
 PAD_ID = 253
@@ -137,10 +153,13 @@ def shape(name: str, c: Q.Config) -> tuple:
 
 
 def build_storage(cfg: dict, seed: int) -> dict:
+    """{name: (dtype, stored array)}: the same numpy draws for every variant; an FP8 config
+    block-quantizes the bf16-rounded draw of each FP8 weight (amax / 448 per block)."""
     c = Q.Config(cfg)
+    block = Q.fp8_block(cfg)
     rng = np.random.Generator(np.random.PCG64(seed))
     out = {}
-    for name in Q.expected_tensor_names(cfg):
+    for name in Q.weight_names(cfg):  # the scales are not drawn
         s = shape(name, c)
         if name.endswith("e_score_correction_bias"):  # kept f32 as in the real checkpoints
             out[name] = ("F32", np.asarray(0.02 * rng.standard_normal(s), dtype=np.float32))
@@ -152,7 +171,13 @@ def build_storage(cfg: dict, seed: int) -> dict:
         else:
             mod = "lm_head" if name == "lm_head.weight" else name.split(".")[-2]
             w = (GAIN.get(mod, 1.0) / math.sqrt(s[1])) * rng.standard_normal(s)
-        out[name] = ("BF16", fmt.f32_to_bf16_bits(np.asarray(w, dtype=np.float32)))
+        w = np.asarray(w, dtype=np.float32)
+        if block is not None and Q.is_fp8_weight(name):
+            codes, scale = fmt.quantize_fp8_block(fmt.round_to_bf16(w), block)
+            out[name] = ("F8_E4M3", codes)
+            out[name + "_scale_inv"] = ("F32", scale)
+        else:
+            out[name] = ("BF16", fmt.f32_to_bf16_bits(w))
     return out
 
 
@@ -176,15 +201,31 @@ def make_ids(seed: int, vocab: int) -> list:
     return [int(x) for x in rng.integers(0, min(vocab, min(EOS_IDS)), SEQ_LEN)]
 
 
-def write(out_dir: str, cfg: dict, storage: dict, ref: dict):
+def variant_config(variant: str) -> dict:
+    cfg = config()
+    block = VARIANTS[variant]["block"]
+    if block is None:
+        return cfg
+    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                  "weight_block_size": list(block)}
+    return dict(sorted(cfg.items()))
+
+
+def weight_files(d: str) -> list:
+    return sorted(fn for fn in os.listdir(d) if fn.endswith(".safetensors") or fn == "model.safetensors.index.json")
+
+
+def write(out_dir: str, cfg: dict, storage: dict, ref: dict, shards: int):
     os.makedirs(out_dir, exist_ok=True)
+    for fn in weight_files(out_dir):  # a previous layout's files
+        os.remove(os.path.join(out_dir, fn))
     with open(os.path.join(out_dir, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2)
         f.write("\n")
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
         json.dump({"eos_token_id": EOS_IDS, "pad_token_id": PAD_ID, "do_sample": False}, f, indent=2)
         f.write("\n")
-    fmt.write_safetensors(os.path.join(out_dir, "model.safetensors"), storage, {"format": "pt"})
+    make_fixtures.write_weights(out_dir, storage, shards)
     tmp = os.path.join(out_dir, "reference.json.tmp")
     with open(tmp, "w") as f:
         json.dump(ref, f)
@@ -192,19 +233,25 @@ def write(out_dir: str, cfg: dict, storage: dict, ref: dict):
     os.replace(tmp, os.path.join(out_dir, "reference.json"))
 
 
-def check(committed: str) -> int:
+def check(committed: str, variant: str) -> int:
     import tempfile
+    name = VARIANTS[variant]["name"]
     with open(os.path.join(committed, "reference.json")) as f:
         want = json.load(f)
     with tempfile.TemporaryDirectory() as tmp:
-        if main(["--out", tmp, "--seed", str(want["seed"])]) != 0:
+        if main(["--out", tmp, "--variant", variant, "--seed", str(want["seed"])]) != 0:
             return 1
         errs = []
-        for fn in ("config.json", "generation_config.json", "model.safetensors"):
-            with open(os.path.join(committed, fn), "rb") as a, open(os.path.join(tmp, NAME, fn), "rb") as b:
+        files = weight_files(committed)
+        if files != weight_files(os.path.join(tmp, name)):
+            errs.append(f"weight files {files} differ from the regenerated {weight_files(os.path.join(tmp, name))}")
+        for fn in ["config.json", "generation_config.json"] + files:
+            if not os.path.exists(os.path.join(tmp, name, fn)):
+                continue
+            with open(os.path.join(committed, fn), "rb") as a, open(os.path.join(tmp, name, fn), "rb") as b:
                 if a.read() != b.read():
                     errs.append(f"{fn} differs from the regenerated one")
-        with open(os.path.join(tmp, NAME, "reference.json")) as f:
+        with open(os.path.join(tmp, name, "reference.json")) as f:
             got = json.load(f)
         for k in ("ids", "top1", "greedy", "mlp_layer_types", "mtp_top1"):
             if (got[k]["ids"] if k == "greedy" else got[k]) != (want[k]["ids"] if k == "greedy" else want[k]):
@@ -214,27 +261,41 @@ def check(committed: str) -> int:
                 d = max(abs(x - y) for x, y in zip(v, got[key][p]))
                 if d > 1e-4:
                     errs.append(f"reference.json {key}@{p} differ by {d:.3g}")
+        # The committed files, read back by the oracle's own loader (shards, FP8 dequantization),
+        # give the committed top-1s.
+        if VARIANTS[variant]["shards"] > 1 and VARIANTS[variant]["block"] is not None:
+            with open(os.path.join(committed, "model.safetensors.index.json")) as f:
+                wm = json.load(f)["weight_map"]
+            if not any(n.endswith("_scale_inv") and wm[n] != wm[n[:-len("_scale_inv")]] for n in wm):
+                errs.append("no FP8 weight_scale_inv lies in another shard than its weight any more")
+        o = Q.load_checkpoint(committed).forward(want["ids"])
+        if o["logits"].argmax(-1).tolist() != want["top1"]:
+            errs.append("the committed checkpoint, loaded back, does not give the committed top1")
     for e in errs:
         print("FAILED:", e, file=sys.stderr)
-    print("dsv3 fixture regenerates" if not errs else f"{len(errs)} problems", file=sys.stderr)
+    print(f"{name} regenerates" if not errs else f"{len(errs)} problems", file=sys.stderr)
     return 1 if errs else 0
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
+    ap.add_argument("--variant", choices=sorted(VARIANTS), default="bf16",
+                    help="bf16: dsv3-tiny-bf16 (default); fp8: dsv3-tiny-fp8 (block FP8, two shards)")
     ap.add_argument("--seed", type=int, help="pin the seed (must still meet the targets)")
     ap.add_argument("--check", action="store_true",
-                    help="regenerate <out>/dsv3-tiny-bf16 with its committed seed into a temp dir and compare: "
-                         "files byte for byte, ids / top-1 / greedy exactly, logits within 1e-4")
+                    help="regenerate <out>/<the variant's fixture> with its committed seed into a temp dir and "
+                         "compare: files byte for byte, ids / top-1 / greedy exactly, logits within 1e-4")
     a = ap.parse_args(argv)
+    v = VARIANTS[a.variant]
+    name = v["name"]
     if a.check:
-        return check(os.path.join(a.out, NAME))
-    cfg = config()
-    seeds = [a.seed] if a.seed is not None else list(range(4000, 4060))
+        return check(os.path.join(a.out, name), a.variant)
+    cfg = variant_config(a.variant)
+    seeds = [a.seed] if a.seed is not None else v["seeds"]
     for tried, seed in enumerate(seeds, 1):
         storage = build_storage(cfg, seed)
-        w = {n: torch.from_numpy(fmt.storage_to_f32(dt, arr).copy()) for n, (dt, arr) in storage.items()}
+        w = Q.weights_of(storage, cfg)  # FP8: dequantized, as the loader does
         model = Q.DeepseekV3Ref(Q.Config(cfg), w)
         ids = make_ids(seed, cfg["vocab_size"])
         ref = Q.compute_reference(model, ids)
@@ -249,14 +310,19 @@ def main(argv=None):
               f"{ref['top1_changed_without_softmax_mscale']}/{ref['top1_changed_with_plain_rope']}"
               f"{'' if ok else ' (rejected)'}", file=sys.stderr)
         if ok:
-            ref = {"fixture": NAME, "seed": seed, "seeds_tried": tried,
+            weights = "bf16 weights"
+            if v["block"] is not None:
+                weights = (f"float8_e4m3fn weights with float32 weight_scale_inv per {v['block'][0]}x{v['block'][1]} "
+                           f"block (attention, dense MLP, experts, eh_proj; bf16 embed / lm_head / norms / "
+                           f"router, f32 router bias), {v['shards']} shards")
+            ref = {"fixture": name, "seed": seed, "seeds_tried": tried,
                    "generator": "tests/reference/make_dsv3_fixture.py",
                    "description": "deepseek_v3 layout: 3 layers (layer 0 dense via first_k_dense_replace, 2 MoE) "
                                   "+ MTP layer, MLA 4 heads (q_lora 32, kv_lora 32, nope 16, rope 16, v 16), "
                                   "YaRN factor 8 over original context 32 (beta 32/1, mscale 1, mscale_all_dim "
                                   "0.707), 8 experts in 4 groups (2 kept) top-2 sigmoid with correction bias "
-                                  "(noaux_tc), routed scaling 2.5, 1 shared expert, bf16 weights", **ref}
-            write(os.path.join(a.out, NAME), cfg, storage, ref)
+                                  "(noaux_tc), routed scaling 2.5, 1 shared expert, " + weights, **ref}
+            write(os.path.join(a.out, name), cfg, storage, ref, v["shards"])
             return 0
     print("no seed met the targets", file=sys.stderr)
     return 1

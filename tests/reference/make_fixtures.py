@@ -375,6 +375,12 @@ def write_checkpoint(out_dir: str, config: dict, storage: dict, shards: int):
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
         json.dump(generation_config(config), f, indent=2)
         f.write("\n")
+    write_weights(out_dir, storage, shards)
+
+
+def write_weights(out_dir: str, storage: dict, shards: int):
+    """`model.safetensors`, or `shards` files `model-0000i-of-0000n.safetensors` plus
+    `model.safetensors.index.json` (also used by make_dsv3_fixture.py)."""
     meta = {"format": "pt"}
     if shards == 1:
         R.write_safetensors(os.path.join(out_dir, "model.safetensors"), storage, meta)
