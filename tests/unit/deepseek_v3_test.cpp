@@ -2,11 +2,12 @@
 // rescales the softmax, the sigmoid group-limited router with correction
 // bias and routed scaling, shared experts, first dense layers, MTP) against
 // its independent PyTorch reference (tests/reference/deepseek_v3_ref.py,
-// fixture dsv3-tiny-bf16, whose 48 positions run past the original context
-// of 32): teacher forcing, logits, MTP, greedy continuation, batch / thread
-// invariance, the YaRN parameters of the released configs, and the family's
-// config refusals; export-gguf of the family (its deepseek2 layout is checked
-// in gguf_writer_test.cpp).
+// fixtures dsv3-tiny-bf16 and dsv3-tiny-fp8 -- the same architecture with
+// DeepSeek-V3's block-FP8 weights in two shards --, whose 48 positions run
+// past the original context of 32): teacher forcing, logits, MTP, greedy
+// continuation, batch / thread invariance, the YaRN parameters of the released
+// configs, and the family's config refusals; export-gguf of the family (its
+// deepseek2 layout is checked in gguf_writer_test.cpp).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -29,9 +30,12 @@ using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr float kLogitTol = 1e-4f;  // f32 both sides; reduction orders differ
-const char* const kFixture = "dsv3-tiny-bf16";
+const char* const kFixture = "dsv3-tiny-bf16";  // the config tests edit its config.json
+const char* const kFp8Fixture = "dsv3-tiny-fp8";
 
-std::string fixture_dir() { return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + kFixture; }
+std::string fixture_dir(const std::string& name = kFixture) {
+  return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name;
+}
 
 int32_t argmax(const float* x, int64_t n) {
   int64_t b = 0;
@@ -82,13 +86,15 @@ void expect_logits(const float* all, int64_t V, const Json& want, const char* wh
   }
 }
 
-class Dsv3Fixture : public ::testing::Test {
+// Every test below runs on both fixtures (the FP8 one's reference computes
+// with its dequantized weights).
+class Dsv3Fixture : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
-    const std::string p = fixture_dir() + "/reference.json";
+    const std::string p = fixture_dir(GetParam()) + "/reference.json";
     if (!std::filesystem::exists(p)) GTEST_SKIP() << "fixture missing: run tests/reference/make_dsv3_fixture.py";
     ref = parse_json(read_small_file(p, 64u << 20), p);
-    model = load_model(fixture_dir());
+    model = load_model(fixture_dir(GetParam()));
     ids = ref["ids"].get<std::vector<int32_t>>();
   }
   Json ref;
@@ -96,7 +102,7 @@ class Dsv3Fixture : public ::testing::Test {
   std::vector<int32_t> ids;
 };
 
-TEST_F(Dsv3Fixture, ConfigIsMlaWithoutIndexerAndYarn) {
+TEST_P(Dsv3Fixture, ConfigIsMlaWithoutIndexerAndYarn) {
   const ModelConfig& c = model->config;
   EXPECT_EQ(c.attention, AttentionKind::Mla);
   EXPECT_EQ(c.router, RouterKind::SigmoidGroups);
@@ -128,7 +134,37 @@ TEST_F(Dsv3Fixture, ConfigIsMlaWithoutIndexerAndYarn) {
   EXPECT_GT(ref["top1_changed_with_plain_rope"].get<int>(), 0);
 }
 
-TEST_F(Dsv3Fixture, TeacherForcingMatchesReference) {
+TEST_P(Dsv3Fixture, Fp8WeightsAreBlockQuantizedAsInDeepseekV3) {
+  // dsv3-tiny-fp8: DeepSeek-V3's quantization_config with the block scaled to
+  // the tiny shapes (32 x 48: partial edge blocks in both directions); every
+  // attention projection, MLP, expert and the MTP eh_proj is FP8, the
+  // embeddings, lm_head and router are not.
+  const ModelConfig& c = model->config;
+  const bool fp8 = std::string(GetParam()) == kFp8Fixture;
+  EXPECT_EQ(c.fp8, fp8);
+  if (!fp8) return;
+  EXPECT_EQ(c.fp8_block_rows, 32);
+  EXPECT_EQ(c.fp8_block_cols, 48);
+  const ModelWeights& w = model->weights;
+  EXPECT_EQ(w.embed.format, WeightFormat::BF16);
+  EXPECT_EQ(w.lm_head.format, WeightFormat::BF16);
+  for (const LayerWeights& l : w.layers) {
+    for (const Weight* x : {&l.attn.q_a, &l.attn.q_b, &l.attn.kv_a, &l.attn.kv_b, &l.attn.o}) {
+      EXPECT_EQ(x->format, WeightFormat::FP8_BLOCK) << x->name;
+      EXPECT_EQ(x->scales.size(), static_cast<size_t>(((x->rows + 31) / 32) * ((x->cols + 47) / 48))) << x->name;
+    }
+    const MlpWeights& mlp = l.is_moe ? l.shared : l.dense;
+    for (const Weight* x : {&mlp.gate, &mlp.up, &mlp.down}) EXPECT_EQ(x->format, WeightFormat::FP8_BLOCK) << x->name;
+    if (l.is_moe) {
+      EXPECT_NE(l.router.gate.format, WeightFormat::FP8_BLOCK);
+    }
+  }
+  EXPECT_EQ(w.layers.back().eh_proj.format, WeightFormat::FP8_BLOCK);
+  EXPECT_EQ(w.experts[1][0].down.format, WeightFormat::FP8_BLOCK);
+  EXPECT_EQ(w.experts[1][0].down.scales.size(), 2u * 1u);  // [64, 16]: 2 row blocks, one partial column block
+}
+
+TEST_P(Dsv3Fixture, TeacherForcingMatchesReference) {
   const Scored s = score(*model, ids, 2, 0);
   const int64_t V = model->config.vocab_size;
   const auto want = ref["top1"].get<std::vector<int32_t>>();
@@ -142,7 +178,7 @@ TEST_F(Dsv3Fixture, TeacherForcingMatchesReference) {
   expect_logits(s.logits.data(), V, ref["logits"], "logits");
 }
 
-TEST_F(Dsv3Fixture, MtpMatchesReference) {
+TEST_P(Dsv3Fixture, MtpMatchesReference) {
   const Scored s = score(*model, ids, 2, 0);
   const int64_t V = model->config.vocab_size;
   const auto want = ref["mtp_top1"].get<std::vector<int32_t>>();
@@ -156,7 +192,7 @@ TEST_F(Dsv3Fixture, MtpMatchesReference) {
   expect_logits(s.mtp.data(), V, ref["mtp_logits"], "mtp_logits");
 }
 
-TEST_F(Dsv3Fixture, GreedyContinuationMatchesReference) {
+TEST_P(Dsv3Fixture, GreedyContinuationMatchesReference) {
   const auto prompt = ref["greedy"]["prompt"].get<std::vector<int32_t>>();
   const auto want = ref["greedy"]["ids"].get<std::vector<int32_t>>();
   ThreadPool pool(2);
@@ -178,7 +214,7 @@ TEST_F(Dsv3Fixture, GreedyContinuationMatchesReference) {
   EXPECT_EQ(got, want);
 }
 
-TEST_F(Dsv3Fixture, RowsAreBatchAndThreadInvariant) {
+TEST_P(Dsv3Fixture, RowsAreBatchAndThreadInvariant) {
   const Scored whole = score(*model, ids, 2, 0);
   for (auto [threads, chunk] : {std::pair{1, int64_t{1}}, std::pair{2, int64_t{7}}}) {
     const Scored s = score(*model, ids, threads, chunk);
@@ -187,7 +223,7 @@ TEST_F(Dsv3Fixture, RowsAreBatchAndThreadInvariant) {
   }
 }
 
-TEST_F(Dsv3Fixture, TruncatedSessionRecomputesTheSameRows) {
+TEST_P(Dsv3Fixture, TruncatedSessionRecomputesTheSameRows) {
   ThreadPool pool(2);
   ResidentExpertStore store(model->weights.experts);
   ModelRunner runner(*model, store, pool);
@@ -202,6 +238,14 @@ TEST_F(Dsv3Fixture, TruncatedSessionRecomputesTheSameRows) {
   runner.forward(rest, {}, b.data() + 20 * V, nullptr);
   EXPECT_TRUE(std::equal(a.begin() + 20 * V, a.end(), b.begin() + 20 * V));
 }
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, Dsv3Fixture, ::testing::Values(kFixture, kFp8Fixture),
+                         [](const auto& info) {
+                           std::string n = info.param;
+                           for (char& ch : n)
+                             if (ch == '-') ch = '_';
+                           return n;
+                         });
 
 // The family's config: required fields, bounds, unsupported options refused by name.
 Json dsv3_config() {

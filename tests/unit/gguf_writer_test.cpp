@@ -618,6 +618,64 @@ TEST_F(ExportGgufTest, Dsv3FixtureHasTheDeepseek2Layout) {
   for (const ParsedTensor& t : f.tensors) EXPECT_EQ(t.name.find("indexer"), std::string::npos) << t.name;
 }
 
+// dsv3-tiny-fp8 (DeepSeek-V3's block FP8, 32 x 48 blocks, two shards): the f32
+// export holds code * scale_inv[row / 32][col / 48] for every element,
+// decoded here from the raw bytes without strata's Weight: partial edge
+// blocks in both directions, the MTP eh_proj, and the expert whose
+// weight_scale_inv lies in the other shard than its weight.
+float e4m3_value(uint8_t b) {
+  const int e = (b >> 3) & 15, m = b & 7;
+  const double v = e == 0 ? std::ldexp(m, -9) : std::ldexp(8 + m, e - 10);
+  return static_cast<float>(b & 0x80 ? -v : v);
+}
+
+TEST_F(ExportGgufTest, Dsv3Fp8ExportDequantizesEveryBlock) {
+  const std::string fx = fixture("dsv3-tiny-fp8");
+  if (fx.empty()) GTEST_SKIP() << "tests/fixtures/dsv3-tiny-fp8 not present";
+  const std::string out = path("d8.gguf");
+  ASSERT_EQ(run_export(fx, out), 0) << stderr_text();
+  ParsedFile f = parse(out);
+  const ModelConfig c = load_model_config(fx);
+  ASSERT_TRUE(c.fp8);
+  ASSERT_EQ(c.fp8_block_rows, 32);
+  ASSERT_EQ(c.fp8_block_cols, 48);
+  const Checkpoint ck(fx);
+  const Json index = parse_json(read_small_file(fx + "/model.safetensors.index.json", 1 << 20), "index");
+  const std::string split = "model.layers.2.mlp.experts.2.down_proj.weight";
+  ASSERT_NE(index.at("weight_map").at(split), index.at("weight_map").at(split + "_scale_inv")) << "fixture changed";
+  struct Case {
+    std::string gguf, hf;
+    int64_t rows, cols, first;  // `first`: element offset of this matrix in the GGUF tensor
+  };
+  const int64_t d = c.hidden_size, ff = c.moe_intermediate_size;
+  const std::vector<Case> cases = {
+      {"blk.1.attn_kv_a_mqa.weight", "model.layers.1.self_attn.kv_a_proj_with_mqa.weight",
+       c.kv_lora_rank + c.qk_rope_head_dim, d, 0},
+      {"blk.0.ffn_down.weight", "model.layers.0.mlp.down_proj.weight", d, c.intermediate_size, 0},
+      {"blk.3.nextn.eh_proj.weight", "model.layers.3.eh_proj.weight", d, 2 * d, 0},
+      {"blk.2.ffn_down_exps.weight", split, d, ff, 2 * d * ff},
+      {"blk.2.ffn_gate_exps.weight", "model.layers.2.mlp.experts.5.gate_proj.weight", ff, d, 5 * ff * d},
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.hf);
+    const TensorEntry& e = ck.entry(k.hf);
+    ASSERT_EQ(e.dtype, DType::F8_E4M3);
+    std::vector<uint8_t> codes(e.numel);
+    ck.file_of(k.hf).read(e, codes.data());
+    const int64_t nbr = (k.rows + 31) / 32, nbc = (k.cols + 47) / 48;
+    const std::vector<float> scale =
+        load_f32(ck, k.hf.substr(0, k.hf.size() - 7) + ".weight_scale_inv", {nbr, nbc});
+    const ParsedTensor* t = find_tensor(f, k.gguf);
+    ASSERT_NE(t, nullptr);
+    for (int64_t i = 0; i < k.rows; ++i)
+      for (int64_t j = 0; j < k.cols; ++j) {
+        const float want = e4m3_value(codes[static_cast<size_t>(i * k.cols + j)]) *
+                           scale[static_cast<size_t>((i / 32) * nbc + j / 48)];
+        ASSERT_EQ(f32_at(f, *t, static_cast<uint64_t>(k.first + i * k.cols + j)), want) << i << "," << j;
+      }
+  }
+}
+
 // The test reader itself (tests/unit/gguf_reader.h) refuses bad files with an
 // error instead of reading past its buffer or dividing by zero: inputs found
 // by tests/fuzz/fuzz_gguf (tests/fuzz/corpus/gguf/crash-*).
