@@ -2,13 +2,15 @@
 """Writes a random-weight checkpoint in Hugging Face layout, for tests and benchmarks
 that need a model bigger than the fixtures (no reference outputs). glm_moe_dsa by default;
 the qwen3 / glm4 presets write qwen3_moe / glm4_moe (bf16, streamed, one shard per layer), the
-dsv3 preset deepseek_v3 (streamed).
+dsv3 preset deepseek_v3 (streamed; --fp8: DeepSeek-V3's block-FP8 layout, 128 x 128 blocks, as
+tests/fixtures/dsv3-tiny-fp8 at the released block size).
 
     /usr/bin/python3 tools/make_model.py --preset rss --out /tmp/m [--fp8] [--seed 1]
     /usr/bin/python3 tools/make_model.py --set hidden_size=512 --set n_routed_experts=64 --out /tmp/m
     /usr/bin/python3 tools/make_model.py --preset qwen3-30b-a3b-slice --out /tmp/q
     /usr/bin/python3 tools/make_model.py --preset glm45-air-slice --out /tmp/g
     /usr/bin/python3 tools/make_model.py --preset dsv3-slice --out /tmp/dsv3   # ~13 GB, streamed
+    /usr/bin/python3 tools/make_model.py --preset dsv3-slice --fp8 --out /tmp/dsv3-fp8   # ~7 GB
 
 --fill periodic (with --stream, or the glm52-slice preset): every matrix of 1M elements or more is one
 block of PERIOD normal draws of its scale, repeated from a random start, instead of fresh draws: the same
@@ -122,7 +124,7 @@ def write_streaming(out_dir, config, seed, fp8, family=None, fill="normal"):
         shape_of = lambda n: shape_fn(n, config)  # noqa: E731
     elif config["model_type"] == "deepseek_v3":
         dc = DS.Config(config)
-        names = DS.expected_tensor_names(config)
+        names = DS.weight_names(config)  # the scales are planned with their weights below
         shape_of = lambda n: DF.shape(n, dc)  # noqa: E731
         init = F.gen_tensor
     else:
@@ -148,7 +150,8 @@ def write_streaming(out_dir, config, seed, fp8, family=None, fill="normal"):
             module = n[: -len(".weight")] if n.endswith(".weight") else None
             if n.endswith("e_score_correction_bias"):
                 plan.append((n, "F32", shape, None))
-            elif fp8 and module is not None and R.is_fp8_module(module):
+            elif fp8 and module is not None and (DS.is_fp8_weight(n) if config["model_type"] == "deepseek_v3"
+                                                 else R.is_fp8_module(module)):
                 plan.append((n, "F8_E4M3", shape, None))
                 sshape = (-(-shape[0] // block[0]), -(-shape[1] // block[1]))
                 plan.append((module + ".weight_scale_inv", "F32", sshape, n))
@@ -248,7 +251,9 @@ def main(argv=None):
         config = {**DF.config(), **over}  # the fixture's config with the preset's shapes
     else:
         config = F.glm5_config(**over)
-    if a.fp8:
+    if a.fp8 and config["model_type"] == "deepseek_v3":
+        config = dict(config, quantization_config=DS.released_fp8_quant_config())
+    elif a.fp8:
         config = dict(config, quantization_config=F.fp8_quant_config(config))
     if config["model_type"] == "deepseek_v3" and not (a.stream or a.preset == "dsv3-slice"):
         ap.error("deepseek_v3 checkpoints are written with --stream")

@@ -270,6 +270,11 @@ def is_fp8_weight(name: str) -> bool:
     return len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in FP8_MODULES and parts[0] == "model"
 
 
+def released_fp8_quant_config(block=(128, 128)) -> dict:
+    """The quantization_config of the DeepSeek-V3 / R1 / V3.1 FP8 checkpoints (block 128 x 128)."""
+    return {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": list(block)}
+
+
 def fp8_block(cfg: dict):
     """(block_rows, block_cols) of an FP8 checkpoint's quantization_config, None when unquantized."""
     q = cfg.get("quantization_config")

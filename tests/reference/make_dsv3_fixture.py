@@ -206,8 +206,7 @@ def variant_config(variant: str) -> dict:
     block = VARIANTS[variant]["block"]
     if block is None:
         return cfg
-    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
-                                  "weight_block_size": list(block)}
+    cfg["quantization_config"] = Q.released_fp8_quant_config(block)
     return dict(sorted(cfg.items()))
 
 
