@@ -90,16 +90,17 @@ ComputeProbe probe_compute(int threads, double seconds, uint64_t working_set_byt
     k.n = pool_bytes.size() / k.bytes;
     return k;
   };
-  Walk w64 = walk(64), w128 = walk(128);
+  Walk w32 = walk(32), w128 = walk(128);
   auto step = [&](Walk& k) {
     k.w.view_data = pool_bytes.data() + k.next * k.bytes;
     k.next = k.next + 1 == k.n ? 0 : k.next + 1;
     matmul(c, k.w, x.data(), 1, y.data(), scratch);
   };
-  const auto [t64, t128] = per_call2(2 * each, [&] { step(w64); }, [&] { step(w128); });
-  const double madds64 = 64.0 * kCols;
-  p.matmul_madd_s = std::max(0.0, (t128 - t64) / madds64);
-  p.matmul_call_s = std::max(0.0, t64 - p.matmul_madd_s * madds64);
+  // Two sizes 4x apart, so the fit's slope stands above the batches' noise.
+  const auto [t32, t128] = per_call2(2 * each, [&] { step(w32); }, [&] { step(w128); });
+  const double madds32 = 32.0 * kCols;
+  p.matmul_madd_s = std::max(0.0, (t128 - t32) / (3 * madds32));
+  p.matmul_call_s = std::max(0.0, t32 - p.matmul_madd_s * madds32);
 
   std::vector<float> sink(static_cast<size_t>(p.threads) * 16, 0.0f);
   p.region_s = per_call(each, [&] {

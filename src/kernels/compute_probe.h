@@ -13,7 +13,7 @@ struct ComputeProbe {
   uint64_t working_set_bytes = 0;  // the matrices the projection probe cycles through
   // A single-row int8 matmul below kMatmulParallelMadds (kernels/matmul_pool.h:
   // run on the caller), its matrix the next of many filling the working set
-  // (as a token walks through a model's weights), timed at 64 x 256 and
+  // (as a token walks through a model's weights), timed at 32 x 256 and
   // 128 x 256 and fitted as call + madd x multiply-adds: the call (quantizing
   // the activations, the kernel's set-up) and each multiply-add with its
   // weight byte fetched from where a working set of that size lives.
