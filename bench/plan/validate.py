@@ -5,10 +5,13 @@ Converts MODEL (a checkpoint directory) to a container (or uses one), measures t
 `strata doctor` under the container's directory, then for each expert budget B runs
   strata bench --model C --ram B --no-autopin --no-prefetch --json ...
   strata plan  --model C --ram DENSE+B --headroom 0 --disk-gbps QD1 --disk-qd4-gbps QD4 --disk-qd16-gbps QD16
-               --disk-read-kib EXPERT --mem-gbps MEMBW --json
+               --disk-read-kib EXPERT --mem-gbps MEMBW --matmul-call-us U --region-us R --dot-gmadds G
+               --context PROMPT+GEN/2 --json
 (doctor's random reads of one expert at queue depths 1/4/16: plan reads its disk term at the bytes
-the store keeps in flight for a request's misses, docs/plan.md)
-and prints predicted vs measured decode tok/s and hit rate, with the error.
+the store keeps in flight for a request's misses; doctor's compute probe: the fixed cost per
+projection and per parallel region and attention's dot rate, docs/plan.md)
+and prints predicted vs measured decode tok/s and hit rate, with the error, then a markdown table
+of the run to paste into docs/plan.md.
 
 With --trace (the default), the first bench's prompt and greedy continuation are recorded with
 `strata trace record` and plan replays that trace (--trace-warmup = the prompt); plan's
@@ -133,6 +136,12 @@ def validate(a, c, tmp, throttle):
     for q in (4, 16):
         if q in reads:
             qd_flags += [f"--disk-qd{q}-gbps", str(reads[q]["gb_s"])]
+    cp = doc["compute"]
+    # plan runs the compute probe itself, at the bench's thread count and with a working set of the
+    # model's per-token weights (doctor's probe uses 64 MiB: a full-size model's, from memory)
+    compute_flags = ["--context", str(a.prompt_tokens + a.gen_tokens // 2)]
+    if a.threads:
+        compute_flags += ["--threads", str(a.threads)]
     load0 = open("/proc/loadavg").read().split()[:3]
     print(f"container {c}: dense {dense/1e6:.1f} MB, expert pool {pool/1e6:.1f} MB ({a.experts}), "
           f"one expert {read_kib} KiB")
@@ -140,8 +149,11 @@ def validate(a, c, tmp, throttle):
     print(f"machine: memory {membw:.1f} GB/s, disk {qds} GB/s ({doc['disk']['filesystem']}, "
           f"O_DIRECT {doc['disk']['o_direct']}{', throttled to %.0f MB/s' % (a.throttle_bps / 1e6) if throttle else ''}), "
           f"load {load0}")
+    print(f"doctor's compute probe ({cp['threads']} threads, {cp['working_set_bytes'] >> 20} MiB): "
+          f"{cp['matmul_call_us']:.2f} us + {cp['matmul_madd_ns']:.3f} ns/multiply-add per small projection, "
+          f"{cp['region_us']:.2f} us per region, attention dots {cp['dot_gmadd_s']:.2f} G multiply-adds/s")
     base = [a.strata, "plan", "--model", c, "--headroom", "0", *qd_flags, "--mem-gbps", str(membw),
-            "--experts", a.experts, "--json"]
+            *compute_flags, "--experts", a.experts, "--json"]
     indep = base + ["--trace-tokens", "1024"] + (["--usage", a.usage] if a.usage else [])
     trace = None
     rows = []
@@ -167,17 +179,21 @@ def validate(a, c, tmp, throttle):
         row = dict(fraction=frac, budget_bytes=budget, measured={k: v for k, v in d.items()
                                                                  if k not in ("prompt_ids", "generated_ids")},
                    load=open("/proc/loadavg").read().split()[:3])
-        _, row["independent"] = plan_row(indep, dense + budget)
+        pj, row["independent"] = plan_row(indep, dense + budget)
+        row["plan_compute"] = pj["machine"]["compute"]
         if trace:
             _, row["recorded"] = plan_row(base + ["--trace", trace, "--trace-warmup", str(len(d["prompt_ids"]))],
                                           dense + budget)
         rows.append(row)
+        pc = row["plan_compute"]
+        print(f"  plan's compute probe: {pc['matmul_call_us']:.2f} us + {pc['matmul_madd_ns']:.3f} ns/multiply-add per "
+              f"small projection, {pc['region_us']:.2f} us per region ({pc['source']})")
         ms = d["ms_per_token"]
         print(f"budget {frac:.2f} of the pool ({budget/1e6:.0f} MB), load {row['load']}: measured {d['tok_s']:.3f} tok/s "
               f"at {100*d['expert_hit_rate']:.1f}% hits ({d['disk_bytes_per_token']/1e6:.1f} MB/token read)")
         print(f"  measured ms/token: total {ms['total']:.1f} = attention {ms['attention']:.1f} + router "
               f"{ms['router']:.1f} + expert wait {ms['expert_wait']:.1f} + expert matmul {ms['expert_matmul']:.1f} + "
-              f"other {ms['other']:.1f}")
+              f"other {ms['other']:.1f}; everything but the wait {ms['total'] - ms['expert_wait']:.2f}")
         for kind in ("recorded", "independent"):
             if kind not in row:
                 continue
@@ -185,10 +201,36 @@ def validate(a, c, tmp, throttle):
             err = (p["tok_s"] - d["tok_s"]) / d["tok_s"]
             row[kind + "_error"] = err
             print(f"  plan ({kind + ' trace':>18}): {p['tok_s']:.3f} tok/s at {100*p['hit_rate']:.1f}% hits "
-                  f"(compute {p['compute_ms']:.1f} + disk {p['disk_ms']:.1f} ms), error {100*err:+.0f}%")
+                  f"(compute {p['compute_ms']:.2f} = weights {p['weights_ms']:.2f} + fixed {p['fixed_ms']:.2f} + "
+                  f"attention {p['attention_ms']:.2f}; disk {p['disk_ms']:.2f} ms), error {100*err:+.0f}%")
+    load1 = open("/proc/loadavg").read().split()[:3]
+    print_table(rows, load0, load1, membw, reads, cp)
     return dict(container=c, membw=membw, disk_qd1=qd1, disk_reads=[reads[q] for q in sorted(reads)],
-                throttle_bps=a.throttle_bps, load_start=load0,
-                trace=trace, rows=rows)
+                compute=cp, compute_flags=compute_flags, throttle_bps=a.throttle_bps, load_start=load0,
+                load_end=load1, trace=trace, rows=rows)
+
+
+def print_table(rows, load0, load1, membw, reads, cp):
+    """The run as markdown, to paste into docs/plan.md."""
+    qds = ", ".join(f"QD{q} {reads[q]['gb_s']:.3f}" for q in sorted(reads))
+    print(f"\nload average {' '.join(load0)} at the start, {' '.join(load1)} at the end; doctor: memory "
+          f"{membw:.1f} GB/s, reads of one expert {qds} GB/s; plan's compute probe per budget: "
+          + "; ".join(f"{r['plan_compute']['matmul_call_us']:.2f} us + {r['plan_compute']['matmul_madd_ns']:.3f} ns/madd, "
+                      f"{r['plan_compute']['region_us']:.1f} us/region" for r in rows) + "\n")
+    rec = all("recorded" in r for r in rows)
+    kind = "recorded" if rec else "independent"
+    print(f"| budget (of pool) | measured hit | plan hit ({kind}) | measured tok/s | plan tok/s, {kind} (error) | "
+          "plan tok/s, independent (error) | measured ms/token: wait / rest | plan ms: disk / compute "
+          "(weights + fixed + attention) |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        d, p, q = r["measured"], r[kind], r["independent"]
+        ms = d["ms_per_token"]
+        print(f"| {r['fraction']:.2f} ({r['budget_bytes']/1e6:.3g} MB) | {100*d['expert_hit_rate']:.1f}% | "
+              f"{100*p['hit_rate']:.1f}% | {d['tok_s']:.4g} | {p['tok_s']:.4g} (**{100*r[kind + '_error']:+.0f}%**) | "
+              f"{q['tok_s']:.4g} ({100*r['independent_error']:+.0f}%) | {ms['expert_wait']:.3g} / "
+              f"{ms['total'] - ms['expert_wait']:.3g} | {p['disk_ms']:.3g} / {p['compute_ms']:.3g} "
+              f"({p['weights_ms']:.3g} + {p['fixed_ms']:.3g} + {p['attention_ms']:.3g}) |")
 
 
 if __name__ == "__main__":

@@ -89,9 +89,18 @@ void add_atlas_command(CLI::App& app, Runner& run) {
         }
         finish_engine(e, f->engine, false);
       }
+      // A trace is of --model when one is given: its fingerprint (trace
+      // record's, of the loaded model) against the directory's, computed
+      // without loading the weights (dist/placement.h).
+      const std::string model_fp =
+          f->engine.model.empty() ? std::string() : fmt::format("{:016x}", model_fingerprint(f->engine.model));
       for (const std::string& arg : f->traces) {
         auto [name, path] = kind_of(arg, "--trace");
         kinds.emplace_back(name, read_routing_trace(path));
+        const RecordedTrace& t = kinds.back().second;
+        if (!model_fp.empty() && !t.fingerprint.empty() && t.fingerprint != model_fp)
+          fail("atlas: --trace {} was recorded from model {} (fingerprint {}), not from --model {} (fingerprint {})",
+               path, t.model, t.fingerprint, f->engine.model, model_fp);
         command += " --trace " + name + "=" + path;
       }
       if (f->window > 0) command += fmt::format(" --window {}", f->window);

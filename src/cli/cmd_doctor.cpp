@@ -14,6 +14,7 @@
 #include "core/json.h"
 #include "core/system_info.h"
 #include "experts/disk_probe.h"
+#include "kernels/compute_probe.h"
 #include "kernels/cpu_features.h"
 #include "strata_version.h"
 
@@ -119,6 +120,7 @@ int run_doctor(const DoctorFlags& f) {
   const int cores = usable_cores();
   const MemoryInfo mem = memory_info();
   const double membw = f.membw_mib > 0 ? memory_read_gb_s(static_cast<size_t>(f.membw_mib) << 20, cores, 3) : 0.0;
+  const ComputeProbe cp = probe_compute(cores, 0.4, 64ull << 20);
   DiskProbeOptions po;
   po.dir = f.dir;
   po.file_bytes = static_cast<uint64_t>(f.probe_mib) << 20;
@@ -144,6 +146,14 @@ int run_doctor(const DoctorFlags& f) {
           {"kernel_path", kernel_path_name(path)},
           {"kernel_description", kernel_description(path)},
           {"features", feature_names(cpu_features())}}},
+        {"compute",
+         {{"threads", cp.threads},
+          {"matmul_call_us", cp.matmul_call_s * 1e6},
+          {"matmul_madd_ns", cp.matmul_madd_s * 1e9},
+          {"working_set_bytes", cp.working_set_bytes},
+          {"region_us", cp.region_s * 1e6},
+          {"dot_gmadd_s", cp.dot_gmadd_s},
+          {"seconds", cp.seconds}}},
         {"memory",
          {{"total_bytes", mem.total_bytes},
           {"available_bytes", mem.available_bytes},
@@ -180,6 +190,10 @@ int run_doctor(const DoctorFlags& f) {
   row("model", cpu_model_name());
   row("cores", std::to_string(cores));
   row("kernel path", kernel_description(path));
+  row("fixed costs", fmt::format("{:.1f} us + {:.2f} ns per multiply-add per small projection ({} MiB of weights), "
+                                 "{:.1f} us per parallel region, attention dots {:.1f} G multiply-adds/s ({} threads)",
+                                 cp.matmul_call_s * 1e6, cp.matmul_madd_s * 1e9, cp.working_set_bytes >> 20,
+                                 cp.region_s * 1e6, cp.dot_gmadd_s, cp.threads));
   std::printf("memory\n");
   row("read bandwidth", membw > 0 ? fmt::format("{:.1f} GB/s ({} threads, {} MiB buffer)", membw, cores, f.membw_mib)
                                   : std::string("not measured"));

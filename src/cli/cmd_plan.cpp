@@ -22,6 +22,8 @@
 #include "experts/disk_probe.h"
 #include "experts/store_options.h"
 #include "format/container.h"
+#include "kernels/compute_probe.h"
+#include "kernels/matmul_pool.h"
 #include "format/convert_plan.h"
 #include "runtime/routing_trace.h"
 #include "runtime/trace_replay.h"
@@ -49,6 +51,12 @@ struct PlanFlags {
   int64_t trace_warmup = -1;  // its tokens that only warm the cache (-1: the first quarter)
   uint64_t seed = 1;
   bool json = false;
+  int threads = 0;             // the compute probe's threads (0: the cores this process may use)
+  int64_t context = 512;       // keys in the KV cache while decoding: attention's term
+  double matmul_call_us = -1;  // given instead of measured (ComputeProbe); -1: measure
+  double matmul_madd_ns = -1;
+  double region_us = -1;
+  double dot_gmadds = -1;
 };
 
 // One precision's sizes, from the converter's layout.
@@ -58,6 +66,12 @@ struct Sizes {
   uint64_t dense_per_token = 0;  // resident bytes one decoded token reads
   uint64_t expert_blob = 0, expert_read = 0;
   int64_t moe_layers = 0, n_experts = 0, k = 0;
+  int64_t dense_matmuls = 0;  // projections of the resident part one token runs
+  int64_t dense_on_pool = 0;  // of them, those the pool runs (kernels/matmul.h)
+  double dense_caller_madds = 0, dense_caller_bytes = 0;  // the projections the calling thread runs
+  bool experts_on_pool = false;
+  double expert_madds = 0;  // one routed expert's 3 matrices
+  ModelConfig cfg;
 };
 
 Sizes sizes_for(const std::string& dir, int bits) {
@@ -68,6 +82,7 @@ Sizes sizes_for(const std::string& dir, int bits) {
   const ModelConfig& c = p.cfg;
   Sizes s;
   s.bits = bits;
+  s.cfg = c;
   s.n_experts = c.n_routed_experts;
   s.k = c.num_experts_per_tok;
   for (const conversion::FileItem& f : p.files) {
@@ -79,6 +94,17 @@ Sizes sizes_for(const std::string& dir, int bits) {
   for (const conversion::DenseItem& d : p.dense) {
     if (d.name.rfind(mtp_prefix, 0) == 0) continue;  // the MTP layer runs only with --spec mtp
     const uint64_t b = d.rec.bytes + d.rec.scales_bytes;
+    // A projection: every matrix but the embedding (a row is looked up) and
+    // MLA's kv_b (attention applies it per head, in its own regions).
+    if (!d.vector && d.name != "model.embed_tokens.weight" && d.name.find("kv_b_proj") == std::string::npos) {
+      ++s.dense_matmuls;
+      if (matmul_on_pool(d.rows, d.cols, 1)) {
+        ++s.dense_on_pool;
+      } else {
+        s.dense_caller_madds += static_cast<double>(d.rows * d.cols);
+        s.dense_caller_bytes += static_cast<double>(b);
+      }
+    }
     s.dense_per_token += d.name == "model.embed_tokens.weight" ? b / static_cast<uint64_t>(std::max<int64_t>(1, c.vocab_size)) : b;
   }
   for (const conversion::ExpertItem& e : p.experts) {
@@ -86,6 +112,10 @@ Sizes sizes_for(const std::string& dir, int bits) {
     ++s.moe_layers;
     s.expert_blob = e.rec.blob_bytes;
     s.expert_read = e.rec.stride;  // blob rounded up to 4096: one read
+    s.experts_on_pool = e.rec.gate.shape.size() == 2 && matmul_on_pool(e.rec.gate.shape[0], e.rec.gate.shape[1], 1);
+    s.expert_madds = 0;
+    for (const TensorRecord* t : {&e.rec.gate, &e.rec.up, &e.rec.down})
+      if (t->shape.size() == 2) s.expert_madds += static_cast<double>(t->shape[0] * t->shape[1]);
   }
   return s;
 }
@@ -168,6 +198,24 @@ int run_plan(const PlanFlags& f) {
   std::sort(rates.qd_gb_s.begin(), rates.qd_gb_s.end());
   const double disk_gbps = rates.qd_gb_s.front().second;  // queue depth 1
 
+  // The fixed costs per token (kernels/compute_probe.h): given, or measured
+  // here with the engine's kernels and pool at the run's thread count.
+  const int threads = f.threads > 0 ? f.threads : usable_cores();
+  ComputeProbe cp;
+  std::string compute_source = "given";
+  if (f.matmul_call_us < 0 || f.matmul_madd_ns < 0 || f.region_us < 0 || f.dot_gmadds < 0) {
+    // The projections' weights fetched from a working set of what one token
+    // reads (the first precision's), as a decode walks through them.
+    const Sizes& s = sizes[precisions[0] == 8 ? 1 : 0];
+    cp = probe_compute(threads, 0.4, s.dense_per_token + s.expert_blob * static_cast<uint64_t>(s.k * s.moe_layers));
+    compute_source = fmt::format("measured here, {} threads, {:.3g} MB working set", threads, cp.working_set_bytes / 1e6);
+  }
+  if (f.matmul_call_us >= 0) cp.matmul_call_s = f.matmul_call_us * 1e-6;
+  if (f.matmul_madd_ns >= 0) cp.matmul_madd_s = f.matmul_madd_ns * 1e-9;
+  if (f.region_us >= 0) cp.region_s = f.region_us * 1e-6;
+  if (f.dot_gmadds >= 0) cp.dot_gmadd_s = f.dot_gmadds;
+  const DecodeWork work = decode_work(sizes[0].cfg, f.context);
+
   // The routing trace: a recorded one mapped onto the target's MoE layers
   // (layer l replays trace layer l mod its layers; hit rates read at the
   // same cached fraction of a layer's experts), or independent draws from
@@ -240,7 +288,26 @@ int run_plan(const PlanFlags& f) {
       const bool fits = left >= 0;
       const uint64_t budget = fits ? std::min<uint64_t>(static_cast<uint64_t>(left), s.expert_pool) : 0;
       const int64_t slots = lru_slots_for_budget(budget, s.moe_layers, s.expert_read, s.n_experts);
-      DecodeCost c{s.dense_per_token, s.expert_blob, s.expert_read, s.moe_layers, s.k, mem_gbps, disk_gbps};
+      DecodeCost c;
+      c.dense_bytes = s.dense_per_token;
+      c.expert_bytes = s.expert_blob;
+      c.expert_read_bytes = s.expert_read;
+      c.moe_layers = s.moe_layers;
+      c.k = s.k;
+      c.mem_gb_s = mem_gbps;
+      c.disk_gb_s = disk_gbps;
+      c.dense_matmuls = s.dense_matmuls;
+      c.dense_on_pool = s.dense_on_pool;
+      c.dense_caller_madds = s.dense_caller_madds;
+      c.dense_caller_bytes = s.dense_caller_bytes;
+      c.experts_on_pool = s.experts_on_pool;
+      c.expert_madds = s.expert_madds;
+      c.regions = work.regions;
+      c.attention_madds = work.attention_madds;
+      c.matmul_call_s = cp.matmul_call_s;
+      c.matmul_madd_s = cp.matmul_madd_s;
+      c.region_s = cp.region_s;
+      c.dot_gmadd_s = cp.dot_gmadd_s;
       const StoreModel::Reading at = store.at(slots, s.n_experts, s.k, rates, s.expert_read);
       rows.push_back({r, b, budget, slots, predict_decode(c, at.hit_rate, at.disk_s), fits});
     }
@@ -273,6 +340,9 @@ int run_plan(const PlanFlags& f) {
                     {"hit_rate", row.p.hit_rate},
                     {"disk_bytes_per_token", row.p.disk_bytes_per_token},
                     {"compute_ms", row.p.compute_s * 1e3},
+                    {"weights_ms", row.p.weights_s * 1e3},
+                    {"fixed_ms", row.p.fixed_s * 1e3},
+                    {"attention_ms", row.p.attention_s * 1e3},
                     {"disk_ms", row.p.disk_s * 1e3},
                     {"disk_gb_s", row.p.disk_s > 0 ? row.p.disk_bytes_per_token / row.p.disk_s / 1e9 : 0.0},
                     {"tok_s", row.fits ? row.p.tok_s : 0.0}});
@@ -288,7 +358,22 @@ int run_plan(const PlanFlags& f) {
                           {"disk_read_bytes", rates.read_bytes},
                           {"store_io_depth", rates.io_depth},
                           {"store_io_chunk_bytes", rates.io_chunk},
-                          {"disk_source", disk_source}}},
+                          {"disk_source", disk_source},
+                          {"compute", {{"threads", threads},
+                                       {"matmul_call_us", cp.matmul_call_s * 1e6},
+                                       {"matmul_madd_ns", cp.matmul_madd_s * 1e9},
+                                       {"working_set_bytes", cp.working_set_bytes},
+                                       {"region_us", cp.region_s * 1e6},
+                                       {"dot_gmadd_s", cp.dot_gmadd_s},
+                                       {"source", compute_source}}}}},
+             {"context", f.context},
+             {"work_per_token", {{"dense_matmuls", s0.dense_matmuls},
+                                 {"dense_matmuls_on_pool", s0.dense_on_pool},
+                                 {"dense_caller_madds", s0.dense_caller_madds},
+                                 {"expert_matmuls", 3 * s0.k * s0.moe_layers},
+                                 {"expert_matmuls_on_pool", s0.experts_on_pool ? 3 * s0.k * s0.moe_layers : 0},
+                                 {"regions", work.regions},
+                                 {"attention_madds", work.attention_madds}}},
              {"trace", trace_desc},
              {"trace_kind", f.trace.empty() ? "independent" : "recorded"},
              {"rows", jr}};
@@ -316,6 +401,13 @@ int run_plan(const PlanFlags& f) {
   for (const auto& [q, g] : rates.qd_gb_s) disk_desc += fmt::format("{}{:.3g} GB/s at QD{:g}", disk_desc.empty() ? "" : ", ", g, q);
   std::printf("machine: memory %.1f GB/s, disk %s (%s), RAM for strata %.1f GB\n", mem_gbps, disk_desc.c_str(),
               disk_source.c_str(), gb(ram));
+  const int64_t projections = s0.dense_matmuls + 3 * s0.k * s0.moe_layers;
+  const int64_t regions = s0.dense_on_pool + (s0.experts_on_pool ? 3 * s0.k * s0.moe_layers : 0) + work.regions;
+  std::printf("compute per token: %lld projections x %.3g us (+ %.3g ns per multiply-add on the calling thread) + %lld "
+              "regions x %.3g us, attention %.3g G multiply-adds at %lld keys / %.3g G/s (%s)\n",
+              static_cast<long long>(projections), cp.matmul_call_s * 1e6, cp.matmul_madd_s * 1e9,
+              static_cast<long long>(regions), cp.region_s * 1e6, work.attention_madds / 1e9,
+              static_cast<long long>(f.context), cp.dot_gmadd_s, compute_source.c_str());
   std::printf("trace: %s\n\n", trace_desc.c_str());
   std::printf("%9s %6s %12s %6s %7s %12s %10s %9s %9s\n", "RAM (GB)", "prec", "--ram (GB)", "slots", "hit", "disk MB/tok",
               "compute ms", "disk ms", "tok/s");
@@ -385,6 +477,21 @@ void add_plan_command(CLI::App& app, Runner& run) {
                   "Tokens at the start of --trace that only warm the cache, e.g. the prompt (default: a quarter)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->needs(trace);
+  cmd->add_option("--threads", f->threads, "Threads the run would use, for the compute probe (default: the usable cores)")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--context", f->context, "Keys in the KV cache while decoding, for attention's cost (default 512)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  cmd->add_option("--matmul-call-us", f->matmul_call_us,
+                  "Fixed cost of one projection in microseconds instead of measuring it (strata doctor's)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--matmul-madd-ns", f->matmul_madd_ns,
+                  "Cost of one multiply-add of a projection run on the calling thread in ns instead of measuring it")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--region-us", f->region_us, "Cost of one empty parallel region in microseconds instead of measuring it")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--dot-gmadds", f->dot_gmadds,
+                  "Attention's f32 dot-product rate in 1e9 multiply-adds/s instead of measuring it (0: no attention term)")
+      ->check(CLI::Range(0.0, 1e6));
   cmd->add_flag("--json", f->json, "One JSON object (schema 1, docs/plan.md)");
   cmd->callback([f, &run] { run = [f] { return run_plan(*f); }; });
 }

@@ -146,24 +146,28 @@ std::vector<std::vector<uint8_t>> owned_by(const Placement& p, int rank) {
   return o;
 }
 
-uint64_t model_fingerprint(const Model& m) {
+namespace {
+
+// A container's manifest (config and file records), or a checkpoint
+// directory's config.json and safetensors names and sizes.
+uint64_t fingerprint_of(const Manifest* manifest, const std::string& dir) {
   XXH3_state_t* st = XXH3_createState();
   if (!st) throw std::bad_alloc();
   XXH3_64bits_reset(st);
-  if (m.manifest) {
+  if (manifest) {
     hash_text(st, "container");
-    hash_text(st, m.manifest->config.dump());
-    for (const FileRecord& f : m.manifest->files) {
+    hash_text(st, manifest->config.dump());
+    for (const FileRecord& f : manifest->files) {
       hash_text(st, f.name);
       hash_u64(st, f.bytes);
       hash_u64(st, f.xxh);
     }
   } else {
     hash_text(st, "checkpoint");
-    hash_text(st, read_small_file(m.dir + "/config.json", 16u << 20));
+    hash_text(st, read_small_file(dir + "/config.json", 16u << 20));
     std::vector<std::pair<std::string, uint64_t>> files;
     std::error_code ec;
-    for (const auto& de : std::filesystem::directory_iterator(m.dir, ec))
+    for (const auto& de : std::filesystem::directory_iterator(dir, ec))
       if (de.path().extension() == ".safetensors") files.emplace_back(de.path().filename().string(), de.file_size(ec));
     std::sort(files.begin(), files.end());
     for (const auto& [name, size] : files) {
@@ -174,6 +178,18 @@ uint64_t model_fingerprint(const Model& m) {
   const uint64_t h = XXH3_64bits_digest(st);
   XXH3_freeState(st);
   return h;
+}
+
+}  // namespace
+
+uint64_t model_fingerprint(const Model& m) { return fingerprint_of(m.manifest.get(), m.dir); }
+
+uint64_t model_fingerprint(const std::string& dir) {
+  if (is_container(dir)) {
+    const Manifest manifest = read_manifest(dir);
+    return fingerprint_of(&manifest, dir);
+  }
+  return fingerprint_of(nullptr, dir);
 }
 
 }  // namespace strata

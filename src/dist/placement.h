@@ -54,5 +54,9 @@ std::vector<std::vector<uint8_t>> owned_by(const Placement& p, int rank);
 // sizes, XXH3-64) and config; a checkpoint's config and safetensors files
 // (names and sizes). Independent of the directory's path.
 uint64_t model_fingerprint(const Model& m);
+// The same for a model directory without loading it (a container's
+// manifest.json, a checkpoint's config.json and the safetensors' sizes): equal
+// to model_fingerprint of the model loaded from `dir`.
+uint64_t model_fingerprint(const std::string& dir);
 
 }  // namespace strata

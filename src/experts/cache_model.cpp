@@ -267,13 +267,51 @@ DecodePrediction predict_decode(const DecodeCost& c, double hit_rate) {
   return predict_decode(c, hit_rate, c.disk_gb_s > 0 ? missed / (c.disk_gb_s * 1e9) : 0.0);
 }
 
+DecodeWork decode_work(const ModelConfig& c, int64_t context) {
+  DecodeWork w;
+  const double n = static_cast<double>(std::max<int64_t>(0, context));
+  const double H = static_cast<double>(c.num_attention_heads);
+  for (int64_t L = 0; L < c.num_hidden_layers; ++L) {
+    if (c.kv_lora_rank > 0) {  // MLA, absorbed: q absorption, scores + sums, output (attention_absorbed.cpp)
+      const double kvl = static_cast<double>(c.kv_lora_rank);
+      const double keys = c.has_dsa() && c.index_topk > 0 ? std::min(n, static_cast<double>(c.index_topk)) : n;
+      w.attention_madds += H * keys * (2 * kvl + static_cast<double>(c.qk_rope_head_dim)) +
+                           H * static_cast<double>(c.qk_nope_head_dim + c.v_head_dim) * kvl;
+      w.regions += 3;
+      if (c.has_dsa() && c.indexer_full(L)) {  // the indexer's region scores every key (indexer.cpp)
+        w.regions += 1;
+        w.attention_madds += static_cast<double>(c.index_n_heads * c.index_head_dim) * n;
+      }
+    } else {  // GQA (attention_gqa.cpp): scores and sums per head
+      const double hd = static_cast<double>(c.head_dim > 0 ? c.head_dim : c.hidden_size / std::max<int64_t>(1, c.num_attention_heads));
+      w.attention_madds += H * n * 2 * hd;
+      w.regions += 1;
+    }
+  }
+  return w;
+}
+
 DecodePrediction predict_decode(const DecodeCost& c, double hit_rate, double disk_s) {
   DecodePrediction p;
   p.hit_rate = std::clamp(hit_rate, 0.0, 1.0);
   const double routed = static_cast<double>(c.moe_layers * c.k);
   const double touched = static_cast<double>(c.dense_bytes) + routed * static_cast<double>(c.expert_bytes);
   p.disk_bytes_per_token = (1.0 - p.hit_rate) * routed * static_cast<double>(c.expert_read_bytes);
-  p.compute_s = c.mem_gb_s > 0 ? touched / (c.mem_gb_s * 1e9) : 0.0;
+  // Projections on the calling thread: their bytes are in matmul_madd_s (the
+  // probe fetched its weights from a working set of the model's size), not
+  // streamed by every core.
+  // Without a per-multiply-add cost they stay in the bandwidth term.
+  const double caller_bytes =
+      c.matmul_madd_s <= 0 ? 0.0
+                           : c.dense_caller_bytes + (c.experts_on_pool ? 0.0 : routed * static_cast<double>(c.expert_bytes));
+  const double caller_madds = c.dense_caller_madds + (c.experts_on_pool ? 0.0 : routed * c.expert_madds);
+  p.weights_s = c.mem_gb_s > 0 ? std::max(0.0, touched - caller_bytes) / (c.mem_gb_s * 1e9) : 0.0;
+  const double matmuls = static_cast<double>(c.dense_matmuls) + 3.0 * routed;
+  const double on_pool = static_cast<double>(c.dense_on_pool) + (c.experts_on_pool ? 3.0 * routed : 0.0);
+  p.fixed_s = matmuls * c.matmul_call_s + caller_madds * c.matmul_madd_s +
+              (on_pool + static_cast<double>(c.regions)) * c.region_s;
+  p.attention_s = c.dot_gmadd_s > 0 ? c.attention_madds / (c.dot_gmadd_s * 1e9) : 0.0;
+  p.compute_s = p.weights_s + p.fixed_s + p.attention_s;
   p.disk_s = disk_s;
   const double total = p.compute_s + p.disk_s;
   p.tok_s = total > 0 ? 1.0 / total : 0.0;

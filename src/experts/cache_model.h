@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "core/config.h"
+
 namespace strata {
 
 // The experts each token chose: for token t and MoE layer l, `k` distinct ids
@@ -142,14 +144,47 @@ struct DecodeCost {
   int64_t moe_layers = 0, k = 0;
   double mem_gb_s = 0.0;   // memory read bandwidth, 1e9 B/s
   double disk_gb_s = 0.0;  // expert-read throughput, 1e9 B/s
+  // The fixed part (all 0: bandwidth only, the model before it).
+  int64_t dense_matmuls = 0;    // projections of the resident part one token runs (the converter's layout)
+  int64_t dense_on_pool = 0;    // of them, those large enough for the pool (kernels/matmul_pool.h)
+  double dense_caller_madds = 0.0;   // multiply-adds of the others (run on the calling thread)
+  double dense_caller_bytes = 0.0;   // and their weight bytes
+  bool experts_on_pool = false;      // a routed expert's matrices are large enough for the pool
+  double expert_madds = 0.0;         // one routed expert's multiply-adds (its 3 matrices)
+  int64_t regions = 0;          // other parallel regions one token runs (DecodeWork)
+  double attention_madds = 0.0;  // attention's multiply-adds at the context (DecodeWork)
+  double matmul_call_s = 0.0;   // ComputeProbe: one projection's cost besides its multiply-adds
+  double matmul_madd_s = 0.0;   // ComputeProbe: a multiply-add on the calling thread, its weight fetched
+  double region_s = 0.0;        // ComputeProbe: one empty parallel region
+  double dot_gmadd_s = 0.0;     // ComputeProbe: attention's rate, 1e9 multiply-adds/s
 };
+
+// Attention's share of what one decoded token runs besides streaming
+// weights, from the config (the projections are counted from the
+// converter's layout: every matrix of the resident part but the embedding
+// and MLA's kv_b, which attention applies per head, plus 3 per routed
+// expert): its parallel regions, and its multiply-adds with `context` keys in
+// the cache. Per MLA layer (attention_absorbed.cpp): 3 regions; scores and
+// sums over min(context, index_topk) keys (DSA) of H heads, kv_lora + rope +
+// kv_lora per key; kv_b's absorption of the query and the output, H x (nope +
+// v) x kv_lora; on the indexer's full layers 1 region and H_i x D_i per key of
+// the whole context. GQA: 1 region, H x 2 x head_dim per key.
+struct DecodeWork {
+  int64_t regions = 0;
+  double attention_madds = 0.0;
+};
+DecodeWork decode_work(const ModelConfig& c, int64_t context);
 
 struct DecodePrediction {
   double hit_rate = 0.0;
   double disk_bytes_per_token = 0.0;
-  double compute_s = 0.0;  // bytes touched / memory bandwidth
-  double disk_s = 0.0;     // bytes missed / disk throughput
-  double tok_s = 0.0;      // 1 / (compute_s + disk_s): no overlap of reads with compute
+  double compute_s = 0.0;    // weights_s + fixed_s + attention_s
+  double weights_s = 0.0;    // bytes the pool's projections touch / memory bandwidth
+  double fixed_s = 0.0;      // projections x matmul_call_s + caller madds x matmul_madd_s
+                             // + (projections on the pool + regions) x region_s
+  double attention_s = 0.0;  // attention_madds / dot_gmadd_s
+  double disk_s = 0.0;       // bytes missed / disk throughput
+  double tok_s = 0.0;        // 1 / (compute_s + disk_s): no overlap of reads with compute
 };
 
 // disk_s = the bytes missed / c.disk_gb_s (one rate at every queue depth).

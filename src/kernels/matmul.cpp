@@ -8,6 +8,7 @@
 #include "core/quant.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/matmul_pool.h"
 
 namespace strata {
 
@@ -79,7 +80,7 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
   if (nrows <= 0 || out <= 0) return;
   const KernelTable& kt = c.kernels();
   ThreadPool* pool = c.pool();
-  const bool par = pool && pool->size() > 1 && out * in * nrows > 32768;
+  const bool par = pool && pool->size() > 1 && matmul_on_pool(out, in, nrows);
   switch (W.format) {
     case WeightFormat::F32: {
       const float* w = reinterpret_cast<const float*>(W.q());

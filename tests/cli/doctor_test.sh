@@ -25,6 +25,8 @@ def check(obj, spec, where):
 num = (int, float)
 check(d, {"schema": int, "strata_version": str, "warnings": list,
           "cpu": {"model": str, "cores": int, "kernel_path": str, "kernel_description": str, "features": list},
+          "compute": {"threads": int, "matmul_call_us": num, "matmul_madd_ns": num, "working_set_bytes": int,
+                      "region_us": num, "dot_gmadd_s": num, "seconds": num},
           "memory": {"total_bytes": int, "available_bytes": int, "cgroup_version": str, "cgroup_limit_bytes": int,
                      "swap_total_bytes": int, "swap_free_bytes": int, "thp": str, "read_gb_s": num, "read_threads": int},
           "disk": {"dir": str, "filesystem": str, "free_bytes": int, "total_bytes": int, "o_direct": bool,
@@ -34,6 +36,11 @@ check(d, {"schema": int, "strata_version": str, "warnings": list,
 assert d["schema"] == 1
 assert d["cpu"]["cores"] >= 1 and d["cpu"]["kernel_path"] in ("scalar", "avx2", "avx512", "avx512-vnni", "neon", "neon-dotprod", "neon-i8mm")
 assert d["memory"]["total_bytes"] > 0 and 0 < d["memory"]["read_gb_s"]
+c = d["compute"]
+assert c["threads"] == d["cpu"]["cores"] and c["region_us"] > 0 and c["dot_gmadd_s"] > 0, c
+assert c["matmul_call_us"] >= 0 and c["matmul_madd_ns"] >= 0 and c["matmul_call_us"] + c["matmul_madd_ns"] * 16.384 > 0, c
+assert c["working_set_bytes"] == 64 << 20, c
+assert c["seconds"] < 5.0, c  # bounded: about 0.3 s of probing, slack for a loaded machine
 assert d["memory"]["cgroup_version"] in ("v1", "v2", "none") and d["memory"]["thp"]
 disk = d["disk"]
 assert disk["dir"] == sys.argv[2], disk["dir"]

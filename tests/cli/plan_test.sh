@@ -53,6 +53,53 @@ for a, b in zip(flat["rows"], qd["rows"]):
     faster += b["disk_ms"] < a["disk_ms"] * 0.99
 assert faster > 0, "no row read faster at depth"
 PY
+# The fixed compute term given by hand: 44 projections in the fixture's
+# resident part (a dense layer: q_a, q_b, kv_a, o, the indexer's 3, the MLP's
+# 3; each of 3 MoE layers: 7 + router + shared expert's 3; lm_head) plus 3 per
+# routed expert (top-2, 3 MoE layers), those over the pool's threshold a
+# region each too; MLA's 3 regions and the indexer's per layer; attention's
+# multiply-adds at 100 keys (DSA caps the keys at index_topk).
+"$strata" plan --model "$cfg" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 200 \
+  --matmul-call-us 10 --matmul-madd-ns 0.5 --region-us 2 --dot-gmadds 0.5 --context 100 --json >"$tmp/plan_c.json"
+/usr/bin/python3 - "$tmp/plan_c.json" "$tmp/plan.json" "$cfg" <<'PY'
+import json, sys
+p, flat, c = (json.load(open(f)) for f in sys.argv[1:4])
+w = p["work_per_token"]
+assert w["dense_matmuls"] == 44 and w["expert_matmuls"] == 18 and w["regions"] == 4 * 4, w
+# On the pool: the matrices over 32768 multiply-adds (kernels/matmul.h), by shape from the config.
+h, qa, kvl, H = c["hidden_size"], c["q_lora_rank"], c["kv_lora_rank"], c["num_attention_heads"]
+shapes = [(qa, h), (H * (c["qk_nope_head_dim"] + c["qk_rope_head_dim"]), qa), (kvl + c["qk_rope_head_dim"], h),
+          (h, H * c["v_head_dim"]), (c["index_n_heads"] * c["index_head_dim"], qa), (c["index_head_dim"], h),
+          (c["index_n_heads"], h)]
+big = lambda rc: rc[0] * rc[1] > 32768
+per_layer = sum(map(big, shapes))
+dense_mlp = 3 * big((c["intermediate_size"], h))
+shared = 3 * big((c["moe_intermediate_size"] * c["n_shared_experts"], h)) + big((c["n_routed_experts"], h))
+want = 4 * per_layer + dense_mlp + 3 * shared + big((c["vocab_size"], h))
+assert w["dense_matmuls_on_pool"] == want, (w, want)
+ex = 18 if big((c["moe_intermediate_size"], h)) else 0
+assert w["expert_matmuls_on_pool"] == ex, w
+pool = want + ex
+caller = w["dense_caller_madds"] + (0 if ex else 6 * 3 * c["moe_intermediate_size"] * h)
+assert 0 < w["dense_caller_madds"] < 44 * 32768, w
+H, kvl, keys = c["num_attention_heads"], c["kv_lora_rank"], min(100, c["index_topk"])
+madds = 4 * (H * keys * (2 * kvl + c["qk_rope_head_dim"]) + H * (c["qk_nope_head_dim"] + c["v_head_dim"]) * kvl
+             + c["index_n_heads"] * c["index_head_dim"] * 100)
+assert abs(w["attention_madds"] - madds) < 1e-6 * madds, (w, madds)
+m = p["machine"]["compute"]
+assert (m["matmul_call_us"], m["matmul_madd_ns"], m["region_us"], m["dot_gmadd_s"], m["source"]) == (10, 0.5, 2, 0.5, "given"), m
+assert p["context"] == 100
+for r, f in zip(p["rows"], flat["rows"]):
+    assert abs(r["fixed_ms"] - (62 * 10 + caller * 0.5e-3 + (pool + 16) * 2) / 1000) < 1e-9, (r, pool, caller)
+    assert abs(r["attention_ms"] - madds / 0.5e9 * 1e3) < 1e-9, r
+    assert abs(r["compute_ms"] - (r["weights_ms"] + r["fixed_ms"] + r["attention_ms"])) < 1e-9, r
+    # the calling thread's projections leave the bandwidth term when they have a per-multiply-add cost
+    assert r["weights_ms"] < f["weights_ms"] + 1e-12 and r["disk_ms"] == f["disk_ms"], (r, f)
+# measured (the first run): every term positive
+mc = flat["machine"]["compute"]
+assert mc["matmul_call_us"] + mc["matmul_madd_ns"] > 0 and mc["region_us"] > 0 and mc["dot_gmadd_s"] > 0 and mc["source"].startswith("measured"), mc
+assert all(r["fixed_ms"] > 0 and r["attention_ms"] > 0 for r in flat["rows"] if r["fits"])
+PY
 set +e
 "$strata" plan --model "$cfg" --disk-qd4-gbps 4 --mem-gbps 20 >/dev/null 2>"$tmp/err.txt"; rc=$?
 set -e

@@ -287,6 +287,11 @@ TEST(PeerSeam, StoreServesOnlyItsShare) {
   EXPECT_EQ(model_fingerprint(*m), model_fingerprint(*m2));
   auto ck = load_model(fixture("glm5-tiny-bf16"));
   EXPECT_NE(model_fingerprint(*m), model_fingerprint(*ck));
+  // From the directory, without loading: the loaded model's value (what
+  // trace record writes and atlas --model --trace compares).
+  EXPECT_EQ(model_fingerprint(dir), model_fingerprint(*m));
+  EXPECT_EQ(model_fingerprint(fixture("glm5-tiny-bf16")), model_fingerprint(*ck));
+  EXPECT_NE(model_fingerprint(dir), model_fingerprint(fixture("glm5-tiny-bf16")));
 }
 
 }  // namespace

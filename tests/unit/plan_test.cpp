@@ -267,6 +267,91 @@ TEST(CacheModel, PredictionArithmetic) {
   EXPECT_EQ(lru_slots_for_budget(1ull << 40, 10, 4096, 64), 64);
 }
 
+// The fixed part of the compute term on synthetic inputs: projections x
+// their call cost, regions x theirs, attention's multiply-adds at the probe's
+// rate, added to the bandwidth term; all zero gives the bandwidth-only model.
+TEST(CacheModel, FixedComputeArithmetic) {
+  DecodeCost c;
+  c.dense_bytes = 2'000'000;
+  c.expert_bytes = 100'000;
+  c.expert_read_bytes = 102'400;
+  c.moe_layers = 5;
+  c.k = 4;
+  c.mem_gb_s = 20.0;
+  c.disk_gb_s = 1.0;
+  const DecodePrediction base = predict_decode(c, 0.5);
+  EXPECT_DOUBLE_EQ(base.compute_s, 4e6 / 20e9);
+  EXPECT_DOUBLE_EQ(base.fixed_s, 0.0);
+  EXPECT_DOUBLE_EQ(base.attention_s, 0.0);
+  c.dense_matmuls = 30;
+  c.dense_on_pool = 7;
+  c.regions = 12;
+  c.attention_madds = 3e6;
+  c.matmul_call_s = 10e-6;
+  c.region_s = 4e-6;
+  c.dot_gmadd_s = 1.5;
+  const DecodePrediction p = predict_decode(c, 0.5);
+  EXPECT_DOUBLE_EQ(p.weights_s, 4e6 / 20e9);
+  EXPECT_DOUBLE_EQ(p.fixed_s, (30 + 3 * 5 * 4) * 10e-6 + (7 + 12) * 4e-6);  // 90 projections, 7 on the pool, 12 regions
+  EXPECT_DOUBLE_EQ(p.attention_s, 3e6 / 1.5e9);
+  EXPECT_DOUBLE_EQ(p.compute_s, p.weights_s + p.fixed_s + p.attention_s);
+  EXPECT_DOUBLE_EQ(p.disk_s, base.disk_s);
+  EXPECT_DOUBLE_EQ(p.tok_s, 1.0 / (p.compute_s + p.disk_s));
+  // A cost per multiply-add on the calling thread: those projections' madds
+  // at it, their bytes out of the bandwidth term (the 20 routed experts'
+  // 100 kB each, and 500 kB of the resident part).
+  c.matmul_madd_s = 1e-9;
+  c.dense_caller_madds = 1e5;
+  c.dense_caller_bytes = 5e5;
+  c.expert_madds = 3e4;
+  const DecodePrediction q = predict_decode(c, 0.5);
+  EXPECT_DOUBLE_EQ(q.weights_s, (4e6 - 5e5 - 20 * 1e5) / 20e9);
+  EXPECT_DOUBLE_EQ(q.fixed_s, 90 * 10e-6 + (1e5 + 20 * 3e4) * 1e-9 + (7 + 12) * 4e-6);
+  c.experts_on_pool = true;  // each of the 60 expert projections is a region too, streamed by every core
+  const DecodePrediction r = predict_decode(c, 0.5);
+  EXPECT_DOUBLE_EQ(r.fixed_s, 90 * 10e-6 + 1e5 * 1e-9 + (7 + 60 + 12) * 4e-6);
+  EXPECT_DOUBLE_EQ(r.weights_s, (4e6 - 5e5) / 20e9);
+  c.dot_gmadd_s = 0;  // no rate: no attention term
+  EXPECT_DOUBLE_EQ(predict_decode(c, 0.5).attention_s, 0.0);
+}
+
+// Attention's work counted from a config: MLA with DSA (keys capped at
+// index_topk, the indexer on its full layers only) and GQA.
+TEST(CacheModel, DecodeWorkCountsAttention) {
+  ModelConfig m;
+  m.num_hidden_layers = 2;
+  m.num_attention_heads = 4;
+  m.kv_lora_rank = 64;
+  m.qk_rope_head_dim = 16;
+  m.qk_nope_head_dim = 32;
+  m.v_head_dim = 24;
+  m.index_n_heads = 16;
+  m.index_head_dim = 8;
+  m.index_topk = 50;
+  m.layer_is_moe = {false, true};
+  m.layer_indexer_full = {true, false};
+  // Per layer: 4 heads x 50 keys x (64 + 16 + 64) + 4 x (32 + 24) x 64; the
+  // indexer on layer 0: 16 x 8 x 100 keys.
+  const double mla = 4.0 * 50 * 144 + 4.0 * 56 * 64;
+  DecodeWork w = decode_work(m, 100);
+  EXPECT_DOUBLE_EQ(w.attention_madds, 2 * mla + 16.0 * 8 * 100);
+  EXPECT_EQ(w.regions, 3 + 1 + 3);
+  w = decode_work(m, 20);  // below index_topk: every key
+  EXPECT_DOUBLE_EQ(w.attention_madds, 2 * (4.0 * 20 * 144 + 4.0 * 56 * 64) + 16.0 * 8 * 20);
+  m.index_n_heads = 0;  // no DSA: every key, no indexer
+  EXPECT_DOUBLE_EQ(decode_work(m, 100).attention_madds, 2 * (4.0 * 100 * 144 + 4.0 * 56 * 64));
+  EXPECT_EQ(decode_work(m, 100).regions, 6);
+  ModelConfig g;  // GQA: scores and sums over head_dim per key and head
+  g.num_hidden_layers = 3;
+  g.num_attention_heads = 8;
+  g.head_dim = 128;
+  g.hidden_size = 512;
+  g.layer_is_moe = {false, true, true};
+  EXPECT_DOUBLE_EQ(decode_work(g, 10).attention_madds, 3 * 8.0 * 10 * 2 * 128);
+  EXPECT_EQ(decode_work(g, 10).regions, 3);
+  EXPECT_DOUBLE_EQ(decode_work(g, 0).attention_madds, 0.0);
+}
+
 // A recorded trace of 40 tokens, 2 MoE layers of 8 experts, top-2: layer A
 // cycles through the pairs {0,1}, {2,3}, {4,5}; layer B always asks {0,1}.
 // Every request of A has LRU stack distance 5 (its pair partner and the two
