@@ -358,6 +358,7 @@ ChatRenderOptions parse_render_options(const Json& j, bool default_thinking) {
   if (const Json* kw = field(j, "chat_template_kwargs")) {
     if (!kw->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object", "invalid_type");
     if (auto e = get_bool(*kw, "enable_thinking")) ro.enable_thinking = *e;
+    if (auto e = get_bool(*kw, "thinking")) ro.enable_thinking = *e;  // DeepSeek-V3.1's name for the switch
     if (auto e = get_bool(*kw, "clear_thinking")) ro.clear_thinking = *e;
   }
   return ro;
