@@ -143,6 +143,18 @@ Call call_of(const std::string& body, bool stream) {
 
 const Json kNamed = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
 
+// A function without parameters is called with {}.
+void expect_call_without_parameters(const TinyServer& s) {
+  Json nb = tool_body("required", 1.0, 4, false);
+  nb["tools"] = Json::parse(R"([{"type":"function","function":{"name":"ping"}}])");
+  const auto [st, rep] = s.post("/v1/chat/completions", nb.dump());
+  ASSERT_EQ(st, 200) << rep;
+  const Call p = call_of(rep, false);
+  EXPECT_EQ(p.finish, "tool_calls") << rep;
+  EXPECT_EQ(p.name, "ping");
+  EXPECT_EQ(p.arguments, "{}");
+}
+
 TEST(ServerTools, NamedAndRequiredToolChoice) {
   TinyServer s;
   int by_name[2] = {0, 0};
@@ -178,15 +190,7 @@ TEST(ServerTools, NamedAndRequiredToolChoice) {
   ie["ignore_eos"] = true;
   const Call i = call_of(s.post("/v1/chat/completions", ie.dump()).second, false);
   EXPECT_EQ(i.finish, "tool_calls");
-  // A function without parameters.
-  Json nb = tool_body("required", 1.0, 4, false);
-  nb["tools"] = Json::parse(R"([{"type":"function","function":{"name":"ping"}}])");
-  const auto [st, rep] = s.post("/v1/chat/completions", nb.dump());
-  ASSERT_EQ(st, 200) << rep;
-  const Call p = call_of(rep, false);
-  EXPECT_EQ(p.finish, "tool_calls") << rep;
-  EXPECT_EQ(p.name, "ping");
-  EXPECT_EQ(p.arguments, "{}");
+  expect_call_without_parameters(s);
 }
 
 TEST(ServerTools, RoundTripWithToolResult) {
@@ -271,15 +275,7 @@ TEST(ServerTools, JsonSyntaxForcedToolChoice) {
       }
     }
     std::printf("[ tool call ] %s: get_weather %d, get_time %d\n", chat_dialect_name(d), by_name[0], by_name[1]);
-    // A function without parameters takes {}.
-    Json nb = tool_body("required", 1.0, 4, false);
-    nb["tools"] = Json::parse(R"([{"type":"function","function":{"name":"ping"}}])");
-    const auto [st, rep] = s.post("/v1/chat/completions", nb.dump());
-    ASSERT_EQ(st, 200) << rep;
-    const Call p = call_of(rep, false);
-    EXPECT_EQ(p.finish, "tool_calls") << rep;
-    EXPECT_EQ(p.name, "ping");
-    EXPECT_EQ(p.arguments, "{}");
+    expect_call_without_parameters(s);
     // A name the markup cannot carry, and an unknown named function: 400.
     Json bad_name = tool_body("required", 0.0, 1, false);
     bad_name["tools"] = Json::parse(R"([{"type":"function","function":{"name":"say \"hi\""}}])");
