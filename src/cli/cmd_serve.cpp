@@ -173,8 +173,9 @@ void add_serve_command(CLI::App& app, Runner& run) {
   cmd->add_option("--model-id", so.model_id, "Model name reported by /v1/models (default: the model directory's name)")
       ->group(kGroupServer);
   cmd->add_option("--chat-template", f->chat_template,
-                  "auto, glm (GLM-4.7/GLM-5), glm45 (GLM-4.5/4.6), qwen3, deepseek3 (DeepSeek-V3) or raw (no template)")
-      ->check(CLI::IsMember({"auto", "glm", "glm45", "qwen3", "deepseek3", "raw"}))
+                  "auto, glm (GLM-4.7/GLM-5), glm45 (GLM-4.5/4.6), qwen3, deepseek3 (DeepSeek-V3), deepseek-r1, deepseek31 "
+                  "(DeepSeek-V3.1) or raw (no template)")
+      ->check(CLI::IsMember({"auto", "glm", "glm45", "qwen3", "deepseek3", "deepseek-r1", "deepseek31", "raw"}))
       ->capture_default_str()
       ->group(kGroupTemplate);
   cmd->add_option("--think", f->think,

@@ -70,8 +70,9 @@ void TextFlags::add(CLI::App* cmd) {
       ->group(kGroupSampling);
   cmd->add_option("--chat-template", chat_template,
                   "auto: detect the model's template (refuses unknown ones); glm: force the GLM-4.7/GLM-5 dialect; "
-                  "glm45: GLM-4.5/4.6; qwen3: Qwen3; deepseek3: DeepSeek-V3; raw: no template")
-      ->check(CLI::IsMember({"auto", "glm", "glm45", "qwen3", "deepseek3", "raw"}))
+                  "glm45: GLM-4.5/4.6; qwen3: Qwen3; deepseek3: DeepSeek-V3; deepseek-r1: DeepSeek-R1; deepseek31: "
+                  "DeepSeek-V3.1; raw: no template")
+      ->check(CLI::IsMember({"auto", "glm", "glm45", "qwen3", "deepseek3", "deepseek-r1", "deepseek31", "raw"}))
       ->capture_default_str()
       ->group(kGroupTemplate);
   cmd->add_option("--system", system, "System message (default: none)")->group(kGroupTemplate);

@@ -27,6 +27,7 @@
 #include "server/openai_request.h"
 #include "server/openai_response.h"
 #include "server/stats_history.h"
+#include "text/json_call_constraint.h"
 #include "text/tool_constraint.h"
 
 namespace strata::server {
@@ -461,6 +462,10 @@ struct Server::Impl final : HttpHandler {
     auto job = make_job(m.tok->encode(prompt_text, /*add_special=*/raw), r.common, req);
     if (r.tool_grammar)
       job->constraint = std::make_shared<ToolCallConstraint>(r.tool_grammar, json_vocab("tool_choice"), tool_markup_ids(*m.tok));
+    if (r.json_call_grammar)
+      job->constraint = std::make_shared<JsonCallConstraint>(
+          r.json_call_grammar, json_vocab("tool_choice"), json_call_markup(tmpl.dialect),
+          [this](std::string_view s) { return m.tok->encode(s, /*add_special=*/false); });
     // Constrained JSON output is the answer as generated: not split by the template's parser.
     ChatOutput output{tmpl.dialect != ChatDialect::Raw && !r.common.json, tmpl.opens_reasoning(r.render), std::move(r.tools),
                       tmpl.dialect};

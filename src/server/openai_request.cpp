@@ -326,22 +326,20 @@ bool parse_tool_choice(const Json& j, OrderedJson& tools, std::string& name) {
   return true;
 }
 
-// The grammar of a forced tool call over `tools` (parameters are generated
-// in schema order); `only`: the named function, empty: any of them.
-std::shared_ptr<const ToolCallGrammar> forced_call_grammar(const OrderedJson& tools, const std::string& only,
-                                                           const CommonRequest& c, ChatDialect dialect) {
-  if (tools.is_null()) bad("tool_choice", "a required or named 'tool_choice' needs 'tools'");
-  if (c.json) bad("response_format", "'response_format' cannot be combined with a required or named 'tool_choice'");
-  if (dialect == ChatDialect::Qwen3)
-    bad("tool_choice",
-        "a required or named 'tool_choice' is not supported with the Qwen3 chat template yet (strata constrains "
-        "GLM's tool-call syntax only); use 'auto'");
-  // GLM-4.5/4.6 write each <arg_key>/<arg_value> on its own line; the GLM
-  // parser reads the constraint's compact form the same.
-  if (dialect != ChatDialect::Glm && dialect != ChatDialect::Glm45)
-    bad("tool_choice", "a required or named 'tool_choice' needs a model with the GLM chat template");
+// The grammar of a forced tool call over `tools` in `dialect`'s syntax;
+// `only`: the named function, empty: any of them.
+void forced_call_grammar(ChatRequest& r, const std::string& only, ChatDialect dialect) {
+  if (r.tools.is_null()) bad("tool_choice", "a required or named 'tool_choice' needs 'tools'");
+  if (r.common.json)
+    bad("response_format", "'response_format' cannot be combined with a required or named 'tool_choice'");
+  if (dialect == ChatDialect::Raw) bad("tool_choice", "a required or named 'tool_choice' needs a chat template");
   try {
-    return ToolCallGrammar::build(tools, only);
+    // GLM-4.5/4.6 write each <arg_key>/<arg_value> on its own line; the GLM
+    // parser reads the constraint's compact form the same.
+    if (dialect == ChatDialect::Glm || dialect == ChatDialect::Glm45)
+      r.tool_grammar = ToolCallGrammar::build(r.tools, only);
+    else
+      r.json_call_grammar = JsonCallGrammar::build(r.tools, only);
   } catch (const Error& e) {
     const std::string what = e.what();
     if (what.rfind("tool_choice", 0) == 0) bad("tool_choice.function.name", what, "invalid_value");
@@ -358,6 +356,7 @@ ChatRenderOptions parse_render_options(const Json& j, bool default_thinking) {
   if (const Json* kw = field(j, "chat_template_kwargs")) {
     if (!kw->is_object()) bad("chat_template_kwargs", "'chat_template_kwargs' must be an object", "invalid_type");
     if (auto e = get_bool(*kw, "enable_thinking")) ro.enable_thinking = *e;
+    if (auto e = get_bool(*kw, "thinking")) ro.enable_thinking = *e;  // DeepSeek-V3.1's name for the switch
     if (auto e = get_bool(*kw, "clear_thinking")) ro.clear_thinking = *e;
   }
   return ro;
@@ -374,7 +373,7 @@ ChatRequest parse_chat_request(const Json& j, std::string_view body, const Gener
   r.tools = parse_tools(j, ordered);
   std::string forced_name;
   const bool forced = parse_tool_choice(j, r.tools, forced_name);
-  if (forced) r.tool_grammar = forced_call_grammar(r.tools, forced_name, r.common, dialect);
+  if (forced) forced_call_grammar(r, forced_name, dialect);
   r.render = parse_render_options(j, default_thinking);
   // A JSON answer or a forced tool call is the whole answer: no reasoning block before it.
   if (r.common.json || forced) r.render.enable_thinking = false;

@@ -25,6 +25,7 @@
 #include "text/json_constraint.h"
 #include "text/sampler.h"
 #include "text/tokenizer.h"
+#include "text/json_call_constraint.h"
 #include "text/tool_constraint.h"
 
 namespace strata::server {
@@ -86,11 +87,14 @@ struct ChatRequest {
   OrderedJson tools = nullptr;  // null: none offered (or tool_choice "none")
   // tool_choice "required" or a named function: the answer is forced to be
   // one tool call (constrained decoding, text/tool_constraint.h).
+  // GLM dialects: GLM's markup (tool_grammar); Qwen3 and DeepSeek: their
+  // JSON call syntax (json_call_grammar, text/json_call_constraint.h).
   std::shared_ptr<const ToolCallGrammar> tool_grammar;
+  std::shared_ptr<const JsonCallGrammar> json_call_grammar;
   ChatRenderOptions render;
 };
 
-// `dialect`: a forced tool call needs the GLM template.
+// `dialect`: whose call syntax a forced tool call takes (not Raw).
 // `default_thinking`: enable_thinking when the request does not say (serve --think).
 ChatRequest parse_chat_request(const Json& j, std::string_view body, const GenerationConfig& gen, ChatDialect dialect,
                                bool default_thinking = true);

@@ -58,6 +58,12 @@ std::string_view rstrip_newlines(std::string_view s) {
 
 bool contains(std::string_view s, std::string_view needle) { return s.find(needle) != std::string_view::npos; }
 
+size_t count(std::string_view s, std::string_view needle) {
+  size_t n = 0;
+  for (size_t k = s.find(needle); k != std::string_view::npos; k = s.find(needle, k + needle.size())) ++n;
+  return n;
+}
+
 // The GLM template's reasoning/content split for an assistant message.
 void split_assistant(const ChatMessage& m, std::string& reasoning, std::string& content) {
   content = m.content;
@@ -394,6 +400,11 @@ constexpr std::string_view kDsOutputsEnd = "<｜tool▁outputs▁end｜>";
 constexpr std::string_view kDsOutputBegin = "<｜tool▁output▁begin｜>";
 constexpr std::string_view kDsOutputEnd = "<｜tool▁output▁end｜>";
 
+// ARGS as the templates concatenate them: a JSON string as it is, else tojson.
+void append_deepseek_args(std::string& out, const ToolCall& tc) {
+  out += tc.arguments.is_string() ? tc.arguments.get_ref<const std::string&>() : jinja_tojson(tc.arguments);
+}
+
 // <｜tool▁call▁begin｜>function<｜tool▁sep｜>NAME\n```json\nARGS\n```<｜tool▁call▁end｜>
 void append_deepseek3_call(std::string& out, const ToolCall& tc) {
   out += kDsCallBegin;
@@ -401,24 +412,32 @@ void append_deepseek3_call(std::string& out, const ToolCall& tc) {
   out += kDsSep;
   out += tc.name;
   out += "\n```json\n";
-  out += tc.arguments.is_string() ? tc.arguments.get_ref<const std::string&>() : jinja_tojson(tc.arguments);
+  append_deepseek_args(out, tc);
   out += "\n```";
   out += kDsCallEnd;
 }
 
 }  // namespace
 
-std::string render_deepseek3_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
-                                  const ChatRenderOptions& opts) {
+namespace {
+
+// The DeepSeek-V3 template and R1's revision of it. `r1`: an answer keeps
+// the text after its last </think> and the generation prompt opens <think>.
+std::string render_deepseek_v3_r1(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                  const ChatRenderOptions& opts, bool r1, bool join_systems) {
   check_tools(tools);
   std::string out(kDsBos);
   bool first_system = true;
+  std::string_view last_system;
   for (const ChatMessage& m : messages) {
     if (m.role != "system") continue;
+    last_system = m.content;
+    if (!join_systems) continue;
     if (!first_system) out += "\n\n";
     out += m.content;
     first_system = false;
   }
+  if (!join_systems) out += last_system;
   // The template's namespace flags. `calls_opened` is never reset: every
   // later assistant message's calls continue the first one's block.
   bool calls_opened = false, in_tool = false, first_output = true;
@@ -444,8 +463,15 @@ std::string render_deepseek3_chat(std::span<const ChatMessage> messages, const O
         }
       }
     } else if (m.role == "assistant") {
-      out += in_tool ? kDsOutputsEnd : kDsAssistant;
-      out += m.content;
+      std::string_view content = m.content;
+      if (in_tool) {
+        out += kDsOutputsEnd;
+      } else {
+        out += kDsAssistant;
+        // R1: content.split('</think>')[-1]
+        if (const size_t k = content.rfind("</think>"); r1 && k != std::string_view::npos) content.remove_prefix(k + 8);
+      }
+      out += content;
       out += kDsEos;
       in_tool = false;
     } else if (m.role == "tool") {
@@ -464,7 +490,98 @@ std::string render_deepseek3_chat(std::span<const ChatMessage> messages, const O
     }
   }
   if (in_tool) out += kDsOutputsEnd;
-  if (opts.add_generation_prompt && !in_tool) out += kDsAssistant;
+  if (opts.add_generation_prompt && !in_tool) {
+    out += kDsAssistant;
+    if (r1) out += "<think>\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string render_deepseek3_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                  const ChatRenderOptions& opts) {
+  return render_deepseek_v3_r1(messages, tools, opts, /*r1=*/false, /*join_systems=*/true);
+}
+
+std::string render_deepseek_r1_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                    const ChatRenderOptions& opts, bool join_systems) {
+  return render_deepseek_v3_r1(messages, tools, opts, /*r1=*/true, join_systems);
+}
+
+std::string render_deepseek31_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                   const ChatRenderOptions& opts) {
+  check_tools(tools);
+  std::string out(kDsBos);
+  // The template's flags: is_only_sys is set when there is a system message
+  // and cleared after the first other message; is_prefix never becomes true
+  // (strata has no prefix messages), so the generation prompt is always written.
+  bool first_system = true, only_sys = false;
+  for (const ChatMessage& m : messages) {
+    if (m.role != "system") continue;
+    if (!first_system) out += "\n\n";
+    out += m.content;
+    first_system = false;
+    only_sys = true;
+  }
+  const std::string_view open_answer = opts.enable_thinking ? "<think>" : "</think>";
+  bool last_user = false, in_tool = false;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role == "user") {
+      in_tool = false;
+      last_user = true;
+      out += kDsUser;
+      out += m.content;
+    } else if (m.role == "assistant" && !m.tool_calls.empty()) {
+      if (last_user || only_sys) {
+        out += kDsAssistant;
+        out += "</think>";
+      }
+      last_user = false;
+      in_tool = false;
+      for (size_t k = 0; k < m.tool_calls.size(); ++k) {
+        if (k == 0) {
+          out += m.content;
+          out += kDsCallsBegin;
+        }
+        out += kDsCallBegin;
+        out += m.tool_calls[k].name;
+        out += kDsSep;
+        append_deepseek_args(out, m.tool_calls[k]);
+        out += kDsCallEnd;
+      }
+      out += kDsCallsEnd;
+      out += kDsEos;
+    } else if (m.role == "assistant") {
+      if (last_user) {
+        out += kDsAssistant;
+        out += "</think>";  // a prefix message (not supported) would take <think> when thinking
+      }
+      last_user = false;
+      std::string_view content = m.content;
+      if (in_tool) {
+        in_tool = false;
+      } else if (const size_t k = content.find("</think>"); k != std::string_view::npos) {
+        content.remove_prefix(k + 8);  // content.split('</think>', 1)[1]
+      }
+      out += content;
+      out += kDsEos;
+    } else if (m.role == "tool") {
+      last_user = false;
+      in_tool = true;
+      out += kDsOutputBegin;
+      out += m.content;
+      out += kDsOutputEnd;
+    } else if (m.role != "system") {
+      fail("chat: message {}: unknown role \"{}\" (expected system, user, assistant or tool)", i, m.role);
+    }
+    if (m.role != "system") only_sys = false;
+  }
+  if (opts.add_generation_prompt && !in_tool) {
+    out += kDsAssistant;
+    out += open_answer;
+  }
   return out;
 }
 
@@ -478,6 +595,11 @@ const char* chat_dialect_name(ChatDialect d) {
       return "qwen3";
     case ChatDialect::DeepSeek3:
       return "deepseek3";
+    case ChatDialect::DeepSeekR1:
+    case ChatDialect::DeepSeekR1Sys1:
+      return "deepseek-r1";
+    case ChatDialect::DeepSeek31:
+      return "deepseek31";
     case ChatDialect::Raw:
       return "raw";
   }
@@ -492,6 +614,9 @@ std::vector<std::string> ChatTemplate::special_tokens() const {
     case ChatDialect::Qwen3:
       return {"<|im_start|>", "<|im_end|>"};
     case ChatDialect::DeepSeek3:
+    case ChatDialect::DeepSeekR1:
+    case ChatDialect::DeepSeekR1Sys1:
+    case ChatDialect::DeepSeek31:
       return {std::string(kDsBos), std::string(kDsUser), std::string(kDsAssistant), std::string(kDsEos)};
     case ChatDialect::Raw:
       break;
@@ -507,6 +632,9 @@ std::vector<std::string> ChatTemplate::stop_tokens() const {
     case ChatDialect::Qwen3:
       return {"<|im_end|>", "<|endoftext|>"};
     case ChatDialect::DeepSeek3:
+    case ChatDialect::DeepSeekR1:
+    case ChatDialect::DeepSeekR1Sys1:
+    case ChatDialect::DeepSeek31:
       return {std::string(kDsEos)};
     case ChatDialect::Raw:
       break;
@@ -520,6 +648,9 @@ std::string ChatTemplate::render(std::span<const ChatMessage> messages, const Or
   if (dialect == ChatDialect::Glm45) return render_glm45_chat(messages, tools, opts);
   if (dialect == ChatDialect::Qwen3) return render_qwen3_chat(messages, tools, opts);
   if (dialect == ChatDialect::DeepSeek3) return render_deepseek3_chat(messages, tools, opts);
+  if (dialect == ChatDialect::DeepSeekR1) return render_deepseek_r1_chat(messages, tools, opts, true);
+  if (dialect == ChatDialect::DeepSeekR1Sys1) return render_deepseek_r1_chat(messages, tools, opts, false);
+  if (dialect == ChatDialect::DeepSeek31) return render_deepseek31_chat(messages, tools, opts);
   std::string out;
   for (const ChatMessage& m : messages) out += m.content;
   return out;
@@ -584,16 +715,38 @@ std::optional<ChatDialect> classify_chat_template(std::string_view jinja, std::s
     // type, results in one <｜tool▁outputs▁begin｜> block, no reasoning
     // handling. R1 (strips </think>, opens <think>) and V3.1 (thinking switch,
     // NAME<｜tool▁sep｜>ARGS calls) render differently.
-    const bool v3_markers = contains(jinja, kDsCallsBegin) && contains(jinja, kDsOutputsBegin) &&
-                            contains(jinja, "is_output_first") && contains(jinja, "'```json'") &&
-                            contains(jinja, "message['content'] is none") && contains(jinja, "is_first_sp");
-    if (v3_markers && !contains(jinja, "</think>") && !contains(jinja, "<think>") && !contains(jinja, "thinking") &&
-        !contains(jinja, "is_last_user")) {
+    // R1's first revision: V3's markers (is_first_sp optional: the R1-Distill
+    // checkpoints keep the last system message only), earlier answers cut
+    // after their last </think>, and <think>\n after the generation prompt.
+    const bool v3_body = contains(jinja, kDsCallsBegin) && contains(jinja, kDsOutputsBegin) &&
+                         contains(jinja, "is_output_first") && contains(jinja, "'```json'") &&
+                         contains(jinja, "message['content'] is none");
+    const bool v3_markers = v3_body && contains(jinja, "is_first_sp");
+    const bool no_switch = !contains(jinja, "thinking") && !contains(jinja, "is_last_user") &&
+                           !contains(jinja, "tojson");
+    if (v3_markers && !contains(jinja, "</think>") && !contains(jinja, "<think>") && no_switch) {
       say("the DeepSeek-V3 template");
       return ChatDialect::DeepSeek3;
     }
-    say("a DeepSeek template other than DeepSeek-V3's (R1 and V3.1 handle <think> and V3.1 writes its tool calls "
-        "differently), which strata does not render yet");
+    if (v3_body && no_switch && contains(jinja, "content.split('</think>')[-1]") &&
+        contains(jinja, "{{'<｜Assistant｜><think>\\n'}}") && count(jinja, "<think>") == 1 &&
+        count(jinja, "</think>") == 2) {
+      say("the DeepSeek-R1 template");
+      return contains(jinja, "is_first_sp") ? ChatDialect::DeepSeekR1 : ChatDialect::DeepSeekR1Sys1;
+    }
+    // V3.1: the `thinking` switch, "<｜Assistant｜></think>" before an answer,
+    // NAME<｜tool▁sep｜>ARGS calls, results without an outputs block.
+    if (contains(jinja, "is_only_sys") && contains(jinja, "is_prefix") && contains(jinja, "is_last_user") &&
+        contains(jinja, "{% if not thinking is defined %}{% set thinking = false %}{% endif %}") &&
+        contains(jinja, "{{'<｜Assistant｜></think>'}}") && contains(jinja, "content.split('</think>', 1)[1]") &&
+        contains(jinja, "'<｜tool▁sep｜>' + tool['function']['arguments']") && !contains(jinja, kDsOutputsBegin) &&
+        !contains(jinja, "'```json'") && !contains(jinja, "tojson") && !contains(jinja, "<think></think>") &&
+        !contains(jinja, "enable_thinking")) {
+      say("the DeepSeek-V3.1 template");
+      return ChatDialect::DeepSeek31;
+    }
+    say("a DeepSeek template other than DeepSeek-V3's, R1's or V3.1's (e.g. R1-0528 or the revised V3-0324 with "
+        "is_last_user, V3.2, or a modified copy), which strata does not render yet");
     return std::nullopt;
   }
   say("neither a GLM template ([gMASK] and <|assistant|>), a Qwen3 one (<|im_start|>) nor a DeepSeek one "
@@ -604,7 +757,8 @@ std::optional<ChatDialect> classify_chat_template(std::string_view jinja, std::s
 ChatTemplate load_chat_template(const std::string& model_dir, std::string_view force) {
   ChatTemplate t;
   for (ChatDialect d :
-       {ChatDialect::Glm, ChatDialect::Glm45, ChatDialect::Qwen3, ChatDialect::DeepSeek3, ChatDialect::Raw}) {
+       {ChatDialect::Glm, ChatDialect::Glm45, ChatDialect::Qwen3, ChatDialect::DeepSeek3, ChatDialect::DeepSeekR1,
+        ChatDialect::DeepSeek31, ChatDialect::Raw}) {
     if (force == chat_dialect_name(d)) {
       t.dialect = d;
       t.source = std::string("--chat-template ") + chat_dialect_name(d);
@@ -612,7 +766,7 @@ ChatTemplate load_chat_template(const std::string& model_dir, std::string_view f
     }
   }
   if (!force.empty() && force != "auto")
-    fail("--chat-template {}: expected auto, glm, glm45, qwen3, deepseek3 or raw", force);
+    fail("--chat-template {}: expected auto, glm, glm45, qwen3, deepseek3, deepseek-r1, deepseek31 or raw", force);
 
   auto exists = [](const std::string& p) {
     struct stat st {};
@@ -646,7 +800,8 @@ ChatTemplate load_chat_template(const std::string& model_dir, std::string_view f
   if (text.empty())
     fail(
         "{}: no chat template (neither chat_template.jinja nor a \"chat_template\" in tokenizer_config.json); "
-        "pass --chat-template glm (GLM-4.7/GLM-5), glm45 (GLM-4.5/4.6), qwen3 or deepseek3 (DeepSeek-V3) to use "
+        "pass --chat-template glm (GLM-4.7/GLM-5), glm45 (GLM-4.5/4.6), qwen3, deepseek3 (DeepSeek-V3), deepseek-r1 "
+        "or deepseek31 (DeepSeek-V3.1) to use "
         "that dialect anyway, or "
         "--chat-template raw (run: --raw) for plain text",
         model_dir);
@@ -656,7 +811,8 @@ ChatTemplate load_chat_template(const std::string& model_dir, std::string_view f
     fail(
         "{}: the chat template is {}; strata renders templates natively and refuses one it does not know rather "
         "than mis-render it. Pass --chat-template glm to force the GLM-4.7/GLM-5 dialect (glm45: GLM-4.5/4.6, qwen3: "
-        "Qwen3, deepseek3: DeepSeek-V3), or --chat-template raw (run: --raw) for plain text",
+        "Qwen3, deepseek3: DeepSeek-V3, deepseek-r1, deepseek31: DeepSeek-V3.1), or --chat-template raw (run: --raw) "
+        "for plain text",
         source, why);
   t.dialect = *d;
   t.source = source;
@@ -920,7 +1076,7 @@ ParsedOutput parse_deepseek3_output(std::string_view text, bool reasoning_open) 
 }
 
 std::string_view tool_call_open_tag(ChatDialect dialect) {
-  return dialect == ChatDialect::DeepSeek3 ? kDsCallsBegin : std::string_view("<tool_call>");
+  return is_deepseek(dialect) ? kDsCallsBegin : std::string_view("<tool_call>");
 }
 
 ParsedOutput parse_chat_output(ChatDialect dialect, std::string_view text, bool reasoning_open,
@@ -932,6 +1088,9 @@ ParsedOutput parse_chat_output(ChatDialect dialect, std::string_view text, bool 
     case ChatDialect::Qwen3:
       return parse_qwen3_output(text, reasoning_open);
     case ChatDialect::DeepSeek3:
+    case ChatDialect::DeepSeekR1:
+    case ChatDialect::DeepSeekR1Sys1:
+    case ChatDialect::DeepSeek31:
       return parse_deepseek3_output(text, reasoning_open);
     case ChatDialect::Raw:
       break;

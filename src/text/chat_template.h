@@ -1,6 +1,6 @@
 // Chat messages -> prompt text, and the model's output text -> reasoning,
 // content and tool calls, for the chat dialects strata renders (docs/text.md):
-// GLM-4.7/GLM-5, GLM-4.5/4.6 and Qwen3.
+// GLM-4.7/GLM-5, GLM-4.5/4.6, Qwen3 and DeepSeek-V3 / R1 / V3.1.
 //
 // strata renders templates natively instead of running Jinja: a model
 // directory's template (chat_template.jinja, or tokenizer_config.json
@@ -102,6 +102,25 @@ std::string render_qwen3_chat(std::span<const ChatMessage> messages, const Order
 // string are printed as they are, others as tojson.
 std::string render_deepseek3_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
                                   const ChatRenderOptions& opts);
+// The DeepSeek-R1 dialect: DeepSeek-V3's rendering but for the reasoning --
+// an earlier answer keeps only the text after its last </think>, and the
+// generation prompt is "<｜Assistant｜><think>\n" (thinking options do not
+// apply). `join_systems`: all system messages joined by blank lines (the
+// template's is_first_sp, as DeepSeek-V3's); false: the last one only (the
+// R1-Distill checkpoints' template).
+std::string render_deepseek_r1_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                    const ChatRenderOptions& opts, bool join_systems);
+// The DeepSeek-V3.1 dialect (thinking and non-thinking modes): the
+// template's `thinking` is opts.enable_thinking; "<｜Assistant｜></think>"
+// opens an answer after a user turn (history is always rendered
+// non-thinking: an answer keeps the text after its first </think>), calls are
+// <｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>ARGS<｜tool▁call▁end｜>...
+// <｜tool▁calls▁end｜><｜end▁of▁sentence｜> after the message's text, results are
+// <｜tool▁output▁begin｜>R<｜tool▁output▁end｜> each, and the generation
+// prompt is "<｜Assistant｜><think>" (thinking) or "<｜Assistant｜></think>".
+// `tools` is not rendered (the template has no tool list).
+std::string render_deepseek31_chat(std::span<const ChatMessage> messages, const OrderedJson& tools,
+                                   const ChatRenderOptions& opts);
 
 // Python-compatible `json.dumps(v, ensure_ascii=False)`: ", " and ": "
 // separators, non-ASCII kept, invalid UTF-8 replaced by U+FFFD. This is what
@@ -116,10 +135,20 @@ enum class ChatDialect {
   Glm45,  // GLM-4.5 / GLM-4.5-Air / GLM-4.6
   Qwen3,  // Qwen3 (hybrid thinking): Qwen3-30B-A3B, Qwen3-235B-A22B, ...
   DeepSeek3,  // DeepSeek-V3 / V3-0324
+  DeepSeekR1,    // DeepSeek-R1 and the R1-Distill checkpoints (R1's first template revision)
+  DeepSeekR1Sys1,  // the same, the R1-Distill template: the last system message only (no --chat-template name)
+  DeepSeek31,    // DeepSeek-V3.1 (thinking switch, NAME<｜tool▁sep｜>ARGS calls)
   Raw,    // no template: messages' contents are concatenated (test models)
 };
 
-// The --chat-template name of a dialect: "glm", "glm45", "qwen3", "deepseek3" or "raw".
+// The DeepSeek dialects (one output syntax: parse_deepseek3_output).
+inline bool is_deepseek(ChatDialect d) {
+  return d == ChatDialect::DeepSeek3 || d == ChatDialect::DeepSeekR1 || d == ChatDialect::DeepSeekR1Sys1 ||
+         d == ChatDialect::DeepSeek31;
+}
+
+// The --chat-template name of a dialect: "glm", "glm45", "qwen3", "deepseek3", "deepseek-r1", "deepseek31" or
+// "raw" (DeepSeekR1Sys1: "deepseek-r1").
 const char* chat_dialect_name(ChatDialect d);
 
 struct ChatTemplate {
@@ -131,7 +160,9 @@ struct ChatTemplate {
   // True when the generation prompt ends inside a reasoning block (GLM's
   // "<|assistant|><think>"): the model's output starts with reasoning.
   bool opens_reasoning(const ChatRenderOptions& opts) const {
-    return dialect == ChatDialect::Glm && opts.add_generation_prompt && opts.enable_thinking;
+    if (!opts.add_generation_prompt) return false;
+    if (dialect == ChatDialect::DeepSeekR1 || dialect == ChatDialect::DeepSeekR1Sys1) return true;
+    return (dialect == ChatDialect::Glm || dialect == ChatDialect::DeepSeek31) && opts.enable_thinking;
   }
   // The special tokens the dialect's markup needs in the tokenizer.
   std::vector<std::string> special_tokens() const;

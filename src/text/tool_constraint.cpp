@@ -60,26 +60,47 @@ std::string strip_prefix(std::string msg) {
 
 std::string_view tool_markup(int m) { return kMarkup[static_cast<size_t>(m)]; }
 
-std::shared_ptr<const ToolCallGrammar> ToolCallGrammar::build(const OrderedJson& tools, std::string_view only) {
-  auto g = std::make_shared<ToolCallGrammar>();
+std::vector<ForcedToolFunction> forced_tool_functions(const OrderedJson& tools, std::string_view only) {
+  std::vector<ForcedToolFunction> out;
   if (!tools.is_array() || tools.empty()) fail("tools: a forced tool call needs at least one tool");
   for (size_t i = 0; i < tools.size(); ++i) {
     const OrderedJson& t = tools[i];
-    const std::string where = fmt::format("tools[{}].function", i);
-    if (!t.is_object() || !t.contains("function") || !t["function"].is_object()) fail("{}: expected an object", where);
+    ForcedToolFunction fn;
+    fn.where = fmt::format("tools[{}].function", i);
+    if (!t.is_object() || !t.contains("function") || !t["function"].is_object())
+      fail("{}: expected an object", fn.where);
     const OrderedJson& f = t["function"];
-    if (!f.contains("name") || !f["name"].is_string()) fail("{}.name: expected a string", where);
-    Function fn;
+    if (!f.contains("name") || !f["name"].is_string()) fail("{}.name: expected a string", fn.where);
     fn.name = f["name"].get<std::string>();
     if (!only.empty() && fn.name != only) continue;
-    check_label(fn.name, where + ".name");
-    for (const Function& other : g->fns_)
-      if (other.name == fn.name) fail("{}.name: '{}' is declared twice", where, fn.name);
-    OrderedJson params = OrderedJson::object();
+    for (const ForcedToolFunction& other : out)
+      if (other.name == fn.name) fail("{}.name: '{}' is declared twice", fn.where, fn.name);
     if (f.contains("parameters") && !f["parameters"].is_null()) {
-      if (!f["parameters"].is_object()) fail("{}.parameters: expected a JSON Schema object", where);
-      params = f["parameters"];
+      if (!f["parameters"].is_object()) fail("{}.parameters: expected a JSON Schema object", fn.where);
+      fn.params = f["parameters"];
     }
+    out.push_back(std::move(fn));
+  }
+  if (out.empty()) fail("tool_choice: no function named '{}' in tools", only);
+  return out;
+}
+
+std::shared_ptr<const JsonGrammar> compile_tool_parameters(const OrderedJson& params, const std::string& where) {
+  try {
+    return JsonGrammar::from_schema(params);
+  } catch (const Error& e) {
+    fail("{}.parameters: {}", where, strip_prefix(e.what()));
+  }
+}
+
+std::shared_ptr<const ToolCallGrammar> ToolCallGrammar::build(const OrderedJson& tools, std::string_view only) {
+  auto g = std::make_shared<ToolCallGrammar>();
+  for (ForcedToolFunction& def : forced_tool_functions(tools, only)) {
+    const std::string& where = def.where;
+    Function fn;
+    fn.name = def.name;
+    check_label(fn.name, where + ".name");
+    OrderedJson params = def.params.is_null() ? OrderedJson::object() : std::move(def.params);
     // String parameters are raw text: bound them (maxLength, at most the cap).
     if (params.contains("properties") && params["properties"].is_object()) {
       for (auto it = params["properties"].begin(); it != params["properties"].end(); ++it) {
@@ -92,11 +113,7 @@ std::shared_ptr<const ToolCallGrammar> ToolCallGrammar::build(const OrderedJson&
         p["maxLength"] = cap;
       }
     }
-    try {
-      fn.grammar = JsonGrammar::from_schema(params);
-    } catch (const Error& e) {
-      fail("{}.parameters: {}", where, strip_prefix(e.what()));
-    }
+    fn.grammar = compile_tool_parameters(params, where);
     const JsonGrammar::Node& root = fn.grammar->node(fn.grammar->root());
     if (!(root.types & JsonGrammar::kObject) || root.literals >= 0 || !root.any_of.empty())
       fail("{}.parameters: must be an object schema (type object with properties)", where);
@@ -144,7 +161,6 @@ std::shared_ptr<const ToolCallGrammar> ToolCallGrammar::build(const OrderedJson&
     fn.req_from = root.req_from;
     g->fns_.push_back(std::move(fn));
   }
-  if (g->fns_.empty()) fail("tool_choice: no function named '{}' in tools", only);
   std::sort(g->fns_.begin(), g->fns_.end(), [](const Function& a, const Function& b) { return a.name < b.name; });
   return g;
 }

@@ -41,6 +41,21 @@ namespace strata {
 
 constexpr uint32_t kToolStringMaxChars = 256;  // raw string values without a smaller maxLength
 
+// One function of a request's `tools` that a forced call may use.
+struct ForcedToolFunction {
+  std::string name;
+  std::string where;   // "tools[i].function", for messages
+  OrderedJson params;  // its `parameters`; null when absent
+};
+// The functions a forced call may use: all of `tools`, or the one `only`
+// names. Throws strata::Error naming tools[i].function... (a malformed tool,
+// a name declared twice, `parameters` not an object), or starting with
+// "tool_choice" when `only` names no function.
+std::vector<ForcedToolFunction> forced_tool_functions(const OrderedJson& tools, std::string_view only);
+// A tool's parameters schema compiled by the response_format compiler;
+// errors name `where`.parameters and the keyword.
+std::shared_ptr<const JsonGrammar> compile_tool_parameters(const OrderedJson& params, const std::string& where);
+
 enum ToolMarkup : uint8_t { kToolOpen, kToolClose, kArgKey, kArgKeyEnd, kArgValue, kArgValueEnd, kToolMarkups };
 // The markup strings, by ToolMarkup.
 std::string_view tool_markup(int m);

@@ -7,8 +7,8 @@ RENDER_BIN is the test helper strata_render_chat (tests/chat/render_chat.cpp): i
 template the way `strata run` does and renders conversations with strata's renderer.  This script
 renders the same conversations with Jinja2 as transformers' apply_chat_template does (sandboxed,
 trim_blocks, lstrip_blocks, loopcontrols, its tojson filter) from DIR's template (chat_template.jinja,
-or tokenizer_config.json "chat_template"; default DIR: models/glm5-strata-tiny; the Qwen3 and GLM-4.5/4.6/4.7
-templates are under tests/fixtures/templates/; bos_token and eos_token from tokenizer_config.json, as transformers
+or tokenizer_config.json "chat_template"; default DIR: models/glm5-strata-tiny; the Qwen3, GLM-4.5/4.6/4.7 and
+DeepSeek-V3/R1/V3.1 templates are under tests/fixtures/templates/; bos_token and eos_token from tokenizer_config.json, as transformers
 passes them), and asserts that every rendering is byte-identical.  The conversations: the ones the C++ unit tests use, then N seeded random
 ones (system messages, tools, tool calls with nested arguments, tool results, consecutive ones
 included, multi-turn reasoning with reasoning_content or <think> inside the content, thinking on /
@@ -299,7 +299,9 @@ def main():
         cases = [as_openai_calls(c, rng) for c in cases]
     render = jinja_renderer(source)
     tokens = special_tokens(args.model)
-    want = [render(dict(tokens, **c)) for c in cases]
+    # DeepSeek-V3.1 names its switch `thinking` (default off); strata's enable_thinking (default on) drives it.
+    switch = "thinking" if "{% if not thinking is defined %}" in source else None
+    want = [render(dict(tokens, **c, **({switch: c.get("enable_thinking", True)} if switch else {}))) for c in cases]
     if args.print:
         for i, w in enumerate(want):
             print(i, json.dumps(w, ensure_ascii=False))
@@ -321,10 +323,13 @@ def main():
     print(f"{len(cases)} conversations ({len(FIXED)} fixed, {args.cases} random, seed {args.seed}); covered: " +
           ", ".join(f"{f} {covered.get(f, 0)}" for f in needed))
     if deepseek:  # the template's own paths: a call block opened, a later call closing one, tool outputs
-        for mark in ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁outputs▁begin｜>"):
+        marks = [m for m in ("<｜tool▁calls▁begin｜>", "<｜tool▁calls▁end｜>", "<｜tool▁outputs▁begin｜>",
+                             "<｜tool▁output▁begin｜>", "</think>'}}") if m in source]
+        marks = [m.replace("'}}", "") for m in marks]  # V3.1 and R1: an answer or call after </think> / a cut one
+        for mark in marks:
             covered[mark] = sum(mark in w for w in want)
             needed.append(mark)
-        print("DeepSeek renderings with " + ", ".join(f"{m} {covered[m]}" for m in needed[-3:]))
+        print("DeepSeek renderings with " + ", ".join(f"{m} {covered[m]}" for m in marks))
     thin = [f for f in needed if covered.get(f, 0) < min(5, max(1, args.cases // 50))]
     if thin:
         sys.exit(f"FAIL: the random conversations cover too little of: {thin}")

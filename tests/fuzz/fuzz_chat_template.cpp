@@ -24,7 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)tok.encode(prompt, false);
     if (!r.messages.empty())
       (void)parse_glm_output(r.messages.back().content, tmpl.opens_reasoning(r.render), r.tools);
-    for (const ChatDialect d : {ChatDialect::Glm45, ChatDialect::Qwen3, ChatDialect::DeepSeek3}) {
+    for (const ChatDialect d : {ChatDialect::Glm45, ChatDialect::Qwen3, ChatDialect::DeepSeek3, ChatDialect::DeepSeekR1,
+                                 ChatDialect::DeepSeekR1Sys1, ChatDialect::DeepSeek31}) {
       ChatTemplate other;
       other.dialect = d;
       try {

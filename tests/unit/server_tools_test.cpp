@@ -143,6 +143,18 @@ Call call_of(const std::string& body, bool stream) {
 
 const Json kNamed = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
 
+// A function without parameters is called with {}.
+void expect_call_without_parameters(const TinyServer& s) {
+  Json nb = tool_body("required", 1.0, 4, false);
+  nb["tools"] = Json::parse(R"([{"type":"function","function":{"name":"ping"}}])");
+  const auto [st, rep] = s.post("/v1/chat/completions", nb.dump());
+  ASSERT_EQ(st, 200) << rep;
+  const Call p = call_of(rep, false);
+  EXPECT_EQ(p.finish, "tool_calls") << rep;
+  EXPECT_EQ(p.name, "ping");
+  EXPECT_EQ(p.arguments, "{}");
+}
+
 TEST(ServerTools, NamedAndRequiredToolChoice) {
   TinyServer s;
   int by_name[2] = {0, 0};
@@ -178,15 +190,7 @@ TEST(ServerTools, NamedAndRequiredToolChoice) {
   ie["ignore_eos"] = true;
   const Call i = call_of(s.post("/v1/chat/completions", ie.dump()).second, false);
   EXPECT_EQ(i.finish, "tool_calls");
-  // A function without parameters.
-  Json nb = tool_body("required", 1.0, 4, false);
-  nb["tools"] = Json::parse(R"([{"type":"function","function":{"name":"ping"}}])");
-  const auto [st, rep] = s.post("/v1/chat/completions", nb.dump());
-  ASSERT_EQ(st, 200) << rep;
-  const Call p = call_of(rep, false);
-  EXPECT_EQ(p.finish, "tool_calls") << rep;
-  EXPECT_EQ(p.name, "ping");
-  EXPECT_EQ(p.arguments, "{}");
+  expect_call_without_parameters(s);
 }
 
 TEST(ServerTools, RoundTripWithToolResult) {
@@ -234,16 +238,55 @@ TEST(ServerTools, Glm45ForcedToolChoice) {
   }
 }
 
-// Qwen3's JSON call syntax has no constraint yet: a forced call is refused
-// saying so, and auto is served.
-TEST(ServerTools, Qwen3ForcedToolChoiceRefused) {
-  TinyServer s(ChatDialect::Qwen3);
-  const auto [status, reply] = s.post("/v1/chat/completions", tool_body("required", 0.0, 1, false).dump());
-  EXPECT_EQ(status, 400) << reply;
-  EXPECT_NE(reply.find("Qwen3"), std::string::npos) << reply;
-  Json b = tool_body("auto", 0.0, 1, false);
-  b["max_tokens"] = 4;
-  EXPECT_EQ(s.post("/v1/chat/completions", b.dump()).first, 200);
+// Qwen3's and DeepSeek's JSON call syntax: a forced call (named or
+// "required", greedy and sampled, JSON and SSE) is the dialect's markup with
+// arguments generated from the schema, which the dialect's parser reads back
+// as one OpenAI tool call. (The model was trained on GLM's template; with the
+// GLM tokenizer DeepSeek's markup is spelled with ordinary tokens.) The
+// string parameters get a maxLength so that every answer fits max_tokens.
+TEST(ServerTools, JsonSyntaxForcedToolChoice) {
+  Json tools = Json::parse(kTools);
+  tools[1]["function"]["parameters"]["properties"]["zone"]["maxLength"] = 40;
+  for (const ChatDialect d :
+       {ChatDialect::Qwen3, ChatDialect::DeepSeek3, ChatDialect::DeepSeekR1Sys1, ChatDialect::DeepSeek31}) {
+    TinyServer s(d);
+    int by_name[2] = {0, 0};
+    for (const bool stream : {false, true}) {
+      for (const Json& choice : {kNamed, Json("required")}) {
+        for (const auto& [temp, seed] : std::vector<std::pair<double, uint64_t>>{{0.0, 1}, {1.0, 2}, {1.0, 3}}) {
+          Json b = tool_body(choice, temp, seed, stream);
+          b["tools"] = tools;
+          const auto [status, body] = s.post("/v1/chat/completions", b.dump());
+          ASSERT_EQ(status, 200) << chat_dialect_name(d) << " " << body;
+          const Call c = call_of(body, stream);
+          EXPECT_EQ(c.finish, "tool_calls") << chat_dialect_name(d) << " " << body;
+          EXPECT_FALSE(c.reasoning) << body;
+          EXPECT_EQ(c.content, "") << body;
+          ASSERT_FALSE(c.name.empty()) << chat_dialect_name(d) << " " << body;
+          if (choice.is_object()) {
+            EXPECT_EQ(c.name, "get_weather");
+          }
+          ++by_name[c.name == "get_time"];
+          expect_valid_call(c.name, c.arguments);
+          if (temp == 0.0 && !stream)
+            std::printf("[ tool call ] %s %s -> %s %s\n", chat_dialect_name(d), choice.dump().c_str(), c.name.c_str(),
+                        c.arguments.c_str());
+        }
+      }
+    }
+    std::printf("[ tool call ] %s: get_weather %d, get_time %d\n", chat_dialect_name(d), by_name[0], by_name[1]);
+    expect_call_without_parameters(s);
+    // A name the markup cannot carry, and an unknown named function: 400.
+    Json bad_name = tool_body("required", 0.0, 1, false);
+    bad_name["tools"] = Json::parse(R"([{"type":"function","function":{"name":"say \"hi\""}}])");
+    const auto [s1, r1] = s.post("/v1/chat/completions", bad_name.dump());
+    EXPECT_EQ(s1, 400) << r1;
+    EXPECT_NE(r1.find("cannot be generated"), std::string::npos) << r1;
+    const auto [s2, r2] = s.post("/v1/chat/completions",
+                                 tool_body(Json{{"type", "function"}, {"function", {{"name", "nope"}}}}, 0.0, 1, false).dump());
+    EXPECT_EQ(s2, 400) << r2;
+    EXPECT_NE(r2.find("tool_choice.function.name"), std::string::npos) << r2;
+  }
 }
 
 // A Qwen3 answer with reasoning and two JSON tool calls, as the server turns
