@@ -16,7 +16,7 @@ def rows_of(results):
     out = []
     for key, c in results["configs"].items():
         s, l = c["runs"]["strata"], c["runs"]["llama.cpp"]
-        phases = ("decode",) if key == "capped" else ("prefill", "decode")
+        phases = ("decode",) if key.startswith("capped") else ("prefill", "decode")
         if "context" in c:  # --context runs: their own table (context_table)
             continue
         for ph in phases:
@@ -128,8 +128,10 @@ def write(results, a, root):
     with open(tmpl) as f:
         doc = f.read()
     m = results["machine"]
-    cap = results["configs"].get("capped", {})
+    cap = results["configs"].get("capped", results["configs"].get("capped4", {}))
     capdet = strata_decode_detail(results, "capped")
+    cap4 = results["configs"].get("capped4", {})
+    cap4det = strata_decode_detail(results, "capped4")
     loads = [r["load_before"] for c in results["configs"].values() for e in c["runs"].values() for r in e]
     gg8 = results["configs"].get("int8", {}).get("gguf", {})
     gg4 = results["configs"].get("int4", {}).get("gguf", {})
@@ -161,6 +163,12 @@ def write(results, a, root):
         "C_DISKTOK": f"{capdet['disk_per_tok'] / 1e9:.3f}" if capdet else "?",
         "C_WAITBW": f"{capdet['disk_wait_gb_s']:.2f}" if capdet else "?",
         "C_HIT": f"{100 * capdet['hit']:.0f}" if capdet else "?",
+        "C4_PHASES": fmt_phases(cap4det["phases"]) if cap4det else "not run in this invocation",
+        "C4_DISKTOK": f"{cap4det['disk_per_tok'] / 1e9:.3f}" if cap4det else "?",
+        "C4_WAITBW": f"{cap4det['disk_wait_gb_s']:.2f}" if cap4det else "?",
+        "C4_HIT": f"{100 * cap4det['hit']:.0f}" if cap4det else "?",
+        "C4_POOLPCT": (f"{100 * cap4['strata_ram_bytes'] / cap4['strata_pool_bytes']:.0f}"
+                       if cap4.get("strata_pool_bytes") else "?"),
         "KERNELS": det["kernels"] if det else "?",
         "LLAMA_BACKEND": ", ".join(sorted(set(str(x) for x in lb))),
         "LLAMA_REPACK": "; ".join(rep),
@@ -169,19 +177,21 @@ def write(results, a, root):
     an = os.path.join(os.path.dirname(os.path.abspath(__file__)), "analysis.md")
     doc = doc.replace("{{ANALYSIS}}", open(an).read() if os.path.exists(an) else "")
     tag = {("int8", "prefill"): "8P", ("int8", "decode"): "8D", ("int4", "prefill"): "4P", ("int4", "decode"): "4D",
-           ("capped", "decode"): "CD"}
+           ("capped", "decode"): "CD", ("capped4", "decode"): "C4D"}
+    for t in tag.values():  # a section not run in this invocation
+        subs["R" + t] = subs["S" + t] = subs["L" + t] = "?"
     for r in rows_of(results):
         t = tag.get((r["config"], r["phase"]))
         if t is None:
             continue
         subs["R" + t], subs["S" + t], subs["L" + t] = f"{r['ratio']:.2f}", f"{r['strata']:.2f}", f"{r['llama']:.2f}"
-    for name, dd in (("S8", det), ("S4", det4), ("C", capdet)):
+    for name, dd in (("S8", det), ("S4", det4), ("C", capdet), ("C4", cap4det)):
         if dd:
             for k in ("attention", "expert_wait", "expert_matmul", "other"):
                 subs[f"{name}_{k.upper()}_MS"] = f"{dd['phases'][k]:.0f}"
                 subs[f"{name}_{k.upper()}_PCT"] = f"{100 * dd['phases'][k] / dd['phases']['total']:.0f}"
                 subs[f"{name}_P{k.upper()}_PCT"] = f"{100 * dd['prefill_phases'][k] / dd['prefill_phases']['total']:.0f}"
-    if "L8D" in subs:  # llama.cpp's int8 decode memory traffic, from its GGUF's bytes per token
+    if subs["L8D"] != "?":  # llama.cpp's int8 decode memory traffic, from its GGUF's bytes per token
         subs["L8_GBS_EST"] = f"{gg8.get('per_token', 0) / 1e9 * float(subs['L8D']):.1f}"
     if det and det4:
         subs["S4_FRAC_OF_MEMBW"] = f"{100 * det4['gb_s'] / det['mem']:.0f}"

@@ -12,6 +12,8 @@ Runs, alternately and after one warm-up invocation of each, `strata bench` and l
             bytes + 25% of the expert pool: strata int8 with --ram, llama.cpp Q8_0 with mmap
             (Q4_0 cannot stream in llama.cpp: it repacks experts into anonymous memory). The
             model files are dropped from the page cache (posix_fadvise DONTNEED) before each run.
+  capped4   the same cgroup limit and the same --ram bytes: strata int4 experts streaming vs
+            llama.cpp Q8_0 mmap again (alternating with it, like the int8 row).
   context   (--context N,...) resident, per N and --context-models: `strata bench --context N` and
             llama.cpp on the same N ids (--ids-file), prefill of N then decode of --context-gen-tokens;
             strata's context line (attention+indexer / experts / other, KV bytes) is kept.
@@ -221,6 +223,15 @@ def llama_run(a, gguf, ids, gen, wrap=None, warmup_tokens=0, ids_file=None):
             **meta}
 
 
+def strata_sizes(a, model):
+    """(resident bytes, expert pool bytes) of a container, from `strata bench`'s config line."""
+    probe, _ = run_json([a.strata, "bench", "--model", model, "--prompt-tokens", "1", "--gen-tokens", "0",
+                         "--reps", "1", "--warmup", "0", "--json", "--membw-mib", "0", "--disk-mib", "0",
+                         "--no-autopin", "-q", "--ram", "1"])
+    cfg = next(l for l in probe if l["bench"] == "config")
+    return cfg["resident_bytes"], cfg["expert_pool_bytes"]
+
+
 def alternate(a, name, fs, fl, warm=None, before=None):
     """Warm-up invocation of each (`warm` = (strata, llama) callables, discarded), then a.rounds rounds, the
     engine order alternating."""
@@ -278,7 +289,7 @@ def main():
     ap.add_argument("--capped-warmup-tokens", type=int, default=8)
     ap.add_argument("--cap-allowance-gb", type=float, default=0.5,
                     help="added to the cgroup limit for each engine's own buffers (KV, scratch)")
-    ap.add_argument("--only", default="int8,int4,capped", help="sections to run (none: only --context)")
+    ap.add_argument("--only", default="int8,int4,capped,capped4", help="sections to run (none: only --context)")
     ap.add_argument("--context", default="", help="long-context runs at these contexts, comma-separated (e.g. "
                     "512,4096,16384,32768)")
     ap.add_argument("--context-models", default="int8", help="int8 and/or int4, for the --context runs")
@@ -318,30 +329,37 @@ def main():
                                                              "--disk-mib", "0"]),
                   lambda: llama_run(a, gguf, ids[:32], 4)))
         results["configs"][key] = {"label": label, "gguf": gb, "runs": res}
-    if "capped" in only:
-        cont, gguf, _ = models["int8"]
+    capped = [(k, m) for k, m in (("capped", "int8"), ("capped4", "int4")) if k in only]
+    if capped:
+        # One memory limit for every capped row and both engines: the larger non-expert bytes + 25% of the
+        # larger expert pool (of the strata containers run and the Q8_0 GGUF) + the allowance. strata's expert
+        # cache (--ram) is the same number of bytes in each row: 25% of the largest strata pool.
+        _, gguf, _ = models["int8"]
         gb = gguf_bytes_per_token(gguf)
-        probe, _ = run_json([a.strata, "bench", "--model", cont, "--prompt-tokens", "1", "--gen-tokens", "0",
-                             "--reps", "1", "--warmup", "0", "--json", "--membw-mib", "0", "--disk-mib", "0",
-                             "--no-autopin", "-q", "--ram", "1"])
-        cfg = next(l for l in probe if l["bench"] == "config")
-        s_pool, s_dense = cfg["expert_pool_bytes"], cfg["resident_bytes"]
+        sizes = {m: strata_sizes(a, models[m][0]) for _, m in capped}
+        s_dense = max(d for d, _ in sizes.values())
+        s_pool = max(p for _, p in sizes.values())
         ram = 0.25 * s_pool
         limit = max(s_dense, gb["non_expert"]) + 0.25 * max(s_pool, gb["expert_pool"]) + a.cap_allowance_gb * 1e9
         cg = MemCgroup(limit)
         log(f"[capped] cgroup {cg.path}: limit {limit / 1e9:.2f} GB; strata --ram {ram / 1e9:.2f} GB")
         try:
-            res = alternate(
-                a, "capped",
-                lambda: strata_run(a, cont, cids, a.capped_gen_tokens,
-                                   ["--ram", f"{ram / 1e9:.3f}", "--membw-mib", "0", "--disk-mib", "1024"], cg.wrap,
-                                   warmup_tokens=a.capped_warmup_tokens),
-                lambda: llama_run(a, gguf, cids, a.capped_gen_tokens, cg.wrap, warmup_tokens=a.capped_warmup_tokens),
-                before=lambda: drop_cache([cont, gguf]))
+            for key, m in capped:
+                cont = models[m][0]
+                res = alternate(
+                    a, key,
+                    lambda cont=cont: strata_run(
+                        a, cont, cids, a.capped_gen_tokens,
+                        ["--ram", f"{ram / 1e9:.3f}", "--membw-mib", "0", "--disk-mib", "1024"], cg.wrap,
+                        warmup_tokens=a.capped_warmup_tokens),
+                    lambda: llama_run(a, gguf, cids, a.capped_gen_tokens, cg.wrap,
+                                      warmup_tokens=a.capped_warmup_tokens),
+                    before=lambda cont=cont: drop_cache([cont, gguf]))
+                results["configs"][key] = {"label": f"{m} vs Q8_0, memory capped", "gguf": gb, "runs": res,
+                                           "limit_bytes": limit, "strata_ram_bytes": ram,
+                                           "strata_pool_bytes": sizes[m][1]}
         finally:
             cg.close()
-        results["configs"]["capped"] = {"label": "int8 vs Q8_0, memory capped", "gguf": gb, "runs": res,
-                                        "limit_bytes": limit, "strata_ram_bytes": ram}
     for n in [int(x) for x in a.context.split(",") if x]:
         for key in a.context_models.split(","):
             cont, gguf, label = models[key]

@@ -210,26 +210,6 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   int32_t* idx = grow(ws_.topk_idx, static_cast<size_t>(n * K));
   float* wts = grow(ws_.topk_w, static_cast<size_t>(n * K));
   route(L, n, x, idx, wts);
-  // Read ahead: the next layer's router applied to this layer's input
-  // predicts most of its experts; the store starts reading them while this
-  // layer computes. Only what is loaded depends on it, never a result.
-  const int64_t next = L + 1;
-  const bool predict = next < c.num_hidden_layers && c.is_moe(next);
-  int32_t* pidx = nullptr;
-  if (predict && (store_.wants_prefetch() || observer_)) {
-    pidx = grow(ws_.pred_idx, static_cast<size_t>(n * K));
-    float* pw = grow(ws_.pred_w, static_cast<size_t>(n * K));
-    route(next, n, x, pidx, pw);
-  }
-  if (observer_) observer_->routed(L, n, K, idx, pidx);
-  if (predict && store_.wants_prefetch()) {
-    std::vector<int32_t>& pu = ws_.pred_union;
-    pu.assign(pidx, pidx + n * K);
-    std::sort(pu.begin(), pu.end());
-    pu.erase(std::unique(pu.begin(), pu.end()), pu.end());
-    if (peers_) std::erase_if(pu, [&](int32_t e) { return peers_->owner(next, e) != 0; });
-    store_.prefetch(next, pu);
-  }
   stats_.router_ns += now_ns() - t_router;
 
   // The union of the batch's experts, each computed once over its rows.
@@ -237,7 +217,7 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   uni.assign(idx, idx + n * K);
   std::sort(uni.begin(), uni.end());
   uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
-  float* slot = grow(ws_.slot_out, static_cast<size_t>(n * K * D));
+  float* slot = grow(ws_.slot_out, static_cast<size_t>(n * (K + 1) * D));
   // An expert gets m <= n of the rows: its scratch is sized for all n here,
   // so a forward never allocates after one of at least as many rows,
   // whichever experts its rows happen to share (a decode step after the
@@ -250,6 +230,40 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   ws_.experts.reserve(static_cast<size_t>(n * K));
   // Experts over MPI: other processes compute theirs while we compute ours.
   const bool exchanging = peers_ && start_peers(L, n, x, idx);
+  // The work that needs none of this layer's routed experts runs once,
+  // while the first chunk's reads are in flight: after begin() has
+  // submitted them, before the first wait.
+  // slot_out holds [n, K, D] routed outputs, then the shared expert's [n, D].
+  float* shared = slot + n * K * D;
+  bool independent_done = false;
+  const auto independent = [&] {
+    independent_done = true;
+    // Read ahead: the next layer's router applied to this layer's input
+    // predicts most of its experts; the store starts reading them (after
+    // this layer's demand reads) while this layer computes. Only what is
+    // loaded depends on it, never a result.
+    const uint64_t t_predict = now_ns();
+    const int64_t next = L + 1;
+    const bool predict = next < c.num_hidden_layers && c.is_moe(next);
+    int32_t* pidx = nullptr;
+    if (predict && (store_.wants_prefetch() || observer_)) {
+      pidx = grow(ws_.pred_idx, static_cast<size_t>(n * K));
+      float* pw = grow(ws_.pred_w, static_cast<size_t>(n * K));
+      route(next, n, x, pidx, pw);
+    }
+    if (observer_) observer_->routed(L, n, K, idx, pidx);
+    if (predict && store_.wants_prefetch()) {
+      std::vector<int32_t>& pu = ws_.pred_union;
+      pu.assign(pidx, pidx + n * K);
+      std::sort(pu.begin(), pu.end());
+      pu.erase(std::unique(pu.begin(), pu.end()), pu.end());
+      if (peers_) std::erase_if(pu, [&](int32_t e) { return peers_->owner(next, e) != 0; });
+      store_.prefetch(next, pu);
+    }
+    stats_.router_ns += now_ns() - t_predict;
+    // The shared expert, into its own rows after the routed outputs.
+    if (lw.has_shared) mlp(lw.shared, x, n, shared);
+  };
   const int64_t chunk = std::max<int64_t>(1, store_.max_batch(L));
   for (size_t c0 = 0; c0 < uni.size(); c0 += static_cast<size_t>(chunk)) {
     const size_t c1 = std::min(uni.size(), c0 + static_cast<size_t>(chunk));
@@ -257,6 +271,7 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
       ScopedTimer t{stats_.expert_wait_ns};
       store_.begin(L, std::span<const int32_t>(uni.data() + c0, c1 - c0), ws_.experts);
     }
+    if (!independent_done) independent();
     // Each expert as soon as its bytes are ready (resident ones first, then
     // as reads land): it writes only its own rows of `slot`, and the sum
     // below runs in a fixed order, so the order changes no result.
@@ -279,6 +294,7 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
     }
     store_.release(L);
   }
+  if (!independent_done) independent();  // every routed expert is another process's
   if (exchanging) {
     {
       ScopedTimer t{stats_.peer_wait_ns};
@@ -299,11 +315,10 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
       for (int64_t d = 0; d < D; ++d) yr[d] += w * o[d];
     }
   }
-  if (lw.has_shared) {
-    float* sh = grow(ws_.ys, static_cast<size_t>(n * D));
-    mlp(lw.shared, x, n, sh);
-    for (int64_t i = 0; i < n * D; ++i) y[i] += sh[i];
-  }
+  // The shared expert's output (computed above, under the reads) is added
+  // last, as it always was: the float order of the sum does not change.
+  if (lw.has_shared)
+    for (int64_t i = 0; i < n * D; ++i) y[i] += shared[i];
 }
 
 bool ModelRunner::start_peers(int64_t L, int64_t n, const float* x, const int32_t* idx) {

@@ -77,8 +77,8 @@ struct Workspace {
   std::vector<int32_t> expert_union;         // the batch's routed experts, sorted
   std::vector<int32_t> expert_slot;          // (row, k) slots routed to one expert
   std::vector<const MlpWeights*> experts;    // what the store handed out for one chunk
-  std::vector<float> xs, ys;                 // [m, D]: one expert's input rows, its output (then the shared expert's)
-  std::vector<float> slot_out;               // [n, K, D]: each (row, k) expert output
+  std::vector<float> xs, ys;                 // [m, D]: one expert's input rows, its output
+  std::vector<float> slot_out;               // [n, K, D]: each (row, k) expert output, then [n, D]: the shared expert's
   // Experts over MPI (model/expert_peers.h): the union's experts other
   // processes own, packed in peer order, their row counts, and per peer the
   // first of them; the (row, k) slot of each packed row; the rows and outputs.

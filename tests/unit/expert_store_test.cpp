@@ -305,6 +305,61 @@ std::vector<int32_t> fixture_ids() {
   return parse_json(test_util::read_file(p), p)["ids"].get<std::vector<int32_t>>();
 }
 
+// The MoE runs the work that needs none of a layer's routed experts (the
+// next layer's read-ahead prediction, the shared expert) after begin() has
+// submitted the layer's reads and before the first next() waits: the
+// store sees begin(L), prefetch(L + 1), then the next() calls.
+TEST_F(ExpertStoreTest, NextLayerIsPredictedWhileTheReadsAreInFlight) {
+  auto m = open(container_);
+  struct Recorder final : ExpertStore {
+    explicit Recorder(ExpertStore& in) : inner(in) {}
+    void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override {
+      log.push_back("acquire " + std::to_string(layer));
+      inner.acquire(layer, experts, out);
+    }
+    void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override {
+      log.push_back("begin " + std::to_string(layer));
+      inner.begin(layer, experts, out);
+    }
+    size_t next() override {
+      log.push_back("next");
+      return inner.next();
+    }
+    void release(int64_t layer) override { inner.release(layer); }
+    int64_t max_batch(int64_t layer) const override { return inner.max_batch(layer); }
+    bool wants_prefetch() const override { return true; }
+    void prefetch(int64_t layer, std::span<const int32_t> experts) override {
+      log.push_back("prefetch " + std::to_string(layer));
+      inner.prefetch(layer, experts);
+    }
+    ExpertStore& inner;
+    std::vector<std::string> log;
+  };
+  ExpertCacheOptions all;
+  all.ram_bytes = 1ull << 30;
+  all.pin_all = true;
+  all.prefetch = false;
+  DiskExpertStore resident(m->expert_files(), all);
+  Recorder rec(resident);
+  decode_all(*m, rec, fixture_ids());
+  const ModelConfig& c = m->config;
+  // The first begin() of each layer's call (the union may come in chunks:
+  // the work runs once, after the first).
+  size_t checked = 0;
+  std::string last_begin;
+  for (size_t i = 0; i < rec.log.size(); ++i) {
+    if (rec.log[i].rfind("begin ", 0) != 0 || rec.log[i] == last_begin) continue;
+    last_begin = rec.log[i];
+    const int64_t L = std::stoll(rec.log[i].substr(6));
+    if (L + 1 >= c.num_hidden_layers || !c.is_moe(L + 1)) continue;
+    ASSERT_LT(i + 2, rec.log.size());
+    EXPECT_EQ(rec.log[i + 1], "prefetch " + std::to_string(L + 1)) << "at log entry " << i;
+    EXPECT_EQ(rec.log[i + 2], "next") << "at log entry " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u) << "no MoE layer followed by another";
+}
+
 TEST_F(ExpertStoreTest, ReadAheadHappensAndNeverChangesLogits) {
   auto m = open(container_);
   const uint64_t rb = expert_bytes(*m);
