@@ -7,7 +7,10 @@
 //    never drafted (main layers), and the MTP layer's state equals teacher
 //    forcing;
 //  - sampled: Sampler::sample_draft draws exactly the sampler's distribution
-//    whatever the draft (chi-square over 200k draws per case), and a
+//    whatever the draft (chi-square over 200k draws per case) with the same
+//    random numbers as a plain draw, so seeded sampled output with every mode
+//    equals --spec off token for token (trained model, fixtures, a container
+//    with a one-slot expert cache); and a
 //    sequence's sampled continuations (penalties, top-k/p, min-p) have the
 //    target's joint distribution over three tokens (chi-square);
 //  - a constrained JSON answer with forced tokens validates and equals the
@@ -605,6 +608,191 @@ TEST(Speculation, SampledSequencesHaveTheTargetDistribution) {
   // Both branches of the rule ran many times.
   EXPECT_GT(st.accepted(), 200u);
   EXPECT_GT(st.drafted() - st.accepted(), 200u);
+}
+
+// sample_draft is one plain draw: for any logits, draft and setting, the
+// same seed gives the same token from sample_draft(draft) as from sample(),
+// and the random stream stays in step (a later plain draw agrees too).
+TEST(Speculation, SampleDraftConsumesTheSampleStream) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  SamplerOptions o;
+  o.temperature = 0.9;
+  o.top_k = 6;
+  o.top_p = 0.95;
+  o.presence_penalty = 0.3;
+  o.seed = 5;
+  constexpr int64_t V = 12;
+  Sampler a(V, o), b(V, o);
+  const std::vector<int32_t> prompt = {1, 2};
+  a.reset(prompt);
+  b.reset(prompt);
+  int same = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<float> l(V);
+    for (float& x : l) x = nd(gen);
+    std::vector<float> wa = l, wb = l;
+    const int32_t draft = static_cast<int32_t>(i % (V + 1)) - 1;  // -1: none
+    const int32_t ta = a.sample(wa);
+    const int32_t tb = draft >= 0 ? b.sample_draft(wb, draft) : b.sample(wb);
+    ASSERT_EQ(ta, tb) << "draw " << i << " draft " << draft;
+    same += ta == draft;
+    a.accept(ta);
+    b.accept(tb);
+  }
+  EXPECT_GT(same, 50);  // drafts were accepted, not only rejected
+}
+
+// Seeded sampling with a full sampler chain: temperature, top-k/p, min-p and
+// all three penalties.
+GenerationParams seeded(int64_t n, uint64_t seed, double temperature = 0.8) {
+  GenerationParams p;
+  p.sampling.temperature = temperature;
+  p.sampling.top_k = 40;
+  p.sampling.top_p = 0.95;
+  p.sampling.min_p = 0.02;
+  p.sampling.repetition_penalty = 1.1;
+  p.sampling.presence_penalty = 0.2;
+  p.sampling.frequency_penalty = 0.1;
+  p.sampling.seed = seed;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Prints each mode's totals and checks every mode verified drafts and that,
+// over the modes, drafts were both accepted and rejected (else an equality
+// proves nothing about the acceptance rule). Sampled text with penalties
+// rarely repeats itself: the n-gram source alone may see few hits.
+void expect_accepted_and_rejected(const char* what, const std::map<SpecMode, Totals>& totals) {
+  Totals all;
+  for (const auto& [mode, t] : totals) {
+    std::printf("[ %s ] --spec %s: %lld drafted, %lld accepted\n", what, spec_mode_name(mode),
+                static_cast<long long>(t.drafted), static_cast<long long>(t.accepted));
+    EXPECT_GT(t.drafted, 0) << what << " --spec " << spec_mode_name(mode) << ": nothing was verified";
+    all.drafted += t.drafted;
+    all.accepted += t.accepted;
+  }
+  EXPECT_GT(all.accepted, 0) << what << ": no draft was accepted";
+  EXPECT_GT(all.drafted, all.accepted) << what << ": no draft was rejected";
+}
+
+// Seeded sampled output with every mode equals --spec off token for token
+// (the acceptance rule draws exactly what a plain step draws, with the same
+// random numbers), on the bundled trained model (text, several seeds and
+// settings, k 1 and 4, and a JSON schema whose keys are forced tokens) and on
+// fixtures with a constraint that forces every 4th token.
+TEST(Speculation, SeededSampledOutputEqualsOff) {
+  std::map<SpecMode, Totals> totals;
+  {
+    auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = true}));
+    const TextModel tm = open_text_model(kTiny, model->config, "raw", true);
+    auto off = open_engine(model, SpecMode::Off);
+    std::map<std::pair<SpecMode, int>, std::unique_ptr<Engine>> engines;
+    for (SpecMode m : kModes)
+      for (int k : {1, 4}) engines[{m, k}] = open_engine(model, m, k);
+    for (const char* text : {"Computer, n.", "a pin, or a pin, or a pin, or a"})
+      for (uint64_t seed : {1u, 7u})
+        for (double t : {0.5, 1.0}) {
+          const std::vector<int32_t> prompt = tm.tok.encode(text, true);
+          const GenerationParams p = seeded(48, seed, t);
+          const Answer want = generate(*off, prompt, p, &tm.tok, tm.stop_ids);
+          ASSERT_EQ(want.tokens.size(), 48u);
+          for (auto& [mk, e] : engines) {
+            const Answer got = generate(*e, prompt, p, &tm.tok, tm.stop_ids);
+            EXPECT_EQ(got.tokens, want.tokens) << text << " seed " << seed << " T " << t << " --spec "
+                                               << spec_mode_name(mk.first) << " k " << mk.second;
+            EXPECT_EQ(got.text, want.text) << text << " seed " << seed << " --spec " << spec_mode_name(mk.first);
+            totals[mk.first].add(got);
+          }
+        }
+    // A JSON schema, sampled: forced tokens and sampled values.
+    auto vocab = JsonVocab::build(tm.tok, model->config.vocab_size);
+    auto grammar = JsonGrammar::from_schema(nlohmann::ordered_json::parse(
+        R"({"type":"object","properties":{"word":{"type":"string","maxLength":12},"plural":{"type":"boolean"}},
+            "required":["word","plural"],"additionalProperties":false})"));
+    const std::vector<int32_t> prompt = tm.tok.encode("Abandon, v. t. To give up.", true);
+    for (uint64_t seed : {3u, 4u}) {
+      auto params = [&] {
+        GenerationParams p = seeded(120, seed);
+        p.ignore_eos = false;
+        p.constraint = std::make_shared<JsonConstraint>(grammar, vocab);
+        return p;
+      };
+      const Answer want = generate(*off, prompt, params(), &tm.tok, tm.stop_ids);
+      EXPECT_EQ(want.reason, StopReason::Done) << want.text;
+      for (SpecMode m : kModes) {
+        const Answer got = generate(*engines[{m, 4}], prompt, params(), &tm.tok, tm.stop_ids);
+        EXPECT_EQ(got.tokens, want.tokens) << "json seed " << seed << " --spec " << spec_mode_name(m);
+        EXPECT_EQ(got.text, want.text) << "json seed " << seed << " --spec " << spec_mode_name(m);
+      }
+    }
+  }
+  expect_accepted_and_rejected("tiny, sampled", totals);
+  totals.clear();
+  for (const char* name : {"glm5-tiny-bf16", "glm52-tiny-bf16"}) {
+    const std::string dir = fixture(name);
+    auto model = std::shared_ptr<const Model>(load_model(dir, LoadOptions{.load_mtp = true}));
+    std::vector<int32_t> prompt = reference_ids(dir);
+    prompt.resize(12);
+    const std::vector<int32_t> stops = {253, 254, 255};
+    for (uint64_t seed : {2u, 9u}) {
+      auto params = [&] {
+        GenerationParams p = seeded(50, seed, 0.3);
+        p.constraint = std::make_shared<PatternConstraint>();
+        return p;
+      };
+      auto off = open_engine(model, SpecMode::Off);
+      const Answer want = generate(*off, prompt, params(), nullptr, stops, 256, 5);
+      ASSERT_EQ(want.tokens.size(), 50u) << name;
+      for (SpecMode m : kModes) {
+        auto e = open_engine(model, m, 4);
+        const Answer got = generate(*e, prompt, params(), nullptr, stops, 256, 5);
+        EXPECT_EQ(got.tokens, want.tokens) << name << " seed " << seed << " --spec " << spec_mode_name(m);
+        totals[m].add(got);
+      }
+    }
+  }
+  expect_accepted_and_rejected("fixtures, sampled", totals);
+}
+
+// The same through a container of the trained model with one expert-cache
+// slot per layer (every forward streams experts; auto's choices follow the
+// measured times and still change nothing).
+TEST(Speculation, SeededSampledOutputEqualsOffThroughATinyExpertBudget) {
+  test_util::TempDir tmp;
+  const std::string dir = tmp.file("c");
+  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + kTiny + " --out " + dir + " -q >/dev/null 2>&1";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::map<SpecMode, Totals> totals;
+  std::vector<Answer> want;
+  for (SpecMode m : {SpecMode::Off, SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto}) {
+    EngineOptions o;
+    o.model = dir;
+    o.threads = 2;
+    o.verbose = false;
+    o.experts.ram_bytes = 1;
+    o.experts.autopin = false;
+    o.spec.mode = m;
+    o.spec.k = 4;
+    Engine e(o);
+    const TextModel tm = open_text_model(kTiny, e.config(), "raw", true);
+    size_t i = 0;
+    for (const char* text : {"Computer, n.", "a pin, or a pin, or a pin, or a"})
+      for (uint64_t seed : {1u, 5u}) {
+        const Answer a = generate(e, tm.tok.encode(text, true), seeded(40, seed, 0.6), &tm.tok, tm.stop_ids);
+        if (m == SpecMode::Off) {
+          want.push_back(a);
+          continue;
+        }
+        EXPECT_EQ(a.tokens, want[i].tokens) << text << " seed " << seed << " --spec " << spec_mode_name(m);
+        EXPECT_EQ(a.text, want[i].text) << text << " seed " << seed << " --spec " << spec_mode_name(m);
+        totals[m].add(a);
+        ++i;
+      }
+    EXPECT_GT(e.experts().stats().misses, 0u);
+  }
+  expect_accepted_and_rejected("container, sampled", totals);
 }
 
 // ------------------------------------------------------------ constraints
