@@ -861,7 +861,8 @@ TEST(Speculation, NgramLookup) {
 
 // --spec auto drafts while it pays and stops when it loses: with a cheap
 // extra row and drafts that match, it verifies the whole n-gram proposal;
-// when each extra row costs a full forward, or drafts never match, nothing.
+// when each extra row costs a full forward, or drafts never match, nothing
+// but probes spaced exponentially further apart.
 TEST(Speculation, AutoDraftsOnlyWhileItPays) {
   SpecOptions o;
   o.mode = SpecMode::Auto;
@@ -895,7 +896,13 @@ TEST(Speculation, AutoDraftsOnlyWhileItPays) {
     feed_costs(s, 0.05);
     feed_acceptance(s, false);  // drafts never match
     for (int i = 0; i < 63; ++i) EXPECT_EQ(s.plan(0, 4, 4, false).count, 0) << i;
-    EXPECT_EQ(s.plan(0, 4, 4, false).count, 1) << "every 64th plan explores";
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 1) << "the 64th plan explores";
+    // Probes that do not turn drafting on come exponentially less often:
+    // after 128 plans, then 256, ... (at most every 1024th).
+    for (int gap : {128, 256, 512, 1024, 1024}) {
+      for (int i = 1; i < gap; ++i) ASSERT_EQ(s.plan(0, 4, 4, false).count, 0) << gap << " " << i;
+      EXPECT_EQ(s.plan(0, 4, 4, false).count, 1) << "a probe after " << gap << " plans";
+    }
     // Forced tokens are always verified.
     EXPECT_EQ(s.plan(2, 0, 4, false).count, 0);
   }
