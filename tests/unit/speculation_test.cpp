@@ -63,6 +63,28 @@ std::unique_ptr<Engine> open_engine(std::shared_ptr<const Model> m, SpecMode mod
   return std::make_unique<Engine>(std::move(m), o);
 }
 
+// `src` converted to a container in `tmp` (strata convert).
+std::string convert(const test_util::TempDir& tmp, const std::string& src) {
+  const std::string dir = tmp.file("c");
+  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + src + " --out " + dir + " -q >/dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return dir;
+}
+
+// A container's engine whose expert cache has one slot per layer (every
+// forward streams experts).
+EngineOptions tiny_budget(const std::string& dir, SpecMode mode, int k) {
+  EngineOptions o;
+  o.model = dir;
+  o.threads = 2;
+  o.verbose = false;
+  o.experts.ram_bytes = 1;
+  o.experts.autopin = false;
+  o.spec.mode = mode;
+  o.spec.k = k;
+  return o;
+}
+
 struct Answer {
   std::vector<int32_t> tokens;
   std::string text;
@@ -265,24 +287,13 @@ TEST(Speculation, GreedyEqualsOffWithTextStopsAndLimits) {
 // misses and reads experts, the MTP layer's too): greedy == off.
 TEST(Speculation, GreedyEqualsOffThroughAContainerWithATinyExpertBudget) {
   test_util::TempDir tmp;
-  const std::string dir = tmp.file("c");
-  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + fixture("glm5-tiny-bf16") + " --out " + dir +
-                          " -q >/dev/null 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string dir = convert(tmp, fixture("glm5-tiny-bf16"));
   std::vector<int32_t> prompt = reference_ids(fixture("glm5-tiny-bf16"));
   prompt.resize(10);
   const std::vector<int32_t> stops = {253, 254, 255};
   std::vector<int32_t> want;
   for (SpecMode m : {SpecMode::Off, SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto}) {
-    EngineOptions o;
-    o.model = dir;
-    o.threads = 2;
-    o.verbose = false;
-    o.experts.ram_bytes = 1;
-    o.experts.autopin = false;
-    o.spec.mode = m;
-    o.spec.k = 3;
-    Engine e(o);
+    Engine e(tiny_budget(dir, m, 3));
     const Answer a = generate(e, prompt, greedy(40), nullptr, stops);
     if (m == SpecMode::Off) {
       want = a.tokens;
@@ -302,20 +313,8 @@ TEST(Speculation, GreedyEqualsOffThroughAContainerWithATinyExpertBudget) {
 // cost model (with the store's read time per byte).
 TEST(Speculation, AutoEqualsOffOnTheTrainedModelThroughATinyExpertBudget) {
   test_util::TempDir tmp;
-  const std::string dir = tmp.file("c");
-  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + kTiny + " --out " + dir + " -q >/dev/null 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  auto open = [&](SpecMode m) {
-    EngineOptions o;
-    o.model = dir;
-    o.threads = 2;
-    o.verbose = false;
-    o.experts.ram_bytes = 1;
-    o.experts.autopin = false;
-    o.spec.mode = m;
-    o.spec.k = 4;
-    return std::make_unique<Engine>(o);
-  };
+  const std::string dir = convert(tmp, kTiny);
+  auto open = [&](SpecMode m) { return std::make_unique<Engine>(tiny_budget(dir, m, 4)); };
   auto off = open(SpecMode::Off);
   auto au = open(SpecMode::Auto);
   const TextModel tm = open_text_model(kTiny, off->config(), "raw", true);
@@ -761,21 +760,11 @@ TEST(Speculation, SeededSampledOutputEqualsOff) {
 // measured times and still change nothing).
 TEST(Speculation, SeededSampledOutputEqualsOffThroughATinyExpertBudget) {
   test_util::TempDir tmp;
-  const std::string dir = tmp.file("c");
-  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + kTiny + " --out " + dir + " -q >/dev/null 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string dir = convert(tmp, kTiny);
   std::map<SpecMode, Totals> totals;
   std::vector<Answer> want;
   for (SpecMode m : {SpecMode::Off, SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto}) {
-    EngineOptions o;
-    o.model = dir;
-    o.threads = 2;
-    o.verbose = false;
-    o.experts.ram_bytes = 1;
-    o.experts.autopin = false;
-    o.spec.mode = m;
-    o.spec.k = 4;
-    Engine e(o);
+    Engine e(tiny_budget(dir, m, 4));
     const TextModel tm = open_text_model(kTiny, e.config(), "raw", true);
     size_t i = 0;
     for (const char* text : {"Computer, n.", "a pin, or a pin, or a pin, or a"})
