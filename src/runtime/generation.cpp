@@ -32,8 +32,10 @@ constexpr int64_t kMtpCatchUp = 16;
 // MTP head for its first proposal (one logits row), to score it.
 constexpr uint64_t kMtpShadowEvery = 4;
 // --spec auto: an answer stops keeping MTP state after this many plans in a
-// row that did not choose the MTP chain.
-constexpr int kMtpIdleDrop = 32;
+// row that did not choose the MTP chain (keeping it costs an MTP row per
+// token, and with streamed experts the MTP layer's expert reads: a step that
+// drafts nothing should soon cost what a step of --spec off costs).
+constexpr int kMtpIdleDrop = 8;
 
 int32_t argmax_row(const float* x, int64_t n) {
   int64_t best = 0;

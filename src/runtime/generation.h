@@ -19,9 +19,9 @@
 //               tool_choice), sampling, end-of-turn ids, stop strings,
 //               detokenized text, logprobs, length and context limits --
 //               the draft fed after that row is accepted when the chosen
-//               token is the draft (Sampler::sample_draft: greedy output is
-//               exactly the one-row output, sampled output has exactly its
-//               distribution) and verification stops at the first token
+//               token is the draft (Sampler::sample_draft is one plain
+//               draw: greedy and seeded sampled output are exactly the
+//               one-row output) and verification stops at the first token
 //               that is not; the session forgets the rejected positions.
 //               A stop string, end of turn or limit inside the accepted run
 //               ends the answer there, as without drafts.

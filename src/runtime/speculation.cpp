@@ -8,7 +8,12 @@ namespace strata {
 namespace {
 constexpr double kDecay = 0.98;       // acceptance counts: an effective window of ~50 verified positions
 constexpr double kPriorSlope = 0.10;  // an unmeasured extra row: 10% of a forward (optimistic, so it is tried)
-constexpr uint64_t kExplore = 64;     // auto: every 64th plan that drafts nothing verifies one draft anyway
+// auto: while the value rule drafts nothing, a plan verifies one draft anyway
+// after 64 plans, then after 128, 256, ... 1024 (each probe that does not turn
+// drafting back on doubles the wait: probing costs a wider forward, and with
+// streamed experts its expert reads); back to 64 once drafting pays again.
+constexpr uint64_t kExplore = 64;
+constexpr uint64_t kExploreMax = 1024;
 constexpr uint32_t kMeasureFirst = 4;  // auto: ... and so does each plan until a one-row-wider forward was measured 4 times
 // An unmeasured extra row's expert bytes: as many as a row of the nearest
 // measured forward (no experts shared between rows: pessimistic, so streaming
@@ -234,10 +239,19 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
   // then, and measure a forward one row wider than this step's before its
   // cost is trusted (the priors then only fill in the rest).
   const size_t wider = static_cast<size_t>(std::min<int64_t>(base_ + forced + 1, kMaxRows));
-  if (best.count == 0 && (ngram > 0 || (mtp && room > 0)) &&
-      (plans_ % kExplore == 0 || main_[wider].n < kMeasureFirst)) {
-    const bool ng = ngram > 0 && (!mtp || acceptance(DraftSource::Ngram) >= acceptance(DraftSource::Mtp));
-    best = {ng ? DraftSource::Ngram : DraftSource::Mtp, 1};
+  if (best.count > 0) {
+    probe_gap_ = kExplore;
+    next_probe_ = plans_ + kExplore;
+  } else if (ngram > 0 || (mtp && room > 0)) {
+    const bool due = plans_ >= next_probe_;
+    if (due || main_[wider].n < kMeasureFirst) {
+      const bool ng = ngram > 0 && (!mtp || acceptance(DraftSource::Ngram) >= acceptance(DraftSource::Mtp));
+      best = {ng ? DraftSource::Ngram : DraftSource::Mtp, 1};
+    }
+    if (due) {
+      probe_gap_ = std::min(probe_gap_ * 2, kExploreMax);
+      next_probe_ = plans_ + probe_gap_;
+    }
   }
   if (best.source == DraftSource::Mtp && best.count > 0) mtp_backoff_ = 1;
   return chosen(best);

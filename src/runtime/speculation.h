@@ -194,6 +194,7 @@ class Speculator {
   // Per source and draft position: accepted given the earlier drafts were / verified there.
   std::array<std::array<double, kSpecMaxDraft>, kDraftSources> pos_acc_{}, pos_seen_{};
   uint64_t plans_ = 0;
+  uint64_t next_probe_ = 64, probe_gap_ = 64;  // auto: the next probe while drafting loses; its spacing
   int mtp_skip_ = 0, mtp_backoff_ = 1;  // auto: answers left without MTP; the next backoff
 };
 

@@ -134,33 +134,14 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> banned
   return cand_.back().id;
 }
 
-int32_t Sampler::sample_draft(std::span<float> logits, int32_t draft, std::span<const int32_t> banned) {
-  if (!build(logits, banned)) return greedy(logits);
-  double total = 0, wd = 0;
-  for (const Cand& c : cand_) {
-    total += c.w;
-    if (c.id == draft) wd = c.w;
-  }
-  if (wd > 0) {
-    if (uniform() * total < wd) return draft;  // kept with probability p(draft)
-    // Rejected: a draw from p without the draft.
-    double u = uniform() * (total - wd);
-    int32_t last = draft;
-    for (const Cand& c : cand_) {
-      if (c.id == draft) continue;
-      last = c.id;
-      u -= c.w;
-      if (u < 0) return c.id;
-    }
-    return last;  // rounding; `draft` only if it was the sole candidate (then it was kept above)
-  }
-  // p(draft) = 0: always rejected, and p without the draft is p.
-  double u = uniform() * total;
-  for (const Cand& c : cand_) {
-    u -= c.w;
-    if (u < 0) return c.id;
-  }
-  return cand_.back().id;
+int32_t Sampler::sample_draft(std::span<float> logits, int32_t /*draft*/, std::span<const int32_t> banned) {
+  // For a point-mass draft d the speculative rule (keep d with probability
+  // p(d), else draw from p without d) is the same law as one plain draw
+  // x ~ p with d kept iff x == d: P(keep) = p(d), and given x != d, x is p
+  // restricted to the other tokens, renormalised. Drawing exactly as
+  // sample() does (the same single uniform) also keeps the random stream
+  // where --spec off leaves it: seeded output does not depend on the drafts.
+  return sample(logits, banned);
 }
 
 std::vector<std::pair<int32_t, double>> Sampler::distribution(std::span<float> logits,

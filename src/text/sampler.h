@@ -62,13 +62,14 @@ class Sampler {
 
   // Speculative decoding's acceptance rule for a token proposed by a draft
   // that is a point mass (n-gram lookup, a forced token, the MTP head's
-  // argmax): with p the distribution sample() draws from (steps 1-5 above),
-  // the draft is kept with probability min(1, p(draft) / 1) = p(draft);
-  // otherwise a token is drawn from the normalised max(0, p - q), i.e. p
-  // without the draft. Either way P(result = x) = p(x) exactly: the output
-  // distribution is the target's whatever the draft. Greedy (temperature 0
-  // or nothing finite): the argmax, which is the draft exactly when the
-  // draft is accepted. The result equals `draft` iff it was accepted.
+  // argmax). The standard rule keeps the draft with probability
+  // min(1, p(draft) / 1) = p(draft), else draws from the normalised
+  // max(0, p - q), i.e. p without the draft. For a point mass that is
+  // exactly one plain draw x ~ p with the draft kept iff x == draft, so this
+  // is sample(): the same token, the same random numbers consumed, as
+  // without a draft. Seeded output with any --spec equals --spec off token
+  // for token, and P(result = x) = p(x) whatever the draft. The result
+  // equals `draft` iff it was accepted.
   int32_t sample_draft(std::span<float> logits, int32_t draft, std::span<const int32_t> banned = {});
 
   // Steps 1-5 without drawing: the kept tokens and their renormalised

@@ -684,9 +684,10 @@ TEST(Server, ConcurrentGreedyEqualsSequential) {
               alone_steps, tokens, steps);
 }
 
-// Speculative decoding in the server (n-gram and forced drafts: the shared
-// model has no MTP layer): concurrent greedy answers, half of them with a
-// JSON schema (forced tokens), equal the --spec off server's
+// Speculative decoding in the server, --spec ngram and auto (n-gram and
+// forced drafts: the shared model has no MTP layer): concurrent answers,
+// greedy and seeded sampled, half of them with a JSON schema (forced
+// tokens), equal the --spec off server's
 // sequential ones, each answer's usage reports its accepted and rejected
 // draft tokens, and those add up to /v1/stats' spec counters.
 TEST(Server, SpeculationEqualsOffAndReportsDrafts) {
@@ -694,53 +695,69 @@ TEST(Server, SpeculationEqualsOffAndReportsDrafts) {
   o.sched.parallel = 4;
   o.sched.keep_sessions = 0;
   TestServer off(o);
-  TestServer on(o, ChatDialect::Raw, nullptr, SpecOptions{.mode = SpecMode::Ngram, .k = 4});
-  constexpr int kClients = 6;
+  constexpr int kClients = 12;
   std::vector<std::string> bodies;
   // Odd clients ask for a JSON schema: its keys are forced tokens (bytes).
+  // Clients 6.. sample with a seed: the same text as --spec off too.
   const Json schema = Json::parse(R"({"type":"object","properties":{"name":{"type":"string","maxLength":6},
       "city":{"type":"string","maxLength":6}},"required":["name","city"],"additionalProperties":false})");
   for (int i = 0; i < kClients; ++i) {
     Json ids = Json::array();
     for (int k = 0; k < 12; ++k) ids.push_back((i * 41 + (k % 4) * 13) % 250);
     Json b{{"prompt", ids}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}};
+    if (i >= 6) {
+      b["temperature"] = 0.6;
+      b["top_p"] = 0.9;
+      b["frequency_penalty"] = 0.2;
+      b["seed"] = 100 + i;
+    }
     if (i % 2) b["response_format"] = {{"type", "json_schema"}, {"json_schema", {{"name", "t"}, {"schema", schema}}}};
     bodies.push_back(b.dump());
   }
-  std::vector<Json> want(kClients), got(kClients);
+  std::vector<Json> want(kClients);
   for (int i = 0; i < kClients; ++i) {
     const Reply r = post(off, "/v1/completions", bodies[i]);
     ASSERT_EQ(r.status, 200) << r.body;
     want[i] = r.json();
     EXPECT_FALSE(want[i]["usage"].contains("completion_tokens_details")) << "--spec off reported drafts";
   }
-  std::vector<std::thread> ts;
-  std::latch start(kClients);
-  for (int i = 0; i < kClients; ++i)
-    ts.emplace_back([&, i] {
-      start.arrive_and_wait();
-      const Reply r = post(on, "/v1/completions", bodies[i]);
-      got[i] = r.status == 200 ? r.json() : Json{{"status", r.status}, {"body", r.body}};
-    });
-  for (auto& t : ts) t.join();
-  int64_t accepted = 0, rejected = 0;
-  for (int i = 0; i < kClients; ++i) {
-    ASSERT_TRUE(got[i].contains("choices")) << got[i].dump();
-    EXPECT_EQ(got[i]["choices"][0]["text"], want[i]["choices"][0]["text"]) << "client " << i;
-    EXPECT_EQ(got[i]["usage"]["completion_tokens"], want[i]["usage"]["completion_tokens"]) << "client " << i;
-    if (got[i]["usage"].contains("completion_tokens_details")) {
-      const Json& d = got[i]["usage"]["completion_tokens_details"];
-      accepted += d["accepted_prediction_tokens"].get<int64_t>();
-      rejected += d["rejected_prediction_tokens"].get<int64_t>();
+  for (SpecMode mode : {SpecMode::Ngram, SpecMode::Auto}) {
+    TestServer on(o, ChatDialect::Raw, nullptr, SpecOptions{.mode = mode, .k = 4});
+    std::vector<Json> got(kClients);
+    std::vector<std::thread> ts;
+    std::latch start(kClients);
+    for (int i = 0; i < kClients; ++i)
+      ts.emplace_back([&, i] {
+        start.arrive_and_wait();
+        const Reply r = post(on, "/v1/completions", bodies[i]);
+        got[i] = r.status == 200 ? r.json() : Json{{"status", r.status}, {"body", r.body}};
+      });
+    for (auto& t : ts) t.join();
+    int64_t accepted = 0, rejected = 0, sampled_rejected = 0;
+    for (int i = 0; i < kClients; ++i) {
+      ASSERT_TRUE(got[i].contains("choices")) << got[i].dump();
+      EXPECT_EQ(got[i]["choices"][0]["text"], want[i]["choices"][0]["text"])
+          << "client " << i << " --spec " << spec_mode_name(mode);
+      EXPECT_EQ(got[i]["usage"]["completion_tokens"], want[i]["usage"]["completion_tokens"]) << "client " << i;
+      if (got[i]["usage"].contains("completion_tokens_details")) {
+        const Json& d = got[i]["usage"]["completion_tokens_details"];
+        const int64_t a = d["accepted_prediction_tokens"].get<int64_t>(), r = d["rejected_prediction_tokens"].get<int64_t>();
+        accepted += a;
+        rejected += r;
+        if (i >= 6) sampled_rejected += r;
+      }
     }
+    const Json st = get(on, "/v1/stats").json();
+    std::printf("[ spec %s ] %lld accepted, %lld rejected draft tokens over %d answers (%lld rejected in sampled answers)\n",
+                spec_mode_name(mode), static_cast<long long>(accepted), static_cast<long long>(rejected), kClients,
+                static_cast<long long>(sampled_rejected));
+    EXPECT_GT(accepted, 0) << "no draft was accepted: the test proves nothing";
+    // A rejection is where the old two-draw rule left the random stream.
+    EXPECT_GT(sampled_rejected, 0) << "no draft was rejected in a sampled answer";
+    EXPECT_EQ(st["spec"]["mode"], spec_mode_name(mode));
+    EXPECT_EQ(st["spec"]["drafted"].get<int64_t>(), accepted + rejected);
+    EXPECT_EQ(st["spec"]["accepted"].get<int64_t>(), accepted);
   }
-  const Json st = get(on, "/v1/stats").json();
-  std::printf("[ spec ] %lld accepted, %lld rejected draft tokens over %d answers\n",
-              static_cast<long long>(accepted), static_cast<long long>(rejected), kClients);
-  EXPECT_GT(accepted, 0) << "no draft was accepted: the test proves nothing";
-  EXPECT_EQ(st["spec"]["mode"], "ngram");
-  EXPECT_EQ(st["spec"]["drafted"].get<int64_t>(), accepted + rejected);
-  EXPECT_EQ(st["spec"]["accepted"].get<int64_t>(), accepted);
 }
 
 // A conversation's next turn reuses the session's KV and answers exactly as a

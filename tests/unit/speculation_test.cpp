@@ -7,7 +7,10 @@
 //    never drafted (main layers), and the MTP layer's state equals teacher
 //    forcing;
 //  - sampled: Sampler::sample_draft draws exactly the sampler's distribution
-//    whatever the draft (chi-square over 200k draws per case), and a
+//    whatever the draft (chi-square over 200k draws per case) with the same
+//    random numbers as a plain draw, so seeded sampled output with every mode
+//    equals --spec off token for token (trained model, fixtures, a container
+//    with a one-slot expert cache); and a
 //    sequence's sampled continuations (penalties, top-k/p, min-p) have the
 //    target's joint distribution over three tokens (chi-square);
 //  - a constrained JSON answer with forced tokens validates and equals the
@@ -58,6 +61,28 @@ std::unique_ptr<Engine> open_engine(std::shared_ptr<const Model> m, SpecMode mod
   o.spec.mode = mode;
   o.spec.k = k;
   return std::make_unique<Engine>(std::move(m), o);
+}
+
+// `src` converted to a container in `tmp` (strata convert).
+std::string convert(const test_util::TempDir& tmp, const std::string& src) {
+  const std::string dir = tmp.file("c");
+  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + src + " --out " + dir + " -q >/dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  return dir;
+}
+
+// A container's engine whose expert cache has one slot per layer (every
+// forward streams experts).
+EngineOptions tiny_budget(const std::string& dir, SpecMode mode, int k) {
+  EngineOptions o;
+  o.model = dir;
+  o.threads = 2;
+  o.verbose = false;
+  o.experts.ram_bytes = 1;
+  o.experts.autopin = false;
+  o.spec.mode = mode;
+  o.spec.k = k;
+  return o;
 }
 
 struct Answer {
@@ -262,24 +287,13 @@ TEST(Speculation, GreedyEqualsOffWithTextStopsAndLimits) {
 // misses and reads experts, the MTP layer's too): greedy == off.
 TEST(Speculation, GreedyEqualsOffThroughAContainerWithATinyExpertBudget) {
   test_util::TempDir tmp;
-  const std::string dir = tmp.file("c");
-  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + fixture("glm5-tiny-bf16") + " --out " + dir +
-                          " -q >/dev/null 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  const std::string dir = convert(tmp, fixture("glm5-tiny-bf16"));
   std::vector<int32_t> prompt = reference_ids(fixture("glm5-tiny-bf16"));
   prompt.resize(10);
   const std::vector<int32_t> stops = {253, 254, 255};
   std::vector<int32_t> want;
   for (SpecMode m : {SpecMode::Off, SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto}) {
-    EngineOptions o;
-    o.model = dir;
-    o.threads = 2;
-    o.verbose = false;
-    o.experts.ram_bytes = 1;
-    o.experts.autopin = false;
-    o.spec.mode = m;
-    o.spec.k = 3;
-    Engine e(o);
+    Engine e(tiny_budget(dir, m, 3));
     const Answer a = generate(e, prompt, greedy(40), nullptr, stops);
     if (m == SpecMode::Off) {
       want = a.tokens;
@@ -299,20 +313,8 @@ TEST(Speculation, GreedyEqualsOffThroughAContainerWithATinyExpertBudget) {
 // cost model (with the store's read time per byte).
 TEST(Speculation, AutoEqualsOffOnTheTrainedModelThroughATinyExpertBudget) {
   test_util::TempDir tmp;
-  const std::string dir = tmp.file("c");
-  const std::string cmd = std::string(STRATA_BINARY) + " convert --in " + kTiny + " --out " + dir + " -q >/dev/null 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
-  auto open = [&](SpecMode m) {
-    EngineOptions o;
-    o.model = dir;
-    o.threads = 2;
-    o.verbose = false;
-    o.experts.ram_bytes = 1;
-    o.experts.autopin = false;
-    o.spec.mode = m;
-    o.spec.k = 4;
-    return std::make_unique<Engine>(o);
-  };
+  const std::string dir = convert(tmp, kTiny);
+  auto open = [&](SpecMode m) { return std::make_unique<Engine>(tiny_budget(dir, m, 4)); };
   auto off = open(SpecMode::Off);
   auto au = open(SpecMode::Auto);
   const TextModel tm = open_text_model(kTiny, off->config(), "raw", true);
@@ -607,6 +609,181 @@ TEST(Speculation, SampledSequencesHaveTheTargetDistribution) {
   EXPECT_GT(st.drafted() - st.accepted(), 200u);
 }
 
+// sample_draft is one plain draw: for any logits, draft and setting, the
+// same seed gives the same token from sample_draft(draft) as from sample(),
+// and the random stream stays in step (a later plain draw agrees too).
+TEST(Speculation, SampleDraftConsumesTheSampleStream) {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  SamplerOptions o;
+  o.temperature = 0.9;
+  o.top_k = 6;
+  o.top_p = 0.95;
+  o.presence_penalty = 0.3;
+  o.seed = 5;
+  constexpr int64_t V = 12;
+  Sampler a(V, o), b(V, o);
+  const std::vector<int32_t> prompt = {1, 2};
+  a.reset(prompt);
+  b.reset(prompt);
+  int same = 0;
+  for (int i = 0; i < 2000; ++i) {
+    std::vector<float> l(V);
+    for (float& x : l) x = nd(gen);
+    std::vector<float> wa = l, wb = l;
+    const int32_t draft = static_cast<int32_t>(i % (V + 1)) - 1;  // -1: none
+    const int32_t ta = a.sample(wa);
+    const int32_t tb = draft >= 0 ? b.sample_draft(wb, draft) : b.sample(wb);
+    ASSERT_EQ(ta, tb) << "draw " << i << " draft " << draft;
+    same += ta == draft;
+    a.accept(ta);
+    b.accept(tb);
+  }
+  EXPECT_GT(same, 50);  // drafts were accepted, not only rejected
+}
+
+// Seeded sampling with a full sampler chain: temperature, top-k/p, min-p and
+// all three penalties.
+GenerationParams seeded(int64_t n, uint64_t seed, double temperature = 0.8) {
+  GenerationParams p;
+  p.sampling.temperature = temperature;
+  p.sampling.top_k = 40;
+  p.sampling.top_p = 0.95;
+  p.sampling.min_p = 0.02;
+  p.sampling.repetition_penalty = 1.1;
+  p.sampling.presence_penalty = 0.2;
+  p.sampling.frequency_penalty = 0.1;
+  p.sampling.seed = seed;
+  p.max_tokens = n;
+  p.ignore_eos = true;
+  return p;
+}
+
+// Prints each mode's totals and checks every mode verified drafts and that,
+// over the modes, drafts were both accepted and rejected (else an equality
+// proves nothing about the acceptance rule). Sampled text with penalties
+// rarely repeats itself: the n-gram source alone may see few hits.
+void expect_accepted_and_rejected(const char* what, const std::map<SpecMode, Totals>& totals) {
+  Totals all;
+  for (const auto& [mode, t] : totals) {
+    std::printf("[ %s ] --spec %s: %lld drafted, %lld accepted\n", what, spec_mode_name(mode),
+                static_cast<long long>(t.drafted), static_cast<long long>(t.accepted));
+    EXPECT_GT(t.drafted, 0) << what << " --spec " << spec_mode_name(mode) << ": nothing was verified";
+    all.drafted += t.drafted;
+    all.accepted += t.accepted;
+  }
+  EXPECT_GT(all.accepted, 0) << what << ": no draft was accepted";
+  EXPECT_GT(all.drafted, all.accepted) << what << ": no draft was rejected";
+}
+
+// Seeded sampled output with every mode equals --spec off token for token
+// (the acceptance rule draws exactly what a plain step draws, with the same
+// random numbers), on the bundled trained model (text, several seeds and
+// settings, k 1 and 4, and a JSON schema whose keys are forced tokens) and on
+// fixtures with a constraint that forces every 4th token.
+TEST(Speculation, SeededSampledOutputEqualsOff) {
+  std::map<SpecMode, Totals> totals;
+  {
+    auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = true}));
+    const TextModel tm = open_text_model(kTiny, model->config, "raw", true);
+    auto off = open_engine(model, SpecMode::Off);
+    std::map<std::pair<SpecMode, int>, std::unique_ptr<Engine>> engines;
+    for (SpecMode m : kModes)
+      for (int k : {1, 4}) engines[{m, k}] = open_engine(model, m, k);
+    for (const char* text : {"Computer, n.", "a pin, or a pin, or a pin, or a"})
+      for (uint64_t seed : {1u, 7u})
+        for (double t : {0.5, 1.0}) {
+          const std::vector<int32_t> prompt = tm.tok.encode(text, true);
+          const GenerationParams p = seeded(48, seed, t);
+          const Answer want = generate(*off, prompt, p, &tm.tok, tm.stop_ids);
+          ASSERT_EQ(want.tokens.size(), 48u);
+          for (auto& [mk, e] : engines) {
+            const Answer got = generate(*e, prompt, p, &tm.tok, tm.stop_ids);
+            EXPECT_EQ(got.tokens, want.tokens) << text << " seed " << seed << " T " << t << " --spec "
+                                               << spec_mode_name(mk.first) << " k " << mk.second;
+            EXPECT_EQ(got.text, want.text) << text << " seed " << seed << " --spec " << spec_mode_name(mk.first);
+            totals[mk.first].add(got);
+          }
+        }
+    // A JSON schema, sampled: forced tokens and sampled values.
+    auto vocab = JsonVocab::build(tm.tok, model->config.vocab_size);
+    auto grammar = JsonGrammar::from_schema(nlohmann::ordered_json::parse(
+        R"({"type":"object","properties":{"word":{"type":"string","maxLength":12},"plural":{"type":"boolean"}},
+            "required":["word","plural"],"additionalProperties":false})"));
+    const std::vector<int32_t> prompt = tm.tok.encode("Abandon, v. t. To give up.", true);
+    for (uint64_t seed : {3u, 4u}) {
+      auto params = [&] {
+        GenerationParams p = seeded(120, seed);
+        p.ignore_eos = false;
+        p.constraint = std::make_shared<JsonConstraint>(grammar, vocab);
+        return p;
+      };
+      const Answer want = generate(*off, prompt, params(), &tm.tok, tm.stop_ids);
+      EXPECT_EQ(want.reason, StopReason::Done) << want.text;
+      for (SpecMode m : kModes) {
+        const Answer got = generate(*engines[{m, 4}], prompt, params(), &tm.tok, tm.stop_ids);
+        EXPECT_EQ(got.tokens, want.tokens) << "json seed " << seed << " --spec " << spec_mode_name(m);
+        EXPECT_EQ(got.text, want.text) << "json seed " << seed << " --spec " << spec_mode_name(m);
+      }
+    }
+  }
+  expect_accepted_and_rejected("tiny, sampled", totals);
+  totals.clear();
+  for (const char* name : {"glm5-tiny-bf16", "glm52-tiny-bf16"}) {
+    const std::string dir = fixture(name);
+    auto model = std::shared_ptr<const Model>(load_model(dir, LoadOptions{.load_mtp = true}));
+    std::vector<int32_t> prompt = reference_ids(dir);
+    prompt.resize(12);
+    const std::vector<int32_t> stops = {253, 254, 255};
+    for (uint64_t seed : {2u, 9u}) {
+      auto params = [&] {
+        GenerationParams p = seeded(50, seed, 0.3);
+        p.constraint = std::make_shared<PatternConstraint>();
+        return p;
+      };
+      auto off = open_engine(model, SpecMode::Off);
+      const Answer want = generate(*off, prompt, params(), nullptr, stops, 256, 5);
+      ASSERT_EQ(want.tokens.size(), 50u) << name;
+      for (SpecMode m : kModes) {
+        auto e = open_engine(model, m, 4);
+        const Answer got = generate(*e, prompt, params(), nullptr, stops, 256, 5);
+        EXPECT_EQ(got.tokens, want.tokens) << name << " seed " << seed << " --spec " << spec_mode_name(m);
+        totals[m].add(got);
+      }
+    }
+  }
+  expect_accepted_and_rejected("fixtures, sampled", totals);
+}
+
+// The same through a container of the trained model with one expert-cache
+// slot per layer (every forward streams experts; auto's choices follow the
+// measured times and still change nothing).
+TEST(Speculation, SeededSampledOutputEqualsOffThroughATinyExpertBudget) {
+  test_util::TempDir tmp;
+  const std::string dir = convert(tmp, kTiny);
+  std::map<SpecMode, Totals> totals;
+  std::vector<Answer> want;
+  for (SpecMode m : {SpecMode::Off, SpecMode::Ngram, SpecMode::Mtp, SpecMode::Auto}) {
+    Engine e(tiny_budget(dir, m, 4));
+    const TextModel tm = open_text_model(kTiny, e.config(), "raw", true);
+    size_t i = 0;
+    for (const char* text : {"Computer, n.", "a pin, or a pin, or a pin, or a"})
+      for (uint64_t seed : {1u, 5u}) {
+        const Answer a = generate(e, tm.tok.encode(text, true), seeded(40, seed, 0.6), &tm.tok, tm.stop_ids);
+        if (m == SpecMode::Off) {
+          want.push_back(a);
+          continue;
+        }
+        EXPECT_EQ(a.tokens, want[i].tokens) << text << " seed " << seed << " --spec " << spec_mode_name(m);
+        EXPECT_EQ(a.text, want[i].text) << text << " seed " << seed << " --spec " << spec_mode_name(m);
+        totals[m].add(a);
+        ++i;
+      }
+    EXPECT_GT(e.experts().stats().misses, 0u);
+  }
+  expect_accepted_and_rejected("container, sampled", totals);
+}
+
 // ------------------------------------------------------------ constraints
 
 // response_format on the bundled model: keys, quotes and punctuation are
@@ -673,7 +850,8 @@ TEST(Speculation, NgramLookup) {
 
 // --spec auto drafts while it pays and stops when it loses: with a cheap
 // extra row and drafts that match, it verifies the whole n-gram proposal;
-// when each extra row costs a full forward, or drafts never match, nothing.
+// when each extra row costs a full forward, or drafts never match, nothing
+// but probes spaced exponentially further apart.
 TEST(Speculation, AutoDraftsOnlyWhileItPays) {
   SpecOptions o;
   o.mode = SpecMode::Auto;
@@ -707,7 +885,13 @@ TEST(Speculation, AutoDraftsOnlyWhileItPays) {
     feed_costs(s, 0.05);
     feed_acceptance(s, false);  // drafts never match
     for (int i = 0; i < 63; ++i) EXPECT_EQ(s.plan(0, 4, 4, false).count, 0) << i;
-    EXPECT_EQ(s.plan(0, 4, 4, false).count, 1) << "every 64th plan explores";
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 1) << "the 64th plan explores";
+    // Probes that do not turn drafting on come exponentially less often:
+    // after 128 plans, then 256, ... (at most every 1024th).
+    for (int gap : {128, 256, 512, 1024, 1024}) {
+      for (int i = 1; i < gap; ++i) ASSERT_EQ(s.plan(0, 4, 4, false).count, 0) << gap << " " << i;
+      EXPECT_EQ(s.plan(0, 4, 4, false).count, 1) << "a probe after " << gap << " plans";
+    }
     // Forced tokens are always verified.
     EXPECT_EQ(s.plan(2, 0, 4, false).count, 0);
   }
