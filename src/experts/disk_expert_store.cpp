@@ -524,35 +524,48 @@ void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
   stats_.read_ns += now_ns() - t0;
 }
 
-DiskExpertStore::Slot* DiskExpertStore::victim(Layer& l, uint64_t tick, bool wait) {
+DiskExpertStore::Slot* DiskExpertStore::victim(Layer& l, uint64_t tick) {
   std::unique_lock<std::mutex> lk(mu_);  // `loading` is cleared by the I/O thread
-  for (;;) {
-    Slot* v = nullptr;
-    bool in_flight = false;
-    for (Slot& s : l.slots) {
-      if (s.pinned || s.last_used == tick) continue;
-      if (s.loading) {
-        in_flight = true;
-        continue;
-      }
-      if (!v) {
-        v = &s;
-        continue;
-      }
-      if (policy_ == CachePolicy::Lfu) {  // an empty slot first, then the least frequently used
-        const int64_t fs = s.expert < 0 ? int64_t{-1} : int64_t{l.freq[static_cast<size_t>(s.expert)]};
-        const int64_t fv = v->expert < 0 ? int64_t{-1} : int64_t{l.freq[static_cast<size_t>(v->expert)]};
-        if (fs != fv) {
-          if (fs < fv) v = &s;
-          continue;
-        }
-      }
-      if (s.last_used < v->last_used) v = &s;
+  // Chosen from the slots' logical state only (pins, ticks, frequencies),
+  // never from whether a read-ahead has landed yet: the cache's contents must
+  // not depend on the I/O thread's timing.
+  Slot* v = nullptr;
+  for (Slot& s : l.slots) {
+    if (s.pinned || s.last_used == tick) continue;
+    if (!v) {
+      v = &s;
+      continue;
     }
-    // Every free slot is taken by a read-ahead still in flight: wait for one.
-    if (v || !wait || !in_flight) return v;
-    cv_.wait(lk);
+    if (policy_ == CachePolicy::Lfu) {  // an empty slot first, then the least frequently used
+      const int64_t fs = s.expert < 0 ? int64_t{-1} : int64_t{l.freq[static_cast<size_t>(s.expert)]};
+      const int64_t fv = v->expert < 0 ? int64_t{-1} : int64_t{l.freq[static_cast<size_t>(v->expert)]};
+      if (fs != fv) {
+        if (fs < fv) v = &s;
+        continue;
+      }
+    }
+    if (s.last_used < v->last_used) v = &s;
   }
+  if (!v || !v->loading) return v;
+  // The victim still holds a read-ahead that has not landed (one its layer did
+  // not ask for). It leaves as a landed one would: its bytes count as wasted
+  // once, whether or not they were read.
+  if (v->fresh) {
+    v->fresh = false;
+    l.wasted_bytes += l.read_bytes;
+  }
+  if (unqueue_ahead(*v)) {  // nothing of it submitted yet: not read at all
+    cancel_ahead(l, *v);
+    return v;
+  }
+  // Partly or wholly in flight: wait for it to land (no read may still write
+  // into the slot). The read-ahead reader must not hold back for demand reads
+  // meanwhile, or this would wait for itself.
+  demand_busy_ = false;
+  cv_.notify_all();
+  cv_.wait(lk, [&] { return !v->loading; });
+  demand_busy_ = demand_busy_mine_;
+  return v;
 }
 
 void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) {
@@ -572,8 +585,8 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
     if (l.slot_of[static_cast<size_t>(e)] >= 0) continue;  // resident or already on its way
     // Only a free or least recently used cache slot: read-ahead never goes
     // past the budget, and never evicts what this layer just asked for.
-    Slot* v = victim(l, tick, false);
-    if (!v) break;  // every slot is busy: the rest loads on demand
+    Slot* v = victim(l, tick);
+    if (!v) break;  // every slot is pinned or used by this step: the rest loads on demand
     drop_fresh(l, *v);
     v->last_used = tick;
     v->prefetched = true;
@@ -801,7 +814,7 @@ void DiskExpertStore::begin(int64_t layer, std::span<const int32_t> experts, std
       ++stats_.prefetch_hits;
       ++l.prefetch_hits;
     } else {
-      v = victim(l, tick, true);
+      v = victim(l, tick);
       if (!v) fail("expert store: layer {} asked for more experts than its {} cache slots", layer, l.lru_slots);
       drop_fresh(l, *v);
       ++stats_.misses;

@@ -147,9 +147,9 @@ class DiskExpertStore final : public ExpertStore {
   void load(Layer& l, int64_t layer, int32_t expert, Slot& s);
   void assign(Layer& l, int32_t expert, Slot& s);
   // The policy's victim: the least recently (Lru) or least frequently (Lfu,
-  // then least recently) used unpinned slot not used at `tick`; with `wait`, waits
-  // for a read-ahead to finish rather than give up while one is in flight.
-  Slot* victim(Layer& l, uint64_t tick, bool wait);
+  // then least recently) used unpinned slot not used at `tick`, chosen from
+  // logical state only; a read-ahead still in it is dequeued or waited for.
+  Slot* victim(Layer& l, uint64_t tick);
   Slot& new_slot(Layer& l);
   void io_loop();
   // Under mu_: the read-ahead in `s` is dropped before any of it was read.

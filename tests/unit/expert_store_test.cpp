@@ -892,6 +892,41 @@ TEST_F(ExpertStoreTest, QueuedReadAheadsAreTakenByDemandOrCountedAsWasted) {
   }
 }
 
+// The victim is chosen from the cache's logical state, never from whether a
+// read-ahead has landed: a stale read-ahead that is still in flight (or still
+// queued) is the least recently used slot and leaves first, as it would had it
+// landed. Skipping it while in flight made the cache's contents, and so hit
+// rates, depend on the I/O thread's timing (ctest serve_readahead compares
+// serve's counters with run's).
+TEST_F(ExpertStoreTest, VictimDoesNotDependOnWhetherAReadAheadLanded) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread}) {
+    SCOPED_TRACE(mode_name(mode));
+    ReadLog log;
+    DiskExpertStore s(m->expert_files(), watched_options(rb, mode, log));
+    const LetGo let_go{log};  // before the store closes, even after a failed assertion
+    expect_acquire(s, 2, {0, 1, 2, 3}, 0, 4, rb, "fill the four slots");
+    // 4 and 5 go into the slots of 0 and 1: one chunk of 4 in flight (held), the rest queued.
+    s.prefetch(2, std::vector<int32_t>{4, 5});
+    ASSERT_TRUE(eventually([&] { return log.count("ahead submit") == 1; }));
+    expect_acquire(s, 2, {2, 3}, 2, 0, 0, "hits; 4 and 5 are stale");
+    // Two misses: the least recently used slots hold the stale read-aheads,
+    // still in flight. The store waits for them rather than evict 2 and 3.
+    std::thread later([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      log.release_ahead();
+    });
+    expect_acquire(s, 2, {6, 7}, 0, 2, 0, "two misses");
+    later.join();
+    expect_acquire(s, 2, {2, 3}, 2, 0, 0, "2 and 3 stayed: the stale read-aheads left instead");
+    expect_acquire(s, 2, {4}, 0, 1, 0, "the stale read-ahead was evicted");
+    const ExpertStoreStats st = s.stats();
+    EXPECT_EQ(st.prefetched, 2u);
+    EXPECT_EQ(st.prefetch_wasted_bytes, 2 * rb) << "each stale read-ahead counted once";
+  }
+}
+
 // The streaming acquire: begin() starts every miss at once, next() hands
 // out resident experts first and then each read as it lands, each once; the
 // weights are those acquire() gives.
