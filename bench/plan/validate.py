@@ -93,6 +93,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--no-trace", action="store_true", help="only the independent-draw prediction")
+    ap.add_argument("--calibrate", type=int, default=16,
+                    help="decode tokens of plan --calibrate: a third prediction with the measured compute (0: none)")
     ap.add_argument("--throttle-bps", type=float, default=0, help="cgroup blkio read limit (bytes/s) on the disk")
     ap.add_argument("--blkdev", default="", help="MAJ:MIN to throttle (default: the container's disk)")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before the probe and each bench")
@@ -155,6 +157,14 @@ def validate(a, c, tmp, throttle):
     base = [a.strata, "plan", "--model", c, "--headroom", "0", *qd_flags, "--mem-gbps", str(membw),
             *compute_flags, "--experts", a.experts, "--json"]
     indep = base + ["--trace-tokens", "1024"] + (["--usage", a.usage] if a.usage else [])
+    calibrated = None
+    if a.calibrate > 0:  # measured once, resident-or-as-RAM-allows, the expert-read wait taken out
+        cj = json.loads(run_out([a.strata, "plan", "--model", c, "--headroom", "0", *qd_flags, "--mem-gbps", str(membw),
+                                 *compute_flags, "--experts", a.experts, "--json", "--trace-tokens", "8",
+                                 "--calibrate", str(a.calibrate)]))
+        calibrated = cj["machine"]["calibration"]
+        print(f"plan --calibrate {a.calibrate}: compute {calibrated['compute_ms']:.3f} ms/token at "
+              f"{calibrated['context']} keys ({calibrated['expert_wait_ms']:.3f} ms/token of expert-read wait taken out)")
     trace = None
     rows = []
     for frac in [float(x) for x in a.budgets.split(",")]:
@@ -184,6 +194,9 @@ def validate(a, c, tmp, throttle):
         if trace:
             _, row["recorded"] = plan_row(base + ["--trace", trace, "--trace-warmup", str(len(d["prompt_ids"]))],
                                           dense + budget)
+        if trace and calibrated:
+            _, row["calibrated"] = plan_row(base + ["--trace", trace, "--trace-warmup", str(len(d["prompt_ids"])),
+                                                    "--compute-ms", str(calibrated["compute_ms"])], dense + budget)
         rows.append(row)
         pc = row["plan_compute"]
         print(f"  plan's compute probe: {pc['matmul_call_us']:.2f} us + {pc['matmul_madd_ns']:.3f} ns/multiply-add per "
@@ -194,13 +207,14 @@ def validate(a, c, tmp, throttle):
         print(f"  measured ms/token: total {ms['total']:.1f} = attention {ms['attention']:.1f} + router "
               f"{ms['router']:.1f} + expert wait {ms['expert_wait']:.1f} + expert matmul {ms['expert_matmul']:.1f} + "
               f"other {ms['other']:.1f}; everything but the wait {ms['total'] - ms['expert_wait']:.2f}")
-        for kind in ("recorded", "independent"):
+        for kind in ("recorded", "independent", "calibrated"):
             if kind not in row:
                 continue
             p = row[kind]
             err = (p["tok_s"] - d["tok_s"]) / d["tok_s"]
             row[kind + "_error"] = err
-            print(f"  plan ({kind + ' trace':>18}): {p['tok_s']:.3f} tok/s at {100*p['hit_rate']:.1f}% hits "
+            label = kind + " trace" if kind != "calibrated" else "recorded, calibrated"
+            print(f"  plan ({label:>20}): {p['tok_s']:.3f} tok/s at {100*p['hit_rate']:.1f}% hits "
                   f"(compute {p['compute_ms']:.2f} = weights {p['weights_ms']:.2f} + fixed {p['fixed_ms']:.2f} + "
                   f"attention {p['attention_ms']:.2f}; disk {p['disk_ms']:.2f} ms), error {100*err:+.0f}%")
     load1 = open("/proc/loadavg").read().split()[:3]
@@ -219,10 +233,11 @@ def print_table(rows, load0, load1, membw, reads, cp):
                       f"{r['plan_compute']['region_us']:.1f} us/region" for r in rows) + "\n")
     rec = all("recorded" in r for r in rows)
     kind = "recorded" if rec else "independent"
+    cal = all("calibrated" in r for r in rows)
     print(f"| budget (of pool) | measured hit | plan hit ({kind}) | measured tok/s | plan tok/s, {kind} (error) | "
           "plan tok/s, independent (error) | measured ms/token: wait / rest | plan ms: disk / compute "
-          "(weights + fixed + attention) |")
-    print("|---|---|---|---|---|---|---|---|")
+          "(weights + fixed + attention) |" + (" plan tok/s, recorded + calibrated compute (error) |" if cal else ""))
+    print("|---|---|---|---|---|---|---|---|" + ("---|" if cal else ""))
     for r in rows:
         d, p, q = r["measured"], r[kind], r["independent"]
         ms = d["ms_per_token"]
@@ -230,7 +245,8 @@ def print_table(rows, load0, load1, membw, reads, cp):
               f"{100*p['hit_rate']:.1f}% | {d['tok_s']:.4g} | {p['tok_s']:.4g} (**{100*r[kind + '_error']:+.0f}%**) | "
               f"{q['tok_s']:.4g} ({100*r['independent_error']:+.0f}%) | {ms['expert_wait']:.3g} / "
               f"{ms['total'] - ms['expert_wait']:.3g} | {p['disk_ms']:.3g} / {p['compute_ms']:.3g} "
-              f"({p['weights_ms']:.3g} + {p['fixed_ms']:.3g} + {p['attention_ms']:.3g}) |")
+              f"({p['weights_ms']:.3g} + {p['fixed_ms']:.3g} + {p['attention_ms']:.3g}) |"
+              + (f" {r['calibrated']['tok_s']:.4g} (**{100*r['calibrated_error']:+.0f}%**) |" if cal else ""))
 
 
 if __name__ == "__main__":

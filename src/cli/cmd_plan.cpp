@@ -14,6 +14,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/json.h"
@@ -25,6 +26,8 @@
 #include "kernels/compute_probe.h"
 #include "kernels/matmul_pool.h"
 #include "format/convert_plan.h"
+#include "model/session.h"
+#include "runtime/engine.h"
 #include "runtime/routing_trace.h"
 #include "runtime/trace_replay.h"
 
@@ -57,6 +60,8 @@ struct PlanFlags {
   double matmul_madd_ns = -1;
   double region_us = -1;
   double dot_gmadds = -1;
+  double compute_ms = -1;  // given compute per token, every row (-1: modelled, or --calibrate)
+  int calibrate = 0;  // decode tokens that measure the compute per token (containers only; 0: model it)
 };
 
 // One precision's sizes, from the converter's layout.
@@ -145,6 +150,61 @@ std::vector<std::vector<double>> read_popularity(const std::string& path) {
 
 double gb(double b) { return b / 1e9; }
 
+// --calibrate N: this machine's compute per token for this container,
+// measured instead of modelled. Greedy decode of N tokens after a 32-token
+// prompt (2 more first, unmeasured), with the expert cache as this machine's
+// memory allows and read-ahead on; the time spent waiting for expert reads is
+// taken out (the cache and disk model predicts that part). Returns seconds per
+// token.
+struct Calibration {
+  double compute_s = 0.0;
+  double wait_s = 0.0;  // per token, taken out
+  int64_t context = 0;
+};
+
+Calibration calibrate_compute(const std::string& dir, int threads, int tokens) {
+  EngineFlags ef;
+  ef.model = dir;
+  ef.threads = threads;
+  ef.no_autopin = true;
+  ef.quiet = true;
+  OpenedEngine opened = open_engine(ef, false);
+  if (!opened.engine) fail("--calibrate: the engine did not open {}", dir);
+  Engine& e = *opened.engine;
+  const ModelConfig& c = e.config();
+  const int64_t prompt = 32, warm = 2;
+  if (prompt + warm + tokens > c.max_position_embeddings)
+    fail("--calibrate {}: {} prompt tokens + {} exceed the model's max_position_embeddings {}", tokens, prompt,
+         warm + tokens, c.max_position_embeddings);
+  Session s(c, prompt + warm + tokens, false);
+  std::vector<float> logits(static_cast<size_t>(c.vocab_size));
+  std::vector<Row> rows;
+  for (int64_t i = 0; i < prompt; ++i)  // fixed ids spread over the vocabulary
+    rows.push_back({&s, static_cast<int32_t>(i), static_cast<int32_t>((i * 7919 + 13) % c.vocab_size), i == prompt - 1});
+  e.forward(rows, logits.data(), nullptr, prompt);
+  auto greedy = [&] {
+    return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  };
+  int64_t pos = prompt;
+  for (int64_t i = 0; i < warm; ++i, ++pos) {
+    const Row r{&s, static_cast<int32_t>(pos), greedy(), true};
+    e.forward({&r, 1}, logits.data());
+  }
+  const PhaseStats a = e.runner().stats();
+  const uint64_t t0 = now_ns();
+  for (int i = 0; i < tokens; ++i, ++pos) {
+    const Row r{&s, static_cast<int32_t>(pos), greedy(), true};
+    e.forward({&r, 1}, logits.data());
+  }
+  const double wall = static_cast<double>(now_ns() - t0) / 1e9;
+  const PhaseStats b = e.runner().stats();
+  Calibration cal;
+  cal.wait_s = static_cast<double>(b.expert_wait_ns - a.expert_wait_ns) / 1e9 / tokens;
+  cal.compute_s = std::max(0.0, wall / tokens - cal.wait_s);
+  cal.context = pos;
+  return cal;
+}
+
 int run_plan(const PlanFlags& f) {
   const std::string dir = f.model;
   if (!fs::is_regular_file(fs::path(dir) / "config.json"))
@@ -215,6 +275,12 @@ int run_plan(const PlanFlags& f) {
   if (f.region_us >= 0) cp.region_s = f.region_us * 1e-6;
   if (f.dot_gmadds >= 0) cp.dot_gmadd_s = f.dot_gmadds;
   const DecodeWork work = decode_work(sizes[0].cfg, f.context);
+  Calibration cal;
+  if (f.calibrate > 0) {
+    if (!container) fail("--calibrate: {} is not a strata container (convert it first; a checkpoint runs other kernels)", dir);
+    std::fprintf(stderr, "strata plan: calibrating: %d decode tokens of %s\n", f.calibrate, dir.c_str());
+    cal = calibrate_compute(dir, threads, f.calibrate);
+  }
 
   // The routing trace: a recorded one mapped onto the target's MoE layers
   // (layer l replays trace layer l mod its layers; hit rates read at the
@@ -308,6 +374,8 @@ int run_plan(const PlanFlags& f) {
       c.matmul_madd_s = cp.matmul_madd_s;
       c.region_s = cp.region_s;
       c.dot_gmadd_s = cp.dot_gmadd_s;
+      if (cal.compute_s > 0 && b == container_bits) c.calibrated_compute_s = cal.compute_s;
+      if (f.compute_ms > 0) c.calibrated_compute_s = f.compute_ms / 1e3;
       const StoreModel::Reading at = store.at(slots, s.n_experts, s.k, rates, s.expert_read);
       rows.push_back({r, b, budget, slots, predict_decode(c, at.hit_rate, at.disk_s), fits});
     }
@@ -365,7 +433,13 @@ int run_plan(const PlanFlags& f) {
                                        {"working_set_bytes", cp.working_set_bytes},
                                        {"region_us", cp.region_s * 1e6},
                                        {"dot_gmadd_s", cp.dot_gmadd_s},
-                                       {"source", compute_source}}}}},
+                                       {"source", compute_source}}},
+                          {"calibration", f.calibrate > 0 ? Json{{"tokens", f.calibrate},
+                                                                 {"context", cal.context},
+                                                                 {"experts", container_bits == 8 ? "int8" : "int4"},
+                                                                 {"compute_ms", cal.compute_s * 1e3},
+                                                                 {"expert_wait_ms", cal.wait_s * 1e3}}
+                                                          : Json()}}},
              {"context", f.context},
              {"work_per_token", {{"dense_matmuls", s0.dense_matmuls},
                                  {"dense_matmuls_on_pool", s0.dense_on_pool},
@@ -408,6 +482,12 @@ int run_plan(const PlanFlags& f) {
               static_cast<long long>(projections), cp.matmul_call_s * 1e6, cp.matmul_madd_s * 1e9,
               static_cast<long long>(regions), cp.region_s * 1e6, work.attention_madds / 1e9,
               static_cast<long long>(f.context), cp.dot_gmadd_s, compute_source.c_str());
+  if (f.compute_ms > 0) std::printf("compute per token, every row: %.3g ms (--compute-ms)\n", f.compute_ms);
+  if (cal.compute_s > 0)
+    std::printf("compute per token, %s rows: %.3g ms measured (--calibrate: %d decode tokens at %lld keys, %.3g ms/token "
+                "of expert-read wait taken out)\n",
+                container_bits == 8 ? "int8" : "int4", cal.compute_s * 1e3, f.calibrate, static_cast<long long>(cal.context),
+                cal.wait_s * 1e3);
   std::printf("trace: %s\n\n", trace_desc.c_str());
   std::printf("%9s %6s %12s %6s %7s %12s %10s %9s %9s\n", "RAM (GB)", "prec", "--ram (GB)", "slots", "hit", "disk MB/tok",
               "compute ms", "disk ms", "tok/s");
@@ -492,6 +572,14 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--dot-gmadds", f->dot_gmadds,
                   "Attention's f32 dot-product rate in 1e9 multiply-adds/s instead of measuring it (0: no attention term)")
       ->check(CLI::Range(0.0, 1e6));
+  CLI::Option* given = cmd->add_option("--compute-ms", f->compute_ms,
+                  "Compute per token in ms for every row instead of modelling it (e.g. a calibration's)")
+      ->check(CLI::Range(1e-6, 1e9));
+  cmd->add_option("--calibrate", f->calibrate,
+                  "Containers: measure the compute per token with N decode tokens (expert-read waits taken out) "
+                  "instead of modelling it; the container's precision only (docs/plan.md)")
+      ->check(CLI::Range(1, 100000))
+      ->excludes(given);
   cmd->add_flag("--json", f->json, "One JSON object (schema 1, docs/plan.md)");
   cmd->callback([f, &run] { run = [f] { return run_plan(*f); }; });
 }

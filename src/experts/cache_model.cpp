@@ -311,7 +311,7 @@ DecodePrediction predict_decode(const DecodeCost& c, double hit_rate, double dis
   p.fixed_s = matmuls * c.matmul_call_s + caller_madds * c.matmul_madd_s +
               (on_pool + static_cast<double>(c.regions)) * c.region_s;
   p.attention_s = c.dot_gmadd_s > 0 ? c.attention_madds / (c.dot_gmadd_s * 1e9) : 0.0;
-  p.compute_s = p.weights_s + p.fixed_s + p.attention_s;
+  p.compute_s = c.calibrated_compute_s > 0 ? c.calibrated_compute_s : p.weights_s + p.fixed_s + p.attention_s;
   p.disk_s = disk_s;
   const double total = p.compute_s + p.disk_s;
   p.tok_s = total > 0 ? 1.0 / total : 0.0;

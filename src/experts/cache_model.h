@@ -157,6 +157,9 @@ struct DecodeCost {
   double matmul_madd_s = 0.0;   // ComputeProbe: a multiply-add on the calling thread, its weight fetched
   double region_s = 0.0;        // ComputeProbe: one empty parallel region
   double dot_gmadd_s = 0.0;     // ComputeProbe: attention's rate, 1e9 multiply-adds/s
+  // Measured compute per token (plan --calibrate) in place of the three
+  // modelled terms (which are still reported); 0: modelled.
+  double calibrated_compute_s = 0.0;
 };
 
 // Attention's share of what one decoded token runs besides streaming

@@ -143,4 +143,31 @@ set -e
 [ "$rc" = 1 ] || { echo "malformed trace: exit $rc"; cat "$tmp/err.txt"; exit 1; }
 grep -q "$tmp/t.jsonl: token 1: \"chosen\"\[0\] names expert 0 twice" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 [ "$rc2" = 2 ] || { echo "--trace with --usage: exit $rc2"; cat "$tmp/err2.txt"; exit 1; }
+# --calibrate: the compute per token measured by decoding the container
+# (the container's precision's rows use it; the others stay modelled);
+# --compute-ms gives it for every row; a checkpoint is refused by name.
+"$strata" convert --in "$here/tests/fixtures/glm5-tiny-bf16" --out "$tmp/c8" --experts int8 -q >/dev/null
+"$strata" plan --model "$tmp/c8" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 50 --calibrate 3 \
+  --json >"$tmp/plan_c.json" 2>"$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+"$strata" plan --model "$tmp/c8" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 50 --compute-ms 7.5 \
+  --json >"$tmp/plan_g.json"
+/usr/bin/python3 - "$tmp/plan_c.json" "$tmp/plan_g.json" <<'PY'
+import json, sys
+p, g = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+cal = p["machine"]["calibration"]
+assert cal["tokens"] == 3 and cal["experts"] == "int8" and cal["compute_ms"] > 0 and cal["context"] == 32 + 2 + 3, cal
+rows = [r for r in p["rows"] if r["fits"]]
+for r in rows:
+    if r["experts"] == "int8":
+        assert abs(r["compute_ms"] - cal["compute_ms"]) <= 1e-9 * cal["compute_ms"], (r, cal)
+    else:  # modelled: the sum of its terms
+        assert abs(r["compute_ms"] - (r["weights_ms"] + r["fixed_ms"] + r["attention_ms"])) <= 1e-9 * r["compute_ms"], r
+assert g["machine"]["calibration"] is None
+assert all(r["compute_ms"] == 7.5 for r in g["rows"] if r["fits"]), g["rows"]
+PY
+set +e
+"$strata" plan --model "$here/tests/fixtures/glm5-tiny-bf16" --disk-gbps 2 --mem-gbps 20 --calibrate 2 >/dev/null 2>"$tmp/err.txt"; rc=$?
+set -e
+[ "$rc" = 1 ] || { echo "--calibrate on a checkpoint: exit $rc"; cat "$tmp/err.txt"; exit 1; }
+grep -q "is not a strata container" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
 echo "plan ok"
