@@ -257,6 +257,9 @@ TEST_P(IndexerKeyPrecisionOn, SelectionsAndLogits) {
     // reach the output only through the selection.
     EXPECT_EQ(d.differing == 0, d.logits_equal) << name(f);
     EXPECT_LE(d.differing, c.differing_max(f)) << name(f);
+    // The rounded keys reach the selection: measured not exact on every
+    // fixture (revisit docs/benchmarks.md if this ever fails).
+    EXPECT_GT(d.differing, 0) << name(f);
   }
 }
 
