@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/clock.h"
 #include "kernels/ops.h"
 #include "model/forward.h"
 #include "model/workspace.h"
@@ -60,8 +61,19 @@ void ModelRunner::attention(int64_t L, std::span<const Row> rows, const ForwardO
     for (int64_t h = 0; h < H; ++h) rope_interleaved(q + (r * H + h) * qk + nope, cs, sn, rd);
   }
 
-  if (aw.has_indexer) indexer(L, rows);
-  select_keys(L, rows, opts);
+  // The indexer's own time (part of attention's): its projections and key
+  // writes, then the scores and the top-k selection.
+  if (aw.has_indexer) {
+    ScopedTimer t{stats_.indexer_ns};
+    indexer(L, rows);
+  }
+  if (indexer_observer_ && aw.has_indexer) indexer_observer_->keys_written(L, rows);
+  {
+    ScopedTimer t{stats_.indexer_ns};
+    select_keys(L, rows, opts);
+  }
+  if (indexer_observer_ && c.indexer_full(L))
+    indexer_observer_->selected(L, rows, ws_.selection, ws_.select_all.data());
 
   grow(ws_.o, static_cast<size_t>(n * H * c.v_head_dim));
   if (opts.form == AttentionForm::Absorbed)

@@ -107,6 +107,7 @@ struct Workspace {
 struct PhaseStats {
   uint64_t total_ns = 0;
   uint64_t attention_ns = 0;    // MLA + indexer (or GQA), projections included
+  uint64_t indexer_ns = 0;      // part of attention_ns: the DSA indexer's projections, key writes, scores and top-k
   uint64_t router_ns = 0;       // router matmul and top-k
   uint64_t expert_wait_ns = 0;  // waiting for the expert store (disk reads)
   uint64_t expert_ns = 0;       // routed-expert matmuls
@@ -129,6 +130,22 @@ class RoutingObserver {
  public:
   virtual ~RoutingObserver() = default;
   virtual void routed(int64_t layer, int64_t n, int64_t k, const int32_t* chosen, const int32_t* predicted_next) = 0;
+};
+
+// Sees every DSA indexer-full layer's key selection (a measurement hook, for
+// the indexer key precision tests). keys_written: layer `layer`'s indexer
+// has written the rows' index keys into their sessions and nothing has read
+// them yet; a key-precision measurement may rewrite them there (e.g. round
+// them to int8) to see what a lower-precision key cache would select.
+// selected: row r of the batch keeps every causal key when all[r] is 1,
+// else the ascending positions selection[r]. Both are called on the
+// forward's thread, outside the phase timers; unset, they cost one branch.
+class IndexerObserver {
+ public:
+  virtual ~IndexerObserver() = default;
+  virtual void keys_written(int64_t layer, std::span<const Row> rows) = 0;
+  virtual void selected(int64_t layer, std::span<const Row> rows, const std::vector<std::vector<int32_t>>& selection,
+                        const uint8_t* all) = 0;
 };
 
 class ModelRunner {
@@ -167,6 +184,8 @@ class ModelRunner {
   const PhaseStats& stats() const { return stats_; }
   // Routing observer (nullptr: none). Not owned; must outlive its use.
   void set_routing_observer(RoutingObserver* o) { observer_ = o; }
+  // Indexer observer (nullptr: none). Not owned; must outlive its use.
+  void set_indexer_observer(IndexerObserver* o) { indexer_observer_ = o; }
 
  private:
   void check_rows(std::span<const Row> rows, bool mtp);
@@ -191,6 +210,7 @@ class ModelRunner {
   ExpertStore& store_;
   ExpertPeers* peers_ = nullptr;
   RoutingObserver* observer_ = nullptr;
+  IndexerObserver* indexer_observer_ = nullptr;
   ThreadPool& pool_;
   Compute compute_;
   Workspace ws_;

@@ -3,8 +3,9 @@
 # converted to an int8 container here): the JSON context line carries every
 # documented field, its KV bytes per token equal the formula from config.json
 # (f32 latent + rope key + indexer key per layer), the split adds up, the
-# human output has the context lines, and a context past the model's
-# max_position_embeddings is refused with the limit named.
+# indexer's time is a part of attention's, the human output has the context
+# lines, and a context past the model's max_position_embeddings is refused
+# with the limit named.
 # Usage: bench_context_test.sh STRATA_BINARY
 set -euo pipefail
 strata=$1
@@ -37,8 +38,11 @@ assert abs(c["prefill_tok_s"] * c["prefill_s"] - N) < 1e-6 * N, c
 assert c["decode_tok_s"] == lines["decode"]["tok_s"] and c["prefill_tok_s"] == lines["prefill"]["tok_s"]
 for ph in ("prefill", "decode"):
     s = c[f"{ph}_split_ms_per_token"]
-    assert set(s) == {"total", "attention", "experts", "other"}, s
+    assert set(s) == {"total", "attention", "indexer", "experts", "other"}, s
     assert all(v >= 0 for v in s.values()), s
+    # The indexer is timed inside attention: a part of it, and at context 300 with
+    # index_topk 64 it scores and selects, so it takes time in both phases.
+    assert 0 < s["indexer"] < s["attention"], (ph, s)
     parts = s["attention"] + s["experts"] + s["other"]
     assert abs(parts - s["total"]) <= 1e-9 + 1e-9 * s["total"], (ph, s, parts)
     assert abs(s["total"] - lines[ph]["ms_per_token"]["total"]) <= 1e-9 + 1e-9 * s["total"], (s, lines[ph])
@@ -64,6 +68,7 @@ llama = L * 2 * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"] + cfg["index_head
 assert c["llama_cpp_kv_bytes_per_token"] == llama and c["llama_cpp_kv_bytes_at_context"] == llama * N, c
 txt = open(f"{tmp}/ctx.txt").read()
 assert "context 300: prefill" in txt and "context 300: decode" in txt and "attention+indexer" in txt, txt
+assert txt.count("; indexer ") == 2, txt
 assert f"KV per context token {total} B" in txt and f"llama.cpp f16: {llama} B/token" in txt, txt
 print(f"bench --context: fields present, KV {total} B/token (llama.cpp {llama}), split adds up")
 PY
