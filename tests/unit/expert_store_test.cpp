@@ -89,6 +89,14 @@ class ExpertStoreTest : public ::testing::Test {
       if (r.layer == layer) return r;
     throw std::runtime_error("no expert layer " + std::to_string(layer));
   }
+  // usage.json as earlier runs leave it: per layer, the requests per expert.
+  static void write_usage(const std::string& dir, const std::map<int64_t, std::vector<uint64_t>>& layers) {
+    Json u;
+    u["format"] = "strata-usage";
+    u["version"] = 1;
+    for (const auto& [layer, uses] : layers) u["layers"][std::to_string(layer)] = uses;
+    test_util::write_file(dir + "/usage.json", u.dump());
+  }
   // Flips one byte inside expert `e` of `layer`.
   static void corrupt_expert(const Model& m, const std::string& dir, int64_t layer, int32_t e) {
     const ExpertLayerRecord& r = record(m, layer);
@@ -165,13 +173,7 @@ TEST_F(ExpertStoreTest, AutopinPinsTheHottestExpertsOfEarlierRuns) {
   const uint64_t rb = expert_bytes(*m);
   // Five used experts; a budget of 6 experts pins half of it (3) and leaves
   // one LRU slot per layer.
-  Json u;
-  u["format"] = "strata-usage";
-  u["version"] = 1;
-  u["layers"]["1"] = std::vector<uint64_t>{0, 0, 50, 0, 0, 100, 0, 0};
-  u["layers"]["2"] = std::vector<uint64_t>{0, 0, 0, 0, 90, 0, 1, 0};
-  u["layers"]["3"] = std::vector<uint64_t>{0, 0, 0, 0, 0, 0, 0, 70};
-  test_util::write_file(dir + "/usage.json", u.dump());
+  write_usage(dir, {{1, {0, 0, 50, 0, 0, 100, 0, 0}}, {2, {0, 0, 0, 0, 90, 0, 1, 0}}, {3, {0, 0, 0, 0, 0, 0, 0, 70}}});
   ExpertCacheOptions o;
   o.ram_bytes = 6 * rb;
   o.prefetch = false;
@@ -217,14 +219,11 @@ TEST_F(ExpertStoreTest, MtpLayerLeavesTheMainLayersCacheAsWithoutIt) {
   ASSERT_EQ(static_cast<int64_t>(mtp->weights.layers.size()), n_main + 1) << "the fixture has an MTP layer";
   const ExpertLayerRecord& side = record(*mtp, n_main);
   const uint64_t rb = expert_bytes(*off);
-  Json u;
-  u["format"] = "strata-usage";
-  u["version"] = 1;
-  u["layers"]["1"] = std::vector<uint64_t>{0, 0, 50, 0, 0, 100, 0, 0};
-  u["layers"]["2"] = std::vector<uint64_t>{0, 0, 0, 0, 90, 0, 1, 0};
-  u["layers"]["3"] = std::vector<uint64_t>{0, 0, 0, 0, 0, 0, 0, 70};
-  u["layers"][std::to_string(n_main)] = std::vector<uint64_t>{900, 800, 700, 600, 500, 400, 300, 200};
-  test_util::write_file(dir + "/usage.json", u.dump());
+  // Earlier runs used the MTP layer's experts most.
+  write_usage(dir, {{1, {0, 0, 50, 0, 0, 100, 0, 0}},
+                    {2, {0, 0, 0, 0, 90, 0, 1, 0}},
+                    {3, {0, 0, 0, 0, 0, 0, 0, 70}},
+                    {n_main, {900, 800, 700, 600, 500, 400, 300, 200}}});
   int checked = 0;
   for (CachePolicy policy : {CachePolicy::Lru, CachePolicy::Lfu})
     for (bool autopin : {false, true})
