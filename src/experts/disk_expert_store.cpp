@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/config.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/json.h"
@@ -81,6 +82,11 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
   }
   layers_.resize(static_cast<size_t>(n_layers));
   int64_t moe_layers = 0;
+  // Layers from num_hidden_layers on (the MTP layer, loaded for --spec mtp
+  // and auto) sit outside the budget (docs/streaming.md "The MTP layer").
+  // The model loader parsed the same config before.
+  const ModelConfig cfg = parse_model_config(manifest_->config, dir_ + "/manifest.json");
+  const int64_t main_layers = cfg.num_hidden_layers, side_slots = std::max<int64_t>(1, cfg.num_experts_per_tok);
   for (const auto& rec : manifest_->expert_layers) {
     if (rec.layer >= n_layers) continue;  // e.g. the MTP layer when it is not loaded
     Layer& l = layers_[static_cast<size_t>(rec.layer)];
@@ -91,6 +97,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     l.usage.assign(static_cast<size_t>(rec.count), 0);
     l.prior.assign(static_cast<size_t>(rec.count), 0);
     l.freq.assign(static_cast<size_t>(rec.count), 0);
+    l.side = rec.layer >= main_layers;
     l.fd = open_file(l.path, O_RDONLY);
     if (o.direct_io) {
       l.fd_direct = try_open_file(l.path, O_RDONLY | O_DIRECT);  // not every filesystem allows it
@@ -105,6 +112,10 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     }
     for (uint8_t w : l.owned) l.n_owned += w;
     owned_all_ &= l.n_owned == rec.count;
+    if (l.side) {  // outside the budget
+      side_total_bytes_ += l.read_bytes * static_cast<uint64_t>(l.n_owned);
+      continue;
+    }
     total_bytes_ += l.read_bytes * static_cast<uint64_t>(l.n_owned);
     n_owned_ += l.n_owned;
     n_experts_ += rec.count;
@@ -141,14 +152,16 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     const uint64_t avail = available_memory_bytes(), headroom = 1ull << 30;
     budget_ = avail > headroom ? avail - headroom : 0;
   }
-  budget_ = std::min(budget_, total_bytes_);
+  // --pin all may pin the MTP layer too, after every main-layer expert.
+  budget_ = std::min(budget_, total_bytes_ + (o.pin_all ? side_total_bytes_ : 0));
 
   // Pinned experts: explicit (--pin), or the hottest of earlier runs (half the
   // budget), hottest first, then in layer order.
   uint64_t pin_budget = 0;
   bool have_usage = false;
   for (const Layer& l : layers_)
-    for (uint64_t p : l.prior) have_usage |= p > 0;
+    if (!l.side)
+      for (uint64_t p : l.prior) have_usage |= p > 0;
   if (o.pin_all)
     pin_budget = budget_;
   else if (o.pin_bytes > 0)
@@ -158,7 +171,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
   // Keep room for at least one LRU slot per layer.
   uint64_t min_lru = 0;
   for (const Layer& l : layers_)
-    if (l.rec) min_lru += l.read_bytes;
+    if (l.rec && !l.side) min_lru += l.read_bytes;
   if (!o.pin_all) pin_budget = budget_ > min_lru ? std::min(pin_budget, budget_ - min_lru) : 0;
   struct Cand {
     uint64_t usage;
@@ -166,13 +179,17 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     int32_t expert;
   };
   std::vector<Cand> cands;
-  for (int64_t L = 0; L < n_layers; ++L) {
-    const Layer& l = layers_[static_cast<size_t>(L)];
-    if (!l.rec) continue;
-    for (int32_t e = 0; e < l.rec->count; ++e)
-      if (l.owned[static_cast<size_t>(e)]) cands.push_back({l.prior[static_cast<size_t>(e)], L, e});
+  for (int side = 0; side < (o.pin_all ? 2 : 1); ++side) {  // the MTP layer only with --pin all, after the rest
+    const size_t from = cands.size();
+    for (int64_t L = 0; L < n_layers; ++L) {
+      const Layer& l = layers_[static_cast<size_t>(L)];
+      if (!l.rec || l.side != (side == 1)) continue;
+      for (int32_t e = 0; e < l.rec->count; ++e)
+        if (l.owned[static_cast<size_t>(e)]) cands.push_back({l.prior[static_cast<size_t>(e)], L, e});
+    }
+    std::stable_sort(cands.begin() + static_cast<std::ptrdiff_t>(from), cands.end(),
+                     [](const Cand& a, const Cand& b) { return a.usage > b.usage; });
   }
-  std::stable_sort(cands.begin(), cands.end(), [](const Cand& a, const Cand& b) { return a.usage > b.usage; });
   for (const Cand& cd : cands) {
     if (pin_budget == 0) break;
     Layer& l = layers_[static_cast<size_t>(cd.layer)];
@@ -199,7 +216,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     uint64_t left = rest;
     for (size_t L = 0; L < layers_.size(); ++L) {
       const Layer& l = layers_[L];
-      if (!l.rec) continue;
+      if (!l.rec || l.side) continue;
       for (int32_t e = 0; e < l.rec->count; ++e)
         if (l.owned[static_cast<size_t>(e)] && l.slot_of[static_cast<size_t>(e)] < 0) heat[L].push_back(l.prior[static_cast<size_t>(e)]);
       std::sort(heat[L].begin(), heat[L].end(), std::greater<>());
@@ -210,7 +227,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
       size_t best = layers_.size();
       for (size_t L = 0; L < layers_.size(); ++L) {
         const Layer& l = layers_[L];
-        if (!l.rec || want[L] >= static_cast<int64_t>(heat[L].size()) || l.read_bytes > left) continue;
+        if (!l.rec || l.side || want[L] >= static_cast<int64_t>(heat[L].size()) || l.read_bytes > left) continue;
         const uint64_t h = heat[L][static_cast<size_t>(want[L])];
         if (best == layers_.size() || h > heat[best][static_cast<size_t>(want[best])]) best = L;
       }
@@ -225,11 +242,12 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     int64_t pinned_here = 0;
     for (const Slot& s : l.slots) pinned_here += s.pinned;
     const uint64_t share = moe_layers ? rest / static_cast<uint64_t>(moe_layers) : 0;
-    int64_t n = by_usage ? want[L] : static_cast<int64_t>(share / l.read_bytes);
+    int64_t n = l.side ? side_slots : by_usage ? want[L] : static_cast<int64_t>(share / l.read_bytes);
     n = std::clamp<int64_t>(n, 1, std::max<int64_t>(1, l.n_owned - pinned_here));
     l.lru_slots = n;
     for (int64_t i = 0; i < n; ++i) new_slot(l);
-    cache_bytes_ += static_cast<uint64_t>(n) * l.read_bytes;
+    (l.side ? side_cache_bytes_ : cache_bytes_) += static_cast<uint64_t>(n) * l.read_bytes;
+    if (l.side) side_slots_ += n;
     // Frequencies halve every few turnovers of the layer's cache (docs/streaming.md).
     l.decay_every = static_cast<uint64_t>(std::max(1, o.lfu_decay)) * static_cast<uint64_t>(n);
   }
@@ -973,19 +991,21 @@ ExpertMemory DiskExpertStore::memory() const {
   for (const Layer& l : layers_)
     for (const Slot& s : l.slots)
       if (s.expert >= 0 && !s.pinned) used += l.read_bytes;
-  return ExpertMemory{true, budget_, pinned_bytes_, cache_bytes_, total_bytes_,
+  return ExpertMemory{true, budget_, pinned_bytes_, cache_bytes_ + side_cache_bytes_, total_expert_bytes(),
                       io_mode_ == IoMode::Mmap ? "mmap" : cache_policy_name(policy_), used};
 }
 
 std::string DiskExpertStore::describe() const {
   if (io_mode_ == IoMode::Mmap) return fmt::format("expert cache: {} experts on disk; {}", gb(total_bytes_), io_desc_);
   std::string s = fmt::format("expert cache: budget {} of {} experts on disk; {} pinned, {} {}", gb(budget_),
-                              gb(total_bytes_), gb(pinned_bytes_), gb(cache_bytes_),
+                              gb(total_expert_bytes()), gb(pinned_bytes_), gb(cache_bytes_),
                               policy_ == CachePolicy::Lru ? "LRU"
                               : split_by_usage_             ? "LFU (split over layers by usage)"
                                                             : "LFU");
   if (budget_clamped_) s += " (raised to the minimum of one expert slot per layer)";
   if (!owned_all_) s += fmt::format(" (this rank serves {} of {} experts)", n_owned_, n_experts_);
+  if (side_slots_)
+    s += fmt::format("; MTP layer: {} slots ({}) beyond the budget", side_slots_, gb(side_cache_bytes_));
   return s + "; " + io_desc_;
 }
 

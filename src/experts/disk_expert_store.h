@@ -9,6 +9,11 @@
 // nothing new; read-aheads a layer's request did not use are counted as
 // wasted bytes at release() and stay cached (never dropped: whether one was
 // still queued depends on timing, and the cache's contents must not).
+// The MTP layer (layers from the config's num_hidden_layers on, loaded for
+// --spec mtp and auto) takes no share of the budget and no autopin or
+// --pin GB: it gets top-k (num_experts_per_tok) cache slots on top of the
+// budget, so loading it leaves the main layers' pins and slots exactly as
+// without it; --pin all pins it too, after every main-layer expert.
 // With IoMode::Mmap the files are mapped instead: the page cache is the cache
 // and read-ahead is madvise(WILLNEED) (docs/streaming.md).
 #pragma once
@@ -47,7 +52,7 @@ class DiskExpertStore final : public ExpertStore {
   ExpertMemory memory() const override;
   uint64_t budget_bytes() const { return budget_; }
   uint64_t pinned_bytes() const { return pinned_bytes_; }
-  uint64_t total_expert_bytes() const { return total_bytes_; }
+  uint64_t total_expert_bytes() const { return total_bytes_ + side_total_bytes_; }  // every loaded layer's
   uint64_t cache_capacity_bytes() const { return cache_bytes_; }
   // One line for start-up: budget, pinned, cache capacity.
   std::string describe() const override;
@@ -87,6 +92,7 @@ class DiskExpertStore final : public ExpertStore {
     std::vector<uint32_t> freq;
     uint64_t freq_requests = 0, decay_every = 0;
     int64_t lru_slots = 0;
+    bool side = false;  // the MTP layer: outside the budget and the pins
     std::vector<uint8_t> owned;     // 1: this process serves the expert (experts over MPI)
     int64_t n_owned = 0;
     // Counters for the per-layer read-ahead report (prefetched under mu_).
@@ -168,7 +174,9 @@ class DiskExpertStore final : public ExpertStore {
   std::vector<Layer> layers_;  // indexed by layer; rec == nullptr for dense layers
   ExpertStoreStats stats_;
   uint64_t tick_ = 0;
-  uint64_t budget_ = 0, pinned_bytes_ = 0, total_bytes_ = 0, cache_bytes_ = 0;
+  uint64_t budget_ = 0, pinned_bytes_ = 0, total_bytes_ = 0, cache_bytes_ = 0;  // main layers
+  uint64_t side_total_bytes_ = 0, side_cache_bytes_ = 0;  // the MTP layer
+  int64_t side_slots_ = 0;
   bool budget_clamped_ = false;
   bool owned_all_ = true;
   int64_t n_owned_ = 0, n_experts_ = 0;

@@ -89,6 +89,14 @@ class ExpertStoreTest : public ::testing::Test {
       if (r.layer == layer) return r;
     throw std::runtime_error("no expert layer " + std::to_string(layer));
   }
+  // usage.json as earlier runs leave it: per layer, the requests per expert.
+  static void write_usage(const std::string& dir, const std::map<int64_t, std::vector<uint64_t>>& layers) {
+    Json u;
+    u["format"] = "strata-usage";
+    u["version"] = 1;
+    for (const auto& [layer, uses] : layers) u["layers"][std::to_string(layer)] = uses;
+    test_util::write_file(dir + "/usage.json", u.dump());
+  }
   // Flips one byte inside expert `e` of `layer`.
   static void corrupt_expert(const Model& m, const std::string& dir, int64_t layer, int32_t e) {
     const ExpertLayerRecord& r = record(m, layer);
@@ -165,13 +173,7 @@ TEST_F(ExpertStoreTest, AutopinPinsTheHottestExpertsOfEarlierRuns) {
   const uint64_t rb = expert_bytes(*m);
   // Five used experts; a budget of 6 experts pins half of it (3) and leaves
   // one LRU slot per layer.
-  Json u;
-  u["format"] = "strata-usage";
-  u["version"] = 1;
-  u["layers"]["1"] = std::vector<uint64_t>{0, 0, 50, 0, 0, 100, 0, 0};
-  u["layers"]["2"] = std::vector<uint64_t>{0, 0, 0, 0, 90, 0, 1, 0};
-  u["layers"]["3"] = std::vector<uint64_t>{0, 0, 0, 0, 0, 0, 0, 70};
-  test_util::write_file(dir + "/usage.json", u.dump());
+  write_usage(dir, {{1, {0, 0, 50, 0, 0, 100, 0, 0}}, {2, {0, 0, 0, 0, 90, 0, 1, 0}}, {3, {0, 0, 0, 0, 0, 0, 0, 70}}});
   ExpertCacheOptions o;
   o.ram_bytes = 6 * rb;
   o.prefetch = false;
@@ -202,6 +204,65 @@ TEST_F(ExpertStoreTest, AutopinPinsTheHottestExpertsOfEarlierRuns) {
   DiskExpertStore off(m->expert_files(), o);
   EXPECT_EQ(off.pinned_bytes(), 0u);
   EXPECT_EQ(off.stats().bytes_read, 0u);
+}
+
+// The MTP layer (loaded for --spec mtp and auto) takes no share of the budget
+// and no autopin: it gets its top-k cache slots on top of the budget, so
+// every main layer's slots and pins are those of the store without it, under
+// LRU's even split and LFU's split by usage, even when earlier runs used the
+// MTP layer's experts most (docs/streaming.md "The MTP layer").
+TEST_F(ExpertStoreTest, MtpLayerLeavesTheMainLayersCacheAsWithoutIt) {
+  const std::string dir = copy_container();
+  auto off = open(dir);
+  auto mtp = load_model(dir);  // with the MTP layer
+  const int64_t n_main = off->config.num_hidden_layers;
+  ASSERT_EQ(static_cast<int64_t>(mtp->weights.layers.size()), n_main + 1) << "the fixture has an MTP layer";
+  const ExpertLayerRecord& side = record(*mtp, n_main);
+  const uint64_t rb = expert_bytes(*off);
+  // Earlier runs used the MTP layer's experts most.
+  write_usage(dir, {{1, {0, 0, 50, 0, 0, 100, 0, 0}},
+                    {2, {0, 0, 0, 0, 90, 0, 1, 0}},
+                    {3, {0, 0, 0, 0, 0, 0, 0, 70}},
+                    {n_main, {900, 800, 700, 600, 500, 400, 300, 200}}});
+  int checked = 0;
+  for (CachePolicy policy : {CachePolicy::Lru, CachePolicy::Lfu})
+    for (bool autopin : {false, true})
+      for (uint64_t ram : {uint64_t{1}, 3 * rb, 6 * rb, 7 * rb + rb / 2, 13 * rb}) {
+        ExpertCacheOptions o;
+        o.ram_bytes = ram;
+        o.autopin = autopin;
+        o.policy = policy;
+        o.prefetch = false;
+        DiskExpertStore a(off->expert_files(), o), b(mtp->expert_files(), o);
+        const std::string what = std::string(cache_policy_name(policy)) + (autopin ? " autopin" : "") +
+                                 " budget " + std::to_string(ram) + "\n" + a.describe() + "\n" + b.describe();
+        EXPECT_EQ(a.budget_bytes(), b.budget_bytes()) << what;
+        EXPECT_EQ(a.pinned_bytes(), b.pinned_bytes()) << what;
+        EXPECT_EQ(a.cache_capacity_bytes(), b.cache_capacity_bytes()) << what;
+        EXPECT_EQ(a.stats().bytes_read, b.stats().bytes_read) << what << "\nthe same pins read at start";
+        for (int64_t L = 1; L < n_main; ++L) EXPECT_EQ(a.max_batch(L), b.max_batch(L)) << what << "\nlayer " << L;
+        const int64_t k = std::min<int64_t>(mtp->config.num_experts_per_tok, side.count);
+        EXPECT_EQ(b.max_batch(n_main), k) << what;
+        EXPECT_NE(b.describe().find("MTP layer: " + std::to_string(k) + " slots"), std::string::npos) << what;
+        EXPECT_EQ(b.total_expert_bytes(), a.total_expert_bytes() + static_cast<uint64_t>(side.count) *
+                                                                      ((side.blob_bytes + kExpertAlign - 1) / kExpertAlign * kExpertAlign));
+        // The MTP layer's hottest expert is not pinned: its first use reads it.
+        expect_acquire(b, n_main, {0}, 0, 1, 0, what + "\nMTP layer expert 0");
+        if (autopin && ram >= 6 * rb) {
+          expect_acquire(a, 1, {5}, 1, 0, 0, what + "\nlayer 1 expert 5 pinned");
+          expect_acquire(b, 1, {5}, 1, 0, 0, what + "\nlayer 1 expert 5 pinned");
+        }
+        ++checked;
+      }
+  EXPECT_EQ(checked, 20);
+  // --pin all pins the MTP layer too, after every main-layer expert.
+  ExpertCacheOptions all;
+  all.ram_bytes = 1ull << 40;
+  all.pin_all = true;
+  all.prefetch = false;
+  DiskExpertStore b(mtp->expert_files(), all);
+  EXPECT_EQ(b.pinned_bytes(), b.total_expert_bytes()) << b.describe();
+  expect_acquire(b, n_main, {0}, 1, 0, 0, "--pin all: MTP layer expert 0");
 }
 
 // usage.json is a hint: junk in it (of any JSON type) is a warning, and the
