@@ -156,14 +156,8 @@ def shape(name: str, c: Q.Config) -> tuple:
         return (d, H * c.v_dim)
     if mod == "gate":
         return (c.num_experts, d)
-    if mod == "wq_b":
-        return (c.index_n_heads * c.index_head_dim, c.q_lora)
-    if mod == "wk":
-        return (c.index_head_dim, d)
-    if mod == "k_norm":
-        return (c.index_head_dim,)
-    if mod == "weights_proj":
-        return (c.index_n_heads, d)
+    if c.dsa and (s := make_fixtures.indexer_shape(mod, c.index_n_heads, c.index_head_dim, c.q_lora, d)):
+        return s
     if ".experts." in name:
         inter = c.moe_intermediate_size
     elif ".shared_experts." in name:
