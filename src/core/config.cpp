@@ -339,6 +339,37 @@ void parse_mla_dims(const Reader& r, ModelConfig& c) {
   c.rms_norm_eps = static_cast<float>(r.number("rms_norm_eps", 1e-12, 1.0, 1e-6));
 }
 
+// The DSA indexer's widths and top-k (glm_moe_dsa, deepseek_v32); needs
+// qk_rope_head_dim (the indexer rotates its first qk_rope_head_dim dims).
+void parse_indexer_dims(const Reader& r, ModelConfig& c) {
+  c.index_n_heads = r.integer("index_n_heads", 1, kMaxHeads);
+  c.index_head_dim = r.integer("index_head_dim", 1, kMaxHeadDim);
+  if (c.index_head_dim < c.qk_rope_head_dim)
+    fail("{}: index_head_dim {} is smaller than qk_rope_head_dim {}", r.origin, c.index_head_dim,
+         c.qk_rope_head_dim);
+  c.index_topk = r.integer("index_topk", 1, kMaxPositions);
+}
+
+// mlp_layer_types ("dense" / "sparse" per decoder layer) into layer_is_moe;
+// false when the config has none.
+bool parse_mlp_layer_types(const Reader& r, ModelConfig& c) {
+  const Json* types = r.get("mlp_layer_types");
+  if (!types) return false;
+  const int64_t L = c.num_hidden_layers;
+  if (!types->is_array() || static_cast<int64_t>(types->size()) != L)
+    fail("{}: mlp_layer_types must be an array of num_hidden_layers ({}) strings", r.origin, L);
+  c.layer_is_moe.assign(static_cast<size_t>(L), true);
+  for (int64_t i = 0; i < L; ++i) {
+    const Json& t = (*types)[static_cast<size_t>(i)];
+    // (compared as std::string: GCC 12 warns -Warray-bounds, wrongly, on json == "literal" inlined here)
+    const std::string kind = t.is_string() ? t.get<std::string>() : std::string();
+    if (kind != "dense" && kind != "sparse")
+      fail("{}: mlp_layer_types[{}] = {} must be \"dense\" or \"sparse\"", r.origin, i, t.dump());
+    c.layer_is_moe[static_cast<size_t>(i)] = kind == "sparse";
+  }
+  return true;
+}
+
 // deepseek_v3 (DeepSeek-V3, R1, V3.1, Kimi-K2): glm_moe_dsa's MLA without
 // the DSA indexer, YaRN rope scaling (also rescaling the softmax), the
 // sigmoid group-limited router (noaux_tc) with correction bias and routed
@@ -383,6 +414,29 @@ void parse_deepseek_v3(const Reader& r, ModelConfig& c) {
   parse_quantization(r, c);
 }
 
+// deepseek_v32 (DeepSeek-V3.2, V3.2-Exp): deepseek_v3 plus the DSA indexer in
+// every layer (the MTP layer too), whose rope rotates split halves
+// (transformers' DeepseekV32Indexer); index_n_heads / index_head_dim /
+// index_topk are required. transformers' config may list mlp_layer_types
+// (it derives them from first_k_dense_replace when absent); GLM-5.2's shared
+// indexer schedule does not exist in this family and is refused.
+void parse_deepseek_v32(const Reader& r, ModelConfig& c) {
+  const std::string& origin = r.origin;
+  parse_deepseek_v3(r, c);
+  parse_mlp_layer_types(r, c);
+  parse_indexer_dims(r, c);
+  if (r.boolean("indexer_rope_interleave", false))
+    fail("{}: indexer_rope_interleave=true is not supported for deepseek_v32 (its indexer rotates split halves)",
+         origin);
+  c.index_rope_half = true;
+  for (const char* key : {"indexer_types", "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"})
+    if (r.get(key))
+      fail("{}: field \"{}\" is not supported for deepseek_v32 (every layer has its own indexer)", origin, key);
+  if (r.boolean("index_share_for_mtp_iteration", false))
+    fail("{}: index_share_for_mtp_iteration=true is not supported for deepseek_v32", origin);
+  c.layer_indexer_full.assign(static_cast<size_t>(c.num_hidden_layers), true);
+}
+
 // glm_moe_dsa (GLM-5, GLM-5.2): MLA with the DSA indexer, sigmoid routing with
 // a correction bias and groups, shared experts, first dense layers, MTP layer.
 void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
@@ -404,12 +458,7 @@ void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
 
   c.rope_theta = parse_rope_theta(r);  // only the default rope type exists in the GLM-5 family
 
-  c.index_n_heads = r.integer("index_n_heads", 1, kMaxHeads);
-  c.index_head_dim = r.integer("index_head_dim", 1, kMaxHeadDim);
-  if (c.index_head_dim < c.qk_rope_head_dim)
-    fail("{}: index_head_dim {} is smaller than qk_rope_head_dim {}", origin, c.index_head_dim,
-         c.qk_rope_head_dim);
-  c.index_topk = r.integer("index_topk", 1, kMaxPositions);
+  parse_indexer_dims(r, c);
   c.index_share_for_mtp_iteration = r.boolean("index_share_for_mtp_iteration", false);
   c.num_nextn_predict_layers = r.integer("num_nextn_predict_layers", 0, 1, 0);
   if (r.boolean("tie_word_embeddings", false))
@@ -421,18 +470,7 @@ void parse_glm_moe_dsa(const Reader& r, ModelConfig& c) {
   // and moe_layer_freq.
   const int64_t L = c.num_hidden_layers;
   c.layer_is_moe.assign(static_cast<size_t>(L), true);
-  if (const Json* types = r.get("mlp_layer_types")) {
-    if (!types->is_array() || static_cast<int64_t>(types->size()) != L)
-      fail("{}: mlp_layer_types must be an array of num_hidden_layers ({}) strings", origin, L);
-    for (int64_t i = 0; i < L; ++i) {
-      const Json& t = (*types)[static_cast<size_t>(i)];
-      // (compared as std::string: GCC 12 warns -Warray-bounds, wrongly, on json == "literal" inlined here)
-      const std::string kind = t.is_string() ? t.get<std::string>() : std::string();
-      if (kind != "dense" && kind != "sparse")
-        fail("{}: mlp_layer_types[{}] = {} must be \"dense\" or \"sparse\"", origin, i, t.dump());
-      c.layer_is_moe[static_cast<size_t>(i)] = kind == "sparse";
-    }
-  } else {
+  if (!parse_mlp_layer_types(r, c)) {
     int64_t k = r.integer("first_k_dense_replace", 0, L, 0);
     int64_t freq = r.integer("moe_layer_freq", 1, L, 1);
     for (int64_t i = 0; i < L; ++i) c.layer_is_moe[static_cast<size_t>(i)] = i >= k && i % freq == 0;
@@ -487,9 +525,11 @@ ModelConfig parse_model_config(const Json& j, const std::string& origin) {
     parse_glm4_moe(r, c);
   else if (c.model_type == "deepseek_v3")
     parse_deepseek_v3(r, c);
+  else if (c.model_type == "deepseek_v32")
+    parse_deepseek_v32(r, c);
   else
-    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\", \"deepseek_v3\", \"qwen3_moe\" and "
-         "\"glm4_moe\")",
+    fail("{}: model_type \"{}\" is not supported (strata runs \"glm_moe_dsa\", \"deepseek_v3\", \"deepseek_v32\", "
+         "\"qwen3_moe\" and \"glm4_moe\")",
          origin, c.model_type);
   return c;
 }

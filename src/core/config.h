@@ -1,5 +1,5 @@
 // The typed, validated model configuration (Hugging Face config.json of a
-// supported family: glm_moe_dsa, qwen3_moe, glm4_moe, deepseek_v3). Every dimension is bounded
+// supported family: glm_moe_dsa, qwen3_moe, glm4_moe, deepseek_v3, deepseek_v32). Every dimension is bounded
 // before anything is allocated from it; a hostile config fails with a message
 // naming the field.
 //
@@ -21,7 +21,8 @@
 namespace strata {
 
 enum class AttentionKind : uint8_t {
-  Mla,  // multi-head latent attention (+ DSA indexer when index_n_heads > 0): glm_moe_dsa, deepseek_v3
+  Mla,  // multi-head latent attention (+ DSA indexer when index_n_heads > 0): glm_moe_dsa, deepseek_v3,
+        // deepseek_v32
   Gqa,  // grouped-query attention, half-split RoPE over the first rotary_dim dims of each head,
         // optional q/k/v bias and per-head q/k RMSNorm: qwen3_moe, glm4_moe
 };
@@ -85,11 +86,16 @@ struct ModelConfig {
   int64_t max_position_embeddings = 0;
   float rms_norm_eps = 1e-6f;
 
-  // DSA indexer (glm_moe_dsa only; zero for GQA and deepseek_v3, where
-  // layer_indexer_full is all false and every row attends every causal key).
+  // DSA indexer (glm_moe_dsa and deepseek_v32; zero for GQA and deepseek_v3,
+  // where layer_indexer_full is all false and every row attends every causal key).
   int64_t index_n_heads = 0;
   int64_t index_head_dim = 0;
   int64_t index_topk = 0;
+  // How the indexer rotates the first qk_rope_head_dim dims of its q and k:
+  // adjacent pairs (2i, 2i+1) (glm_moe_dsa), or split halves (i, i + d/2)
+  // (deepseek_v32: transformers' DeepseekV32Indexer). MLA itself always
+  // rotates adjacent pairs.
+  bool index_rope_half = false;
   bool index_share_for_mtp_iteration = false;
 
   int64_t num_nextn_predict_layers = 0;

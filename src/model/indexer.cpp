@@ -48,8 +48,11 @@ void ModelRunner::indexer(int64_t L, std::span<const Row> rows) {
     const float* sn = rsn + r * rd / 2;
     float* key = rows[r].seq->layer(L).index_key.data() + rows[r].pos * Di;
     layernorm(ik + r * Di, iw.k_norm_weight.data(), iw.k_norm_bias.data(), Di, kIndexerNormEps, key);
-    rope_interleaved(key, cs, sn, rd);  // the indexer's rope dims come first
-    for (int64_t h = 0; h < Hi; ++h) rope_interleaved(iq + (r * Hi + h) * Di, cs, sn, rd);
+    // The indexer's rope dims come first; adjacent pairs (glm_moe_dsa) or
+    // split halves (deepseek_v32), with MLA's cos / sin (YaRN included).
+    const auto rope = c.index_rope_half ? rope_half : rope_interleaved;
+    rope(key, cs, sn, rd);
+    for (int64_t h = 0; h < Hi; ++h) rope(iq + (r * Hi + h) * Di, cs, sn, rd);
     for (int64_t h = 0; h < Hi; ++h) iwt[r * Hi + h] *= wscale;
   }
 }
@@ -61,7 +64,7 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
   // first appears, so a later selection never allocates.
   while (ws_.selection.size() < static_cast<size_t>(n)) ws_.selection.emplace_back().reserve(static_cast<size_t>(c.index_topk));
   uint8_t* all = grow(ws_.select_all, static_cast<size_t>(n));
-  if (!c.has_dsa()) {  // deepseek_v3: no indexer, every row attends every causal key
+  if (!c.has_dsa()) {  // deepseek_v3 and GQA: no indexer, every row attends every causal key
     std::fill(all, all + n, uint8_t{1});
     ws_.most_keys = 0;
     return;

@@ -1,5 +1,5 @@
 """Independent float32 PyTorch reference ("oracle") for `deepseek_v3` models (DeepSeek-V3, R1, V3.1,
-Kimi-K2).
+Kimi-K2) and `deepseek_v32` (DeepSeek-V3.2: the same plus the DSA indexer).
 
 Written from the facts of the Hugging Face transformers `deepseek_v3` modeling / configuration code
 and its YaRN rope parameters (read for facts; no code was copied), independent of strata's C++
@@ -48,6 +48,17 @@ The model, per decoder layer (pre-norm residual):
     it): row i = eh_proj(cat(RMSNorm(embed(ids[i+1]), enorm), RMSNorm(hidden[i], hnorm))) with
     hidden after model.norm, then a MoE decoder layer at position i, RMSNorm(shared_head.norm),
     lm_head -> predicts ids[i+2].
+  * deepseek_v32 (transformers' DeepseekV32Attention / DeepseekV32Indexer): every layer (the MTP
+    layer too) also runs the DSA lightning indexer of glm_moe_dsa_ref.dsa_select on the same x and
+    q latent (index_n_heads heads of index_head_dim, LayerNorm'd key, weights_proj * heads^-0.5,
+    score = sum_h w_h relu(q_h . k / sqrt(index_head_dim))), with one difference from GLM-5: its
+    rope rotates SPLIT HALVES (x[i], x[i + d/2]) of the first qk_rope_head_dim dims (transformers'
+    apply_rotary_pos_emb, not the interleaved form MLA uses), with MLA's cos / sin (YaRN and its
+    attention factor included).  A query with more than index_topk causal keys attends only to its
+    index_topk best-scoring keys.  What is computed is transformers' fp32 form: DeepSeek's own
+    inference code also applies a Hadamard rotation to the indexer q / k (orthogonal: the same dot
+    products in exact arithmetic) and scores them in FP8 (a kernel precision choice; only rounding,
+    which could flip near-ties at the cut: the fixtures record the smallest gap there).
 """
 
 from __future__ import annotations
@@ -72,8 +83,8 @@ def yarn_mscale(s: float, m: float) -> float:
 
 class Config:
     def __init__(self, cfg: dict):
-        if cfg.get("model_type") != "deepseek_v3":
-            raise ValueError(f"model_type {cfg.get('model_type')!r} is not deepseek_v3")
+        if cfg.get("model_type") not in ("deepseek_v3", "deepseek_v32"):
+            raise ValueError(f"model_type {cfg.get('model_type')!r} is not deepseek_v3 / deepseek_v32")
         self.raw = cfg
         self.vocab_size = int(cfg["vocab_size"])
         self.hidden_size = int(cfg["hidden_size"])
@@ -98,6 +109,14 @@ class Config:
         self.max_pos = int(cfg.get("max_position_embeddings", 4096))
         k = int(cfg.get("first_k_dense_replace", 3))
         self.is_moe = [i >= k for i in range(self.num_layers)]
+        if cfg.get("mlp_layer_types") is not None:
+            self.is_moe = [t == "sparse" for t in cfg["mlp_layer_types"]]
+        self.dsa = cfg["model_type"] == "deepseek_v32"
+        if self.dsa:
+            self.index_n_heads = int(cfg["index_n_heads"])
+            self.index_head_dim = int(cfg["index_head_dim"])
+            self.index_topk = int(cfg["index_topk"])
+            self.index_rope_half = True  # the generator flips it to show that the rope style matters
         self.mtp = int(cfg.get("num_nextn_predict_layers", 0)) > 0
         self.softmax_scale = (self.nope + self.rope) ** -0.5
         rs = cfg.get("rope_scaling") or {}
@@ -170,6 +189,8 @@ class DeepseekV3Ref:
         self.cfg = cfg
         self.w = w
         self.min_choice = float("inf")  # smallest router choice score seen (sigmoid + correction bias)
+        self.dense = False  # deepseek_v32: True attends every causal key (no indexer selection)
+        self.stats = fmt.Stats()  # deepseek_v32: the indexer's gaps at the top-k cut
 
     def mlp(self, p: str, x: torch.Tensor) -> torch.Tensor:
         w = self.w
@@ -218,6 +239,11 @@ class DeepseekV3Ref:
         qf = torch.cat((q[..., :nope], q_rope), -1)
         kf = torch.cat((k_nope, k_rope), -1)
         causal = torch.triu(torch.full((T, T), float("-inf")), diagonal=1)
+        if c.dsa and not self.dense:
+            rope = fmt.rope_half if c.index_rope_half else fmt.rope_interleaved
+            sel = fmt.dsa_select(lambda n: w[n], a + ".indexer.", x, ql, cos, sin, causal == 0, c.index_n_heads,
+                                 c.index_head_dim, rd, c.index_topk, self.stats, rope)
+            causal = causal.masked_fill(~sel, float("-inf"))
         sc = torch.einsum("thd,shd->hts", qf, kf) * c.softmax_scale + causal
         o = torch.einsum("hts,shd->thd", torch.softmax(sc, dim=-1), v).reshape(T, H * vd)
         return F.linear(o, w[a + ".o_proj.weight"])
@@ -303,6 +329,9 @@ def weight_names(cfg: dict) -> List[str]:
         names += [p + ".input_layernorm.weight", p + ".post_attention_layernorm.weight"]
         names += [f"{a}.{m}.weight" for m in ("q_a_proj", "q_a_layernorm", "q_b_proj", "kv_a_proj_with_mqa",
                                              "kv_a_layernorm", "kv_b_proj", "o_proj")]
+        if c.dsa:
+            names += [f"{a}.indexer.{m}" for m in ("wq_b.weight", "wk.weight", "k_norm.weight", "k_norm.bias",
+                                                   "weights_proj.weight")]
         if L >= c.num_layers or c.is_moe[L]:
             names += [p + ".mlp.gate.weight", p + ".mlp.gate.e_score_correction_bias"]
             for e in range(c.num_experts):
@@ -371,6 +400,11 @@ def compute_reference(model: DeepseekV3Ref, ids: List[int], logit_positions=(0, 
         "min_greedy_margin": min(gmargins),
         "mlp_layer_types": ["sparse" if m else "dense" for m in model.cfg.is_moe],
     }
+    if model.cfg.dsa:
+        st = model.stats
+        out["index_selection_active_queries"] = st.selection_active_queries
+        out["min_index_topk_gap"] = min(st.topk_gaps)
+        out["min_index_topk_rel_gap"] = min(st.topk_rel_gaps)
     if o["mtp_logits"] is not None:
         mtop1, mmargin = _top2(o["mtp_logits"])
         out["mtp_top1"] = mtop1

@@ -337,6 +337,48 @@ class Stats:
         self.selection_active_queries += o.selection_active_queries
 
 
+def rope_half(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """NeoX / split-half rotary embedding on the last dim of x: (x[i], x[i + d/2]) by angle i.
+    cos/sin: [..., d/2]."""
+    h = x.shape[-1] // 2
+    x1, x2 = x[..., :h], x[..., h:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+def dsa_select(W, p: str, x: torch.Tensor, q_lat: torch.Tensor, cos, sin, causal: torch.Tensor, nH: int, D: int,
+               dr: int, topk: int, st: "Stats", rope) -> torch.Tensor:
+    """The DSA lightning indexer of one layer (tensors `p` + wq_b / wk / k_norm / weights_proj, W(name) ->
+    fp32 tensor): the selection mask [T, T] (True = key selected for that query). `rope` rotates the
+    first dr dims of every indexer q head and of k: rope_interleaved (glm_moe_dsa) or rope_half
+    (deepseek_v32); cos / sin are the attention's (YaRN included)."""
+    T = x.shape[0]
+    q = (q_lat @ W(p + "wq_b.weight").t()).view(T, nH, D)
+    q = torch.cat((rope(q[..., :dr], cos[:, None, :], sin[:, None, :]), q[..., dr:]), -1)
+    k = F.layer_norm(x @ W(p + "wk.weight").t(), (D,), W(p + "k_norm.weight"), W(p + "k_norm.bias"), 1e-6)
+    k = torch.cat((rope(k[..., :dr], cos, sin), k[..., dr:]), -1)
+    wts = (x @ W(p + "weights_proj.weight").t()) * (nH ** -0.5)  # [T, nH]
+    dots = torch.einsum("shd,td->sht", q, k) * (D ** -0.5)
+    score = torch.einsum("sht,sh->st", F.relu(dots), wts)
+    score = score.masked_fill(~causal, float("-inf"))
+    kk = min(topk, T)
+    idx = score.topk(kk, dim=-1).indices
+    sel = torch.zeros(T, T, dtype=torch.bool).scatter(1, idx, True)
+    # Robustness stats over the queries whose selection actually drops visible keys (s + 1 > topk):
+    # the kk-th minus the (kk+1)-th visible score, alone and over the query's max |visible score|.
+    # All rows at once (a per-query loop is quadratic in Python at thousands of positions); the
+    # same floats as sorting each row's visible scores.
+    if T > topk:
+        active = torch.arange(topk, T)
+        part = score[active]
+        top = part.topk(kk + 1, dim=-1).values  # the row has >= kk+1 visible (finite) scores
+        gaps = (top[:, kk - 1] - top[:, kk]).tolist()
+        amax = part.masked_fill(~causal[active], 0.0).abs().amax(dim=-1).tolist()
+        st.topk_gaps += gaps
+        st.topk_rel_gaps += [g / max(a, 1e-30) for g, a in zip(gaps, amax)]
+        st.selection_active_queries += len(gaps)
+    return sel
+
+
 class GlmMoeDsaRef:
     def __init__(self, config: dict, weights: Dict[str, torch.Tensor], strict: bool = True):
         self.cfg = Config(config)
@@ -422,35 +464,8 @@ class GlmMoeDsaRef:
                 st: Stats) -> torch.Tensor:
         """Returns the selection mask [T, T] (True = key selected for that query)."""
         c = self.cfg
-        p = f"model.layers.{L}.self_attn.indexer."
-        T = x.shape[0]
-        nH, D, dr = c.index_n_heads, c.index_head_dim, c.qk_rope_head_dim
-        q = (q_lat @ self.W(p + "wq_b.weight").t()).view(T, nH, D)
-        q = torch.cat((rope_interleaved(q[..., :dr], cos[:, None, :], sin[:, None, :]), q[..., dr:]), -1)
-        k = F.layer_norm(x @ self.W(p + "wk.weight").t(), (D,),
-                         self.W(p + "k_norm.weight"), self.W(p + "k_norm.bias"), 1e-6)
-        k = torch.cat((rope_interleaved(k[..., :dr], cos, sin), k[..., dr:]), -1)
-        wts = (x @ self.W(p + "weights_proj.weight").t()) * (nH ** -0.5)  # [T, nH]
-        dots = torch.einsum("shd,td->sht", q, k) * (D ** -0.5)
-        score = torch.einsum("sht,sh->st", F.relu(dots), wts)
-        score = score.masked_fill(~causal, float("-inf"))
-        kk = min(c.index_topk, T)
-        idx = score.topk(kk, dim=-1).indices
-        sel = torch.zeros(T, T, dtype=torch.bool).scatter(1, idx, True)
-        # Robustness stats over the queries whose selection actually drops visible keys (s + 1 > topk):
-        # the kk-th minus the (kk+1)-th visible score, alone and over the query's max |visible score|.
-        # All rows at once (a per-query loop is quadratic in Python at thousands of positions); the
-        # same floats as sorting each row's visible scores.
-        if T > c.index_topk:
-            active = torch.arange(c.index_topk, T)
-            part = score[active]
-            top = part.topk(kk + 1, dim=-1).values  # the row has >= kk+1 visible (finite) scores
-            gaps = (top[:, kk - 1] - top[:, kk]).tolist()
-            amax = part.masked_fill(~causal[active], 0.0).abs().amax(dim=-1).tolist()
-            st.topk_gaps += gaps
-            st.topk_rel_gaps += [g / max(a, 1e-30) for g, a in zip(gaps, amax)]
-            st.selection_active_queries += len(gaps)
-        return sel
+        return dsa_select(self.W, f"model.layers.{L}.self_attn.indexer.", x, q_lat, cos, sin, causal,
+                          c.index_n_heads, c.index_head_dim, c.qk_rope_head_dim, c.index_topk, st, rope_interleaved)
 
     def attention(self, L: int, x: torch.Tensor, cos, sin, prev_sel, full_indexer: bool,
                   dense: bool, st: Stats):

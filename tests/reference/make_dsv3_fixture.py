@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""Deterministic generator for the tiny random-weight `deepseek_v3` fixtures + reference outputs.
+"""Deterministic generator for the tiny random-weight `deepseek_v3` / `deepseek_v32` fixtures + reference
+outputs.
 
-    /usr/bin/python3 tests/reference/make_dsv3_fixture.py --out tests/fixtures [--variant fp8] [--seed N]
+    /usr/bin/python3 tests/reference/make_dsv3_fixture.py --out tests/fixtures [--variant fp8|v32] [--seed N]
 
 Writes <out>/dsv3-tiny-bf16/{config.json, generation_config.json, model.safetensors,
 reference.json}; with --variant fp8, <out>/dsv3-tiny-fp8/ (same architecture, other seeds): the
@@ -16,6 +17,14 @@ or a top-1; the seed must also be one where YaRN matters: dropping the softmax m
 plain RoPE frequencies, each change some teacher-forced top-1 (recorded).  YaRN is on with factor
 8 over an original context of 32, so the 48 positions run past it.  The reference is computed by
 deepseek_v3_ref.py in float32.
+
+With --variant v32, <out>/dsv32-tiny-bf16/: the same layout as model_type deepseek_v32, i.e. with the
+DSA indexer in every layer and the MTP layer (16 heads of dim 64, index_topk 16 of the 48
+positions, split-half indexer rope).  Its seed must also show that the indexer decides top-1s
+(attending every causal key instead changes some) and that its rope style does (the interleaved
+rotation instead changes some), and keep the indexer's gap at the top-k cut (k-th minus (k+1)-th
+score over every query that drops keys) at least 1e-4, so a float reordering cannot flip a
+selection (recorded as min_index_topk_gap).
 """
 
 from __future__ import annotations
@@ -53,7 +62,11 @@ except Exception:  # pragma: no cover
 VARIANTS = {
     "bf16": {"name": "dsv3-tiny-bf16", "block": None, "shards": 1, "seeds": list(range(4000, 4060))},
     "fp8": {"name": "dsv3-tiny-fp8", "block": [32, 48], "shards": 2, "seeds": list(range(4100, 4160))},
+    "v32": {"name": "dsv32-tiny-bf16", "block": None, "shards": 1, "seeds": list(range(4200, 4260))},
 }
+# deepseek_v32's indexer, shrunk from DeepSeek-V3.2's 64 heads x 128 / top 2048: 16 heads of 64 (so
+# its scores rarely tie, docs: testing notes) and a top-k of 16 of the 48 positions.
+V32_INDEXER = {"index_n_heads": 16, "index_head_dim": 64, "index_topk": 16}
 SEQ_LEN = 48
 EOS_IDS = [253, 254, 255]
 PAD_ID = 253
@@ -143,6 +156,8 @@ def shape(name: str, c: Q.Config) -> tuple:
         return (d, H * c.v_dim)
     if mod == "gate":
         return (c.num_experts, d)
+    if c.dsa and (s := make_fixtures.indexer_shape(mod, c.index_n_heads, c.index_head_dim, c.q_lora, d)):
+        return s
     if ".experts." in name:
         inter = c.moe_intermediate_size
     elif ".shared_experts." in name:
@@ -166,6 +181,8 @@ def build_storage(cfg: dict, seed: int) -> dict:
             continue
         if name == "model.embed_tokens.weight":
             w = rng.standard_normal(s)
+        elif name.endswith(".bias"):  # the indexer's k_norm bias
+            w = 0.1 * rng.standard_normal(s)
         elif len(s) == 1:
             w = 1.0 + 0.1 * rng.standard_normal(s)
         else:
@@ -196,6 +213,24 @@ def yarn_effects(cfg: dict, w: dict, ids: list, top1: list) -> dict:
     return out
 
 
+def indexer_effects(cfg: dict, w: dict, ids: list, top1: list) -> dict:
+    """deepseek_v32: how many teacher-forced top-1 change when every causal key is attended (no
+    selection), and when the indexer rotates adjacent pairs (GLM-5's rope) instead of split halves:
+    evidence that the fixture exercises the indexer and its rope style."""
+    out = {}
+    for key, edit in (("top1_changed_without_index_selection", "dense"),
+                      ("top1_changed_with_interleaved_indexer_rope", "rope")):
+        c = Q.Config(cfg)
+        m = Q.DeepseekV3Ref(c, w)
+        if edit == "dense":
+            m.dense = True
+        else:
+            c.index_rope_half = False
+        t = m.forward(ids, mtp=False)["logits"].argmax(-1).tolist()
+        out[key] = sum(int(a != b) for a, b in zip(t, top1))
+    return out
+
+
 def make_ids(seed: int, vocab: int) -> list:
     rng = np.random.Generator(np.random.PCG64(seed + 7919))
     return [int(x) for x in rng.integers(0, min(vocab, min(EOS_IDS)), SEQ_LEN)]
@@ -203,6 +238,9 @@ def make_ids(seed: int, vocab: int) -> list:
 
 def variant_config(variant: str) -> dict:
     cfg = config()
+    if variant == "v32":
+        cfg.update(V32_INDEXER, model_type="deepseek_v32", architectures=["DeepseekV32ForCausalLM"])
+        return dict(sorted(cfg.items()))
     block = VARIANTS[variant]["block"]
     if block is None:
         return cfg
@@ -280,7 +318,8 @@ def main(argv=None):
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--variant", choices=sorted(VARIANTS), default="bf16",
-                    help="bf16: dsv3-tiny-bf16 (default); fp8: dsv3-tiny-fp8 (block FP8, two shards)")
+                    help="bf16: dsv3-tiny-bf16 (default); fp8: dsv3-tiny-fp8 (block FP8, two shards); "
+                         "v32: dsv32-tiny-bf16 (deepseek_v32, the DSA indexer)")
     ap.add_argument("--seed", type=int, help="pin the seed (must still meet the targets)")
     ap.add_argument("--check", action="store_true",
                     help="regenerate <out>/<the variant's fixture> with its committed seed into a temp dir and "
@@ -299,7 +338,12 @@ def main(argv=None):
         ids = make_ids(seed, cfg["vocab_size"])
         ref = Q.compute_reference(model, ids)
         ref.update(yarn_effects(cfg, w, ids, ref["top1"]))
-        ok = (ref["min_router_gap"] >= TARGET["min_router_gap"] and ref["min_group_gap"] >= TARGET["min_router_gap"]
+        v32 = a.variant == "v32"
+        if v32:
+            ref.update(indexer_effects(cfg, w, ids, ref["top1"]))
+        ok = (not v32 or (ref["min_index_topk_gap"] >= TARGET["min_router_gap"]
+                          and ref["top1_changed_without_index_selection"] > 0
+                          and ref["top1_changed_with_interleaved_indexer_rope"] > 0)) and (ref["min_router_gap"] >= TARGET["min_router_gap"] and ref["min_group_gap"] >= TARGET["min_router_gap"]
               and ref["min_top1_margin"] >= TARGET["min_margin"] and ref["min_greedy_margin"] >= TARGET["min_margin"]
               and ref["min_mtp_top1_margin"] >= TARGET["min_margin"] and ref["min_choice_score"] > 0
               and ref["top1_changed_without_softmax_mscale"] > 0 and ref["top1_changed_with_plain_rope"] > 0)
@@ -307,13 +351,19 @@ def main(argv=None):
               f"top1 margin {ref['min_top1_margin']:.3g}, greedy margin {ref['min_greedy_margin']:.3g}, "
               f"mtp margin {ref['min_mtp_top1_margin']:.3g}, yarn effects "
               f"{ref['top1_changed_without_softmax_mscale']}/{ref['top1_changed_with_plain_rope']}"
-              f"{'' if ok else ' (rejected)'}", file=sys.stderr)
+              + (f", index gap {ref['min_index_topk_gap']:.3g}, indexer effects "
+                 f"{ref['top1_changed_without_index_selection']}/{ref['top1_changed_with_interleaved_indexer_rope']}"
+                 if v32 else "")
+              + f"{'' if ok else ' (rejected)'}", file=sys.stderr)
         if ok:
             weights = "bf16 weights"
             if v["block"] is not None:
                 weights = (f"float8_e4m3fn weights with float32 weight_scale_inv per {v['block'][0]}x{v['block'][1]} "
                            f"block (attention, dense MLP, experts, eh_proj; bf16 embed / lm_head / norms / "
                            f"router, f32 router bias), {v['shards']} shards")
+            if v32:
+                weights += (", model_type deepseek_v32: DSA indexer in every layer and the MTP layer (16 heads "
+                            "of dim 64, index_topk 16, split-half indexer rope)")
             ref = {"fixture": name, "seed": seed, "seeds_tried": tried,
                    "generator": "tests/reference/make_dsv3_fixture.py",
                    "description": "deepseek_v3 layout: 3 layers (layer 0 dense via first_k_dense_replace, 2 MoE) "

@@ -262,6 +262,13 @@ GAIN = {  # std = gain / sqrt(fan_in) for Linear weights
 ROUTER_BIAS_STD = 0.1
 
 
+def indexer_shape(mod: str, n_heads: int, head_dim: int, q_lora: int, d: int):
+    """The shape of a DSA indexer tensor by module name (wq_b, wk, k_norm, weights_proj); None for
+    any other module (glm_moe_dsa and deepseek_v32 fixtures alike)."""
+    return {"wq_b": (n_heads * head_dim, q_lora), "wk": (head_dim, d), "k_norm": (head_dim,),
+            "weights_proj": (n_heads, d)}.get(mod)
+
+
 def tensor_shape(name: str, c: R.Config) -> tuple:
     d, V = c.hidden_size, c.vocab_size
     H, dn, dr, dv = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim
@@ -287,14 +294,8 @@ def tensor_shape(name: str, c: R.Config) -> tuple:
         return (H * (dn + dv), c.kv_lora_rank)
     if mod == "o_proj":
         return (d, H * dv)
-    if mod == "wq_b":
-        return (c.index_n_heads * c.index_head_dim, c.q_lora_rank)
-    if mod == "wk":
-        return (c.index_head_dim, d)
-    if mod == "k_norm":
-        return (c.index_head_dim,)
-    if mod == "weights_proj":
-        return (c.index_n_heads, d)
+    if (s := indexer_shape(mod, c.index_n_heads, c.index_head_dim, c.q_lora_rank, d)) is not None:
+        return s
     if mod == "eh_proj":
         return (d, 2 * d)
     if mod == "gate" and last[-1] == "weight":

@@ -417,8 +417,8 @@ TEST(ConfigTest, GroupLimitedRoutingBounds) {
 }
 
 TEST(ConfigTest, UnsupportedModelType) {
-  EXPECT_THAT(error_with("model_type", "deepseek_v32"),
-              AllOf(HasSubstr(kOrigin), HasSubstr("model_type \"deepseek_v32\" is not supported")));
+  EXPECT_THAT(error_with("model_type", "deepseek_v2"),
+              AllOf(HasSubstr(kOrigin), HasSubstr("model_type \"deepseek_v2\" is not supported")));
   EXPECT_THAT(error_with("model_type", "glm5_next"), HasSubstr("\"glm5_next\""));
 }
 

@@ -166,7 +166,8 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, ContainerPlacement,
                          ::testing::Values("glm5-tiny-bf16", "glm52-tiny-bf16", "qwen3moe-tiny-bf16",
-                                           "glm4moe-tiny-bf16", "dsv3-tiny-bf16", "dsv3-tiny-fp8"),
+                                           "glm4moe-tiny-bf16", "dsv3-tiny-bf16", "dsv3-tiny-fp8",
+                                           "dsv32-tiny-bf16"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)

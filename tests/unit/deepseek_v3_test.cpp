@@ -7,7 +7,9 @@
 // past the original context of 32): teacher forcing, logits, MTP, greedy
 // continuation, batch / thread invariance, the YaRN parameters of the released
 // configs, and the family's config refusals; export-gguf of the family (its
-// deepseek2 layout is checked in gguf_writer_test.cpp).
+// deepseek2 layout is checked in gguf_writer_test.cpp). The same tests run on
+// dsv32-tiny-bf16: deepseek_v32, i.e. the same layout plus the DSA indexer
+// (GLM-5's, with split-half rope) in every layer and the MTP layer.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -32,6 +34,7 @@ using ::testing::HasSubstr;
 constexpr float kLogitTol = 1e-4f;  // f32 both sides; reduction orders differ
 const char* const kFixture = "dsv3-tiny-bf16";  // the config tests edit its config.json
 const char* const kFp8Fixture = "dsv3-tiny-fp8";
+const char* const kV32Fixture = "dsv32-tiny-bf16";
 
 std::string fixture_dir(const std::string& name = kFixture) {
   return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name;
@@ -49,7 +52,8 @@ struct Scored {
 };
 
 // Logits of every position and the MTP layer's, `chunk` rows per forward call.
-Scored score(const Model& m, const std::vector<int32_t>& ids, int threads, int64_t chunk) {
+Scored score(const Model& m, const std::vector<int32_t>& ids, int threads, int64_t chunk,
+             const ForwardOptions& opts = {}) {
   ThreadPool pool(threads);
   ResidentExpertStore store(m.weights.experts);
   ModelRunner runner(m, store, pool);
@@ -63,13 +67,13 @@ Scored score(const Model& m, const std::vector<int32_t>& ids, int threads, int64
   for (int64_t p0 = 0; p0 < T; p0 += chunk) {
     std::vector<Row> rows;
     for (int64_t p = p0; p < std::min(T, p0 + chunk); ++p) rows.push_back({&s, static_cast<int32_t>(p), ids[p], true});
-    runner.forward(rows, {}, out.logits.data() + p0 * V, hidden.data() + p0 * D);
+    runner.forward(rows, opts, out.logits.data() + p0 * V, hidden.data() + p0 * D);
   }
   for (int64_t p0 = 0; p0 < T - 1; p0 += chunk) {
     std::vector<Row> rows;
     for (int64_t p = p0; p < std::min(T - 1, p0 + chunk); ++p)
       rows.push_back({&s, static_cast<int32_t>(p), ids[p + 1], true});
-    runner.forward_mtp(rows, hidden.data() + p0 * D, {}, out.mtp.data() + p0 * V, nullptr);
+    runner.forward_mtp(rows, hidden.data() + p0 * D, opts, out.mtp.data() + p0 * V, nullptr);
   }
   return out;
 }
@@ -102,15 +106,23 @@ class Dsv3Fixture : public ::testing::TestWithParam<const char*> {
   std::vector<int32_t> ids;
 };
 
-TEST_P(Dsv3Fixture, ConfigIsMlaWithoutIndexerAndYarn) {
+TEST_P(Dsv3Fixture, ConfigIsMlaWithIndexerOnlyInV32AndYarn) {
   const ModelConfig& c = model->config;
+  const bool v32 = std::string(GetParam()) == kV32Fixture;
+  EXPECT_EQ(c.model_type, v32 ? "deepseek_v32" : "deepseek_v3");
   EXPECT_EQ(c.attention, AttentionKind::Mla);
   EXPECT_EQ(c.router, RouterKind::SigmoidGroups);
-  EXPECT_FALSE(c.has_dsa());
+  EXPECT_EQ(c.has_dsa(), v32);
   for (int64_t L = 0; L <= c.num_hidden_layers; ++L) {  // the MTP layer too
-    EXPECT_FALSE(c.indexer_full(L)) << L;
-    EXPECT_FALSE(model->weights.layers[static_cast<size_t>(L)].attn.has_indexer) << L;
-    EXPECT_EQ(c.cache_floats(L), 32 + 16) << L;  // latent + roped key, no indexer key
+    EXPECT_EQ(c.indexer_full(L), v32) << L;
+    EXPECT_EQ(model->weights.layers[static_cast<size_t>(L)].attn.has_indexer, v32) << L;
+    EXPECT_EQ(c.cache_floats(L), 32 + 16 + (v32 ? 64 : 0)) << L;  // latent + roped key (+ indexer key)
+  }
+  if (v32) {
+    EXPECT_EQ(c.index_n_heads, 16);
+    EXPECT_EQ(c.index_head_dim, 64);
+    EXPECT_EQ(c.index_topk, 16);
+    EXPECT_TRUE(c.index_rope_half);
   }
   EXPECT_TRUE(c.rope_yarn);
   EXPECT_DOUBLE_EQ(c.yarn_factor, 8.0);
@@ -223,6 +235,28 @@ TEST_P(Dsv3Fixture, RowsAreBatchAndThreadInvariant) {
   }
 }
 
+// deepseek_v32: the indexer decides top-1s (the generator kept a seed where
+// attending every key, or GLM-5's interleaved indexer rope, changes some and
+// every selection's gap at the cut is at least 1e-4); strata's keep-all mode
+// differs from the reference where the reference says selection matters.
+TEST_P(Dsv3Fixture, V32IndexerSelectionDecidesTopOnes) {
+  if (std::string(GetParam()) != kV32Fixture) GTEST_SKIP() << "deepseek_v32 only";
+  EXPECT_GT(ref["top1_changed_without_index_selection"].get<int>(), 0);
+  EXPECT_GT(ref["top1_changed_with_interleaved_indexer_rope"].get<int>(), 0);
+  EXPECT_GE(ref["min_index_topk_gap"].get<double>(), 1e-4);
+  EXPECT_GT(ref["index_selection_active_queries"].get<int>(), 0);
+  ForwardOptions dense;
+  dense.dense_attention = true;
+  const Scored s = score(*model, ids, 2, 0, dense);
+  const int64_t V = model->config.vocab_size;
+  const auto want = ref["top1"].get<std::vector<int32_t>>();
+  int changed = 0;
+  for (size_t p = 0; p < ids.size(); ++p) changed += argmax(s.logits.data() + p * V, V) != want[p];
+  std::printf("  keep-all changes %d top-1 (reference: %d)\n", changed,
+              ref["top1_changed_without_index_selection"].get<int>());
+  EXPECT_EQ(changed, ref["top1_changed_without_index_selection"].get<int>());
+}
+
 TEST_P(Dsv3Fixture, TruncatedSessionRecomputesTheSameRows) {
   ThreadPool pool(2);
   ResidentExpertStore store(model->weights.experts);
@@ -239,7 +273,7 @@ TEST_P(Dsv3Fixture, TruncatedSessionRecomputesTheSameRows) {
   EXPECT_TRUE(std::equal(a.begin() + 20 * V, a.end(), b.begin() + 20 * V));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Dsv3Fixture, ::testing::Values(kFixture, kFp8Fixture),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Dsv3Fixture, ::testing::Values(kFixture, kFp8Fixture, kV32Fixture),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
@@ -311,6 +345,45 @@ TEST(Dsv3Config, UnsupportedOptionsAreRefusedByName) {
                         "qk_nope_head_dim", "v_head_dim", "vocab_size"})
     EXPECT_THAT(without(k), HasSubstr(std::string("missing required field \"") + k + "\"")) << k;
   EXPECT_THAT(with("model_type", "deepseek_v2"), HasSubstr("model_type \"deepseek_v2\" is not supported"));
+}
+
+TEST(Dsv3Config, V32IndexerFieldsAreRequiredAndBounded) {
+  if (!std::filesystem::exists(fixture_dir(kV32Fixture) + "/config.json")) GTEST_SKIP() << "fixture missing";
+  const std::string p = fixture_dir(kV32Fixture) + "/config.json";
+  const Json base = parse_json(read_small_file(p, 1u << 20), p);
+  auto with = [&](const char* k, Json v) {
+    Json j = base;
+    j[k] = std::move(v);
+    return config_error(j);
+  };
+  EXPECT_EQ(config_error(base), "");
+  for (const char* k : {"index_n_heads", "index_head_dim", "index_topk"}) {
+    Json j = base;
+    j.erase(k);
+    EXPECT_THAT(config_error(j), HasSubstr(std::string("missing required field \"") + k + "\"")) << k;
+  }
+  EXPECT_THAT(with("index_n_heads", 0), HasSubstr("\"index_n_heads\" = 0 is out of range"));
+  EXPECT_THAT(with("index_topk", 0), HasSubstr("\"index_topk\" = 0 is out of range"));
+  EXPECT_THAT(with("index_head_dim", 8), HasSubstr("index_head_dim 8 is smaller than qk_rope_head_dim 16"));
+  EXPECT_THAT(with("indexer_rope_interleave", true), HasSubstr("indexer_rope_interleave=true is not supported"));
+  EXPECT_EQ(with("indexer_rope_interleave", false), "");
+  for (const char* k : {"indexer_types", "index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"})
+    EXPECT_THAT(with(k, 1), HasSubstr(std::string("field \"") + k + "\" is not supported for deepseek_v32")) << k;
+  EXPECT_THAT(with("index_share_for_mtp_iteration", true),
+              HasSubstr("index_share_for_mtp_iteration=true is not supported"));
+  // The deepseek_v3 part is the same parser: its refusals hold here too.
+  EXPECT_THAT(with("rope_interleave", false), HasSubstr("rope_interleave=false is not supported"));
+  EXPECT_THAT(with("topk_method", "greedy"), HasSubstr("topk_method \"greedy\" is not supported"));
+  // transformers' mlp_layer_types, when the config lists them, set the dense layers.
+  Json j = base;
+  j["mlp_layer_types"] = Json::array({"dense", "dense", "sparse"});
+  EXPECT_EQ(parse_model_config(j, "d.json").layer_is_moe, (std::vector<bool>{false, false, true}));
+  j["mlp_layer_types"] = Json::array({"dense", "moe", "sparse"});
+  EXPECT_THAT(config_error(j), HasSubstr("mlp_layer_types[1] = \"moe\" must be"));
+  // deepseek_v3 has no indexer whatever the config says: its indexer fields are not read.
+  j = base;
+  j["model_type"] = "deepseek_v3";
+  EXPECT_FALSE(parse_model_config(j, "d.json").has_dsa());
 }
 
 TEST(Dsv3Config, YarnOfTheReleasedCheckpoints) {
