@@ -269,10 +269,10 @@ void ConvertOptions::validate() const {
     fail("--group-size must be 0 (one scale per row), 32, 64 or 128, got {}", group_size);
   for (auto [flag, v] : {std::pair{"--attn-bits", attn_bits}, std::pair{"--o-bits", o_bits},
                          std::pair{"--kvb-bits", kvb_bits}, std::pair{"--shared-bits", shared_bits},
-                         std::pair{"--dense-mlp-bits", dense_mlp_bits}, std::pair{"--mtp-bits", mtp_bits}})
+                         std::pair{"--dense-mlp-bits", dense_mlp_bits}, std::pair{"--mtp-bits", mtp_bits},
+                         std::pair{"--head-bits", head_bits}})
     if (v != 4 && v != 8 && v != 16) fail("{} must be 4 (int4), 8 (int8) or 16 (bf16), got {}", flag, v);
-  for (auto [flag, v] : {std::pair{"--embed-bits", embed_bits}, std::pair{"--head-bits", head_bits}})
-    if (v != 8 && v != 16) fail("{} must be 8 (int8) or 16 (bf16), got {}", flag, v);
+  if (embed_bits != 8 && embed_bits != 16) fail("--embed-bits must be 8 (int8) or 16 (bf16), got {}", embed_bits);
   if (threads < 0 || threads > 1024) fail("--threads must be in [0, 1024], got {}", threads);
   if (force && resume) fail("--force and --resume exclude each other");
 }

@@ -50,7 +50,7 @@ struct ConvertOptions {
   int dense_mlp_bits = 8;   // MLPs of the dense (non-MoE) layers
   int mtp_bits = 8;         // every matrix of the MTP layer(s), routed experts included
   int embed_bits = 16;      // embed_tokens: 8 | 16
-  int head_bits = 8;        // lm_head: 8 | 16
+  int head_bits = 8;        // lm_head: 4 | 8 | 16
   int threads = 0;          // 0 = all cores (output does not depend on it)
   bool force = false;       // overwrite a complete container / restart an unfinished one
   bool resume = false;      // continue an unfinished conversion into out_dir

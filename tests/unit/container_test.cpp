@@ -224,6 +224,91 @@ TEST(Container, Int8ComputesExactlyItsDequantizedWeights) {
   }
 }
 
+TEST(Container, Int4HeadComputesExactlyItsDequantizedHead) {
+  // --head-bits 4 (the int4 lm_head; everything else int4 gs32 as in the
+  // benchmark's slice-int4 recipe): the container computes the model its
+  // dequantized weights define, bit for bit (f32 activations, as above), for
+  // group 32 and one scale per row. Then, with the default int8-activation
+  // kernels, the int4 head against the int8 head of the otherwise identical
+  // container: teacher-forced top-1 (the head's own 4-bit rounding on top of
+  // the rest) and greedy decoding stay sane -- measured levels below.
+  ComputeOptions f32;
+  f32.acts = IntActivations::F32;
+  const std::string all4 = "--experts int4 --attn-bits 4 --o-bits 4 --kvb-bits 4 --shared-bits 4 --dense-mlp-bits 4";
+  // Minimum teacher-forced top-1 agreement (of 48) of the int4 head with the
+  // int8 head, per fixture: measured 45/48 (glm5-tiny-bf16) and 44/48
+  // (glm52-tiny-bf16) at group 32, less 2 as slack (the fixtures' random
+  // logits have near-ties far below 4-bit rounding, and once greedy decoding
+  // takes another token the two continuations part: printed, not bounded).
+  const std::map<std::string, int> min_agree = {{"glm5-tiny-bf16", 43}, {"glm52-tiny-bf16", 42}};
+  for (const std::string name : {"glm5-tiny-bf16", "glm52-tiny-bf16"})
+    for (const char* group : {"32", "0"}) {
+      TempDir tmp;
+      const std::string dir = tmp.file("c"), deq = tmp.file("deq"), h8 = tmp.file("h8");
+      const std::string g = std::string(" --group-size ") + group;
+      convert(fixture(name), dir, all4 + g + " --head-bits 4");
+      const std::string cmd =
+          std::string(STRATA_BINARY) + " dequantize --model " + dir + " --out " + deq + " 2>/dev/null";
+      ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+      auto m = load_model(dir);
+      auto d = load_model(deq);
+      ASSERT_EQ(m->weights.lm_head.format, WeightFormat::INT4) << name;
+      EXPECT_EQ(m->weights.lm_head.group, std::string(group) == "0" ? 0 : 32) << name;
+      ExpertCacheOptions o;
+      o.autopin = false;
+      DiskExpertStore store(m->expert_files(), o);
+      ResidentExpertStore dstore(d->weights.experts);
+      const auto ids = fixture_ids(name);
+      const Result r = run(*m, store, ids, 1000, f32);
+      const Result rd = run(*d, dstore, ids, 1000, f32);
+      EXPECT_EQ(r.logits, rd.logits) << name << " group " << group;
+      EXPECT_EQ(r.mtp, rd.mtp) << name << " group " << group;
+      if (std::string(group) == "0") continue;
+
+      convert(fixture(name), h8, all4 + g + " --head-bits 8");
+      auto m8 = load_model(h8);
+      ASSERT_EQ(m8->weights.lm_head.format, WeightFormat::INT8);
+      DiskExpertStore store8(m8->expert_files(), o);
+      const Result a = run(*m, store, ids, 1000), b = run(*m8, store8, ids, 1000);
+      const int64_t V = m->config.vocab_size;
+      const std::string rp = fixture(name) + "/reference.json";
+      const Json ref = parse_json(test_util::read_file(rp), rp);
+      int agree = 0, ref4 = 0, ref8 = 0;
+      for (size_t p = 0; p < ids.size(); ++p) {
+        const int32_t t4 = argmax(a.logits.data() + p * V, V), t8 = argmax(b.logits.data() + p * V, V);
+        agree += t4 == t8;
+        ref4 += t4 == ref["top1"][p].get<int32_t>();
+        ref8 += t8 == ref["top1"][p].get<int32_t>();
+      }
+      // Greedy: 16 tokens from the first 4 ids, one row per step.
+      const auto greedy = [&](const Model& mm, ExpertStore& st) {
+        ThreadPool pool(2);
+        ModelRunner rr(mm, st, pool, {});
+        Session s(mm.config, 20, false);
+        std::vector<float> lg(static_cast<size_t>(V));
+        std::vector<int32_t> out;
+        int32_t tok = ids[0];
+        for (int32_t p = 0; p < 20; ++p) {
+          if (p < 4) tok = ids[static_cast<size_t>(p)];
+          const std::vector<Row> row{{&s, p, tok, true}};
+          rr.forward(row, {}, lg.data(), nullptr);
+          tok = argmax(lg.data(), V);
+          if (p >= 3) out.push_back(tok);
+        }
+        return out;
+      };
+      const auto g4 = greedy(*m, store), g8 = greedy(*m8, store8);
+      size_t same_prefix = 0;
+      while (same_prefix < g4.size() && g4[same_prefix] == g8[same_prefix]) ++same_prefix;
+      std::printf("  %s int4 head vs int8 head: teacher-forced top-1 agreement %d/%zu (with the unquantized "
+                  "reference: int4 head %d, int8 head %d), greedy %zu/%zu tokens equal before the first difference\n",
+                  name.c_str(), agree, ids.size(), ref4, ref8, same_prefix, g4.size());
+      EXPECT_GE(agree, min_agree.at(name)) << name << ": the int4 head's agreement fell below its measured level";
+      EXPECT_GE(ref4, ref8 - 4) << name << ": the int4 head tracks the reference far worse than the int8 head";
+      for (int32_t t : g4) EXPECT_TRUE(t >= 0 && t < V);
+    }
+}
+
 class DamagedContainer : public ::testing::Test {
  protected:
   void SetUp() override {

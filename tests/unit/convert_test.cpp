@@ -362,6 +362,13 @@ Precision per_row() {
   p.group = 0;
   p.attn = 4;
   p.mtp = 4;
+  p.head = 4;
+  return p;
+}
+
+Precision int4_everywhere() {  // the benchmark's slice-int4 recipe plus the int4 lm_head
+  Precision p;
+  p.attn = p.o = p.kvb = p.shared = p.dense_mlp = p.head = 4;
   return p;
 }
 
@@ -390,6 +397,7 @@ std::vector<Case> cases() {
   v.push_back({"glm5-tiny-fp8", "mixed", mixed()});
   v.push_back({"dsv3-tiny-fp8", "mixed", mixed()});
   v.push_back({"glm52-tiny-bf16", "perrow", per_row()});
+  v.push_back({"glm5-tiny-bf16", "int4", int4_everywhere()});
   return v;
 }
 
@@ -666,6 +674,9 @@ TEST(ConvertCli, RejectsBadFlags) {
   r = run_strata(convert_args(fixture("glm5-tiny-bf16"), tmp.file("o"), {"--embed-bits", "4"}), tmp);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--embed-bits"), std::string::npos) << r.err;
+  r = run_strata(convert_args(fixture("glm5-tiny-bf16"), tmp.file("o"), {"--head-bits", "2"}), tmp);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("--head-bits"), std::string::npos) << r.err;
   r = run_strata({"convert", "--in", fixture("glm5-tiny-bf16")}, tmp);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("--out"), std::string::npos) << r.err;

@@ -475,6 +475,60 @@ TEST(KernelMatmul, RowsAreBatchThreadAndPathInvariant) {
   }
 }
 
+TEST(KernelMatmul, Int4HeadShapedMatchesTheDequantizedCodesOnEveryPath) {
+  // An lm_head-shaped int4 weight (--head-bits 4: thousands of rows, split
+  // across threads, a row count that fills no tile): every path, 1-3 threads
+  // and 1 or 3 activation rows, equals a reference written from the
+  // documented arithmetic alone (docs/kernels.md): the weight codes read back
+  // through dequantize_row with unit scales, activations quantized per
+  // 32-column block (s = amax/127, q = round(x/s)), one integer sum per block
+  // scaled by s_w * s_x and accumulated into 16 lanes (block b into lane
+  // b % 16), the lanes summed pairwise.
+  std::mt19937 rng(16);
+  const int64_t rows = 3001, cols = 384;
+  ThreadPool two(2), three(3);
+  for (int64_t group : {32, 0}) {
+    const Weight w = make_int_weight(4, group, rows, cols, rng);
+    const int64_t ng = quant_groups(cols, group), nb = (cols + 31) / 32;
+    for (int64_t nrows : {1, 3}) {
+      const auto x = random_floats(rng, nrows * cols);
+      std::vector<float> want(static_cast<size_t>(nrows * rows));
+      std::vector<float> codes(static_cast<size_t>(cols)), xq(static_cast<size_t>(nrows * cols)), xs;
+      const std::vector<float> ones(static_cast<size_t>(ng), 1.0f);
+      for (int64_t r = 0; r < nrows; ++r)
+        for (int64_t b = 0; b < nb; ++b) {
+          float amax = 0.0f;
+          for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c) amax = std::max(amax, std::fabs(x[r * cols + c]));
+          const float sx = amax / 127.0f;
+          xs.push_back(sx);
+          for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c)
+            xq[r * cols + c] = sx == 0.0f ? 0.0f : std::nearbyint(std::clamp(x[r * cols + c] / sx, -127.0f, 127.0f));
+        }
+      for (int64_t o = 0; o < rows; ++o) {
+        dequantize_row(QuantBits::Int4, group, w.data.data() + o * quant_row_bytes(QuantBits::Int4, cols), ones.data(),
+                       cols, codes.data());
+        for (int64_t r = 0; r < nrows; ++r) {
+          float lane[16] = {};
+          for (int64_t b = 0; b < nb; ++b) {
+            int32_t isum = 0;
+            for (int64_t c = b * 32; c < std::min(cols, b * 32 + 32); ++c)
+              isum += static_cast<int32_t>(codes[c]) * static_cast<int32_t>(xq[r * cols + c]);
+            const float sw = w.scales[o * ng + (group > 0 ? b * 32 / group : 0)];
+            lane[b % 16] = std::fma(static_cast<float>(isum), sw * xs[r * nb + b], lane[b % 16]);
+          }
+          for (int k = 8; k > 0; k /= 2)
+            for (int j = 0; j < k; ++j) lane[j] = lane[j] + lane[j + k];
+          want[r * rows + o] = lane[0];
+        }
+      }
+      for (KernelPath p : supported_paths())
+        for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two, &three})
+          EXPECT_TRUE(all_same(want, run_matmul(w, x, nrows, p, pool)))
+              << kernel_path_name(p) << " group " << group << " nrows " << nrows;
+    }
+  }
+}
+
 TEST(KernelMatmul, ModelLogitsAreIdenticalOnEveryPath) {
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-bf16";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "fixture missing";
