@@ -161,6 +161,21 @@ TEST(CacheModel, StoreReplayEqualsTheStoresRuleWrittenOut) {
 // The disk term: a request's misses are read together with the store's
 // bytes in flight, at the rate strata doctor measured for that many bytes in
 // flight (queue depth = bytes / the probe's read), log-linear between depths.
+// A trace with known misses per request (4 slots, top-4, after 2 warm-up
+// tokens): layer 0 alternates {0..3} / {4..7} (4 misses every token),
+// layer 1 always {0..3} (none), layer 2 alternates {0..3} / {0,1,4,5}
+// (2 misses: the shared pair hits).
+RoutingTrace known_misses_trace() {
+  RoutingTrace t{3, 8, 4, {}};
+  for (int tok = 0; tok < 10; ++tok) {
+    const bool odd = tok % 2;
+    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd ? e + 4 : e);
+    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(e);
+    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd && e >= 2 ? e + 2 : e);
+  }
+  return t;
+}
+
 TEST(CacheModel, DiskRateFollowsTheStoresBytesInFlight) {
   DiskRates d;
   d.qd_gb_s = {{1, 1.0}, {4, 2.0}, {16, 4.0}};
@@ -192,17 +207,7 @@ TEST(CacheModel, DiskRateFollowsTheStoresBytesInFlight) {
   EXPECT_DOUBLE_EQ(d.read_seconds(6, 4, mib), 4.0 * mib / 2e9 + 2.0 * mib / 1.5e9);
   EXPECT_DOUBLE_EQ(d.read_seconds(0, 4, mib), 0.0);
 
-  // A trace with known misses per request (4 slots, top-4, after 2 warm-up
-  // tokens): layer 0 alternates {0..3} / {4..7} (4 misses every token),
-  // layer 1 always {0..3} (none), layer 2 alternates {0..3} / {0,1,4,5}
-  // (2 misses: the shared pair hits).
-  RoutingTrace t{3, 8, 4, {}};
-  for (int tok = 0; tok < 10; ++tok) {
-    const bool odd = tok % 2;
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd ? e + 4 : e);
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(e);
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd && e >= 2 ? e + 2 : e);
-  }
+  const RoutingTrace t = known_misses_trace();
   const StoreReplay r = replay_store_lru(t, 4, 2);
   EXPECT_EQ(r.tokens, 8);
   EXPECT_EQ(r.batches, (std::vector<uint64_t>{8, 0, 8, 0, 8}));
@@ -244,13 +249,7 @@ TEST(CacheModel, ChecksumAddsPerMiss) {
   EXPECT_DOUBLE_EQ(d.read_seconds(6, 4, mib), reads + 6.0 * mib / 8e9);
   EXPECT_DOUBLE_EQ(d.read_seconds(0, 4, mib), 0.0);
   // The synthetic trace above (6 misses per counted token over 3 layers).
-  RoutingTrace t{3, 8, 4, {}};
-  for (int tok = 0; tok < 10; ++tok) {
-    const bool odd = tok % 2;
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd ? e + 4 : e);
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(e);
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd && e >= 2 ? e + 2 : e);
-  }
+  const RoutingTrace t = known_misses_trace();
   const StoreReplay r = replay_store_lru(t, 4, 2);
   EXPECT_DOUBLE_EQ(disk_seconds_per_token(r, d, 1.0, 4, mib), reads + 6.0 * mib / 8e9);
   StoreModel m(t, 2);
