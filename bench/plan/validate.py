@@ -22,8 +22,13 @@ blkio child that limits reads of the container's disk to N bytes/s (root only; t
 removed afterwards), so the disk, not the loaded CPUs, dominates; --drop-caches empties the page
 cache before the probe and before each bench.
 
+With --resident 1 (the default for a pool under 256 MB) one more bench runs with the whole pool cached
+(--ram twice the pool) and its time besides the expert wait is printed next to plan --calibrate's: the
+capped runs' non-wait time without misses, measured by the bench's own method (docs/plan.md, "The
+trained model: per-miss costs").
+
 Usage: bench/plan/validate.py STRATA MODEL_DIR [--budgets 0.25,0.5,1.0] [--experts int8] [--usage FILE]
-       [--throttle-bps 300e6 [--blkdev MAJ:MIN]] [--drop-caches] [--no-trace] [--reps N]
+       [--throttle-bps 300e6 [--blkdev MAJ:MIN]] [--drop-caches] [--no-trace] [--reps N] [--resident 0|1]
 Budgets are fractions of the container's expert pool. Timing: the load (/proc/loadavg) is printed
 with the results.
 """
