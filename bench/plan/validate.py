@@ -22,8 +22,13 @@ blkio child that limits reads of the container's disk to N bytes/s (root only; t
 removed afterwards), so the disk, not the loaded CPUs, dominates; --drop-caches empties the page
 cache before the probe and before each bench.
 
+With --resident 1 (the default for a pool under 256 MB) one more bench runs with the whole pool cached
+(--ram twice the pool) and its time besides the expert wait is printed next to plan --calibrate's: the
+capped runs' non-wait time without misses, measured by the bench's own method (docs/plan.md, "The
+trained model: per-miss costs").
+
 Usage: bench/plan/validate.py STRATA MODEL_DIR [--budgets 0.25,0.5,1.0] [--experts int8] [--usage FILE]
-       [--throttle-bps 300e6 [--blkdev MAJ:MIN]] [--drop-caches] [--no-trace] [--reps N]
+       [--throttle-bps 300e6 [--blkdev MAJ:MIN]] [--drop-caches] [--no-trace] [--reps N] [--resident 0|1]
 Budgets are fractions of the container's expert pool. Timing: the load (/proc/loadavg) is printed
 with the results.
 """
@@ -99,6 +104,9 @@ def main():
     ap.add_argument("--blkdev", default="", help="MAJ:MIN to throttle (default: the container's disk)")
     ap.add_argument("--drop-caches", action="store_true", help="drop the page cache before the probe and each bench")
     ap.add_argument("--out", default="", help="write the results as JSON here (default: a temp dir)")
+    ap.add_argument("--resident", type=int, default=-1,
+                    help="1: also bench with the whole pool cached (budget 2x the pool), the non-wait time of a run "
+                         "without misses by the same method; 0: not; default: when the pool is under 256 MB")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="strata-plan-validate-")
     c = a.model
@@ -154,6 +162,10 @@ def validate(a, c, tmp, throttle):
     print(f"doctor's compute probe ({cp['threads']} threads, {cp['working_set_bytes'] >> 20} MiB): "
           f"{cp['matmul_call_us']:.2f} us + {cp['matmul_madd_ns']:.3f} ns/multiply-add per small projection, "
           f"{cp['region_us']:.2f} us per region, attention dots {cp['dot_gmadd_s']:.2f} G multiply-adds/s")
+    ck = doc.get("checksum")
+    if ck:
+        print(f"doctor's checksum probe: {ck['us_per_read']:.1f} us per {ck['read_bytes'] >> 10} KiB expert from memory "
+              f"({ck['gb_s']:.2f} GB/s; plan measures its own and adds it per miss)")
     base = [a.strata, "plan", "--model", c, "--headroom", "0", *qd_flags, "--mem-gbps", str(membw),
             *compute_flags, "--experts", a.experts, "--json"]
     indep = base + ["--trace-tokens", "1024"] + (["--usage", a.usage] if a.usage else [])
@@ -165,10 +177,7 @@ def validate(a, c, tmp, throttle):
         calibrated = cj["machine"]["calibration"]
         print(f"plan --calibrate {a.calibrate}: compute {calibrated['compute_ms']:.3f} ms/token at "
               f"{calibrated['context']} keys ({calibrated['expert_wait_ms']:.3f} ms/token of expert-read wait taken out)")
-    trace = None
-    rows = []
-    for frac in [float(x) for x in a.budgets.split(",")]:
-        budget = int(frac * pool)
+    def bench(budget):
         bench_cmd = [a.strata, "bench", "--model", c, "--ram", str(max(budget, 1) / 1e9), "--no-autopin",
                      "--no-prefetch", "--json", "--prompt-tokens", str(a.prompt_tokens), "--gen-tokens",
                      str(a.gen_tokens), "--reps", str(a.reps), "--warmup", str(a.warmup), "--membw-mib", "0",
@@ -178,7 +187,24 @@ def validate(a, c, tmp, throttle):
         if a.drop_caches:
             drop_caches()
         lines = [json.loads(l) for l in run_out(bench_cmd).splitlines() if l.strip()]
-        d = [l for l in lines if l["bench"] == "decode"][0]
+        return [l for l in lines if l["bench"] == "decode"][0]
+
+    resident = None
+    if a.resident == 1 or (a.resident < 0 and pool < 256e6):
+        # The same bench with every expert cached (misses only while the prompt fills it): what the capped
+        # runs' time besides the expert wait would be without misses, measured as they are.
+        r = bench(2 * pool)
+        ms = r["ms_per_token"]
+        resident = dict(tok_s=r["tok_s"], hit_rate=r["expert_hit_rate"], ms_per_token=ms,
+                        rest_ms=ms["total"] - ms["expert_wait"])
+        print(f"resident bench (budget 2x the pool): {r['tok_s']:.3f} tok/s at {100*r['expert_hit_rate']:.1f}% hits; "
+              f"ms/token: total {ms['total']:.3f}, expert wait {ms['expert_wait']:.3f}, everything but the wait "
+              f"{resident['rest_ms']:.3f}")
+    trace = None
+    rows = []
+    for frac in [float(x) for x in a.budgets.split(",")]:
+        budget = int(frac * pool)
+        d = bench(budget)
         if trace is None and not a.no_trace:
             ids = d["prompt_ids"] + d["generated_ids"]
             with open(os.path.join(tmp, "ids.txt"), "w") as f:
@@ -216,12 +242,17 @@ def validate(a, c, tmp, throttle):
             label = kind + " trace" if kind != "calibrated" else "recorded, calibrated"
             print(f"  plan ({label:>20}): {p['tok_s']:.3f} tok/s at {100*p['hit_rate']:.1f}% hits "
                   f"(compute {p['compute_ms']:.2f} = weights {p['weights_ms']:.2f} + fixed {p['fixed_ms']:.2f} + "
-                  f"attention {p['attention_ms']:.2f}; disk {p['disk_ms']:.2f} ms), error {100*err:+.0f}%")
+                  f"attention {p['attention_ms']:.2f}; disk {p['disk_ms']:.2f} ms of which checksums "
+                  f"{p.get('checksum_ms', 0):.3f}), error {100*err:+.0f}%")
     load1 = open("/proc/loadavg").read().split()[:3]
     print_table(rows, load0, load1, membw, reads, cp)
+    if resident:
+        print(f"\nresident bench (whole pool cached): {resident['tok_s']:.4g} tok/s, everything but the expert wait "
+              f"{resident['rest_ms']:.3g} ms/token" + (f"; plan --calibrate: {calibrated['compute_ms']:.3g} ms/token"
+                                                       if calibrated else ""))
     return dict(container=c, membw=membw, disk_qd1=qd1, disk_reads=[reads[q] for q in sorted(reads)],
-                compute=cp, compute_flags=compute_flags, throttle_bps=a.throttle_bps, load_start=load0,
-                load_end=load1, trace=trace, rows=rows)
+                compute=cp, checksum=doc.get("checksum"), compute_flags=compute_flags, throttle_bps=a.throttle_bps,
+                load_start=load0, load_end=load1, trace=trace, resident=resident, calibration=calibrated, rows=rows)
 
 
 def print_table(rows, load0, load1, membw, reads, cp):

@@ -128,6 +128,9 @@ int run_doctor(const DoctorFlags& f) {
   po.seconds_per_depth = f.seconds;
   po.measure = !f.no_disk_reads;
   const DiskProbe disk = probe_disk(po);
+  // The store's checksum of one expert-sized read from memory: per miss,
+  // besides the read (strata plan adds it to the disk term).
+  const ChecksumProbe ck = probe_checksum(std::max<uint64_t>(4096, po.read_bytes / 4096 * 4096), 0.2);
   const std::vector<Warning> warns = warnings_for(mem, disk);
 
   if (f.json) {
@@ -154,6 +157,13 @@ int run_doctor(const DoctorFlags& f) {
           {"region_us", cp.region_s * 1e6},
           {"dot_gmadd_s", cp.dot_gmadd_s},
           {"seconds", cp.seconds}}},
+        {"checksum",
+         {{"read_bytes", ck.expert_bytes},
+          {"working_set_bytes", ck.working_set_bytes},
+          {"hashes", ck.hashes},
+          {"seconds", ck.seconds},
+          {"gb_s", ck.gb_s},
+          {"us_per_read", ck.us_per_expert}}},
         {"memory",
          {{"total_bytes", mem.total_bytes},
           {"available_bytes", mem.available_bytes},
@@ -219,6 +229,8 @@ int run_doctor(const DoctorFlags& f) {
                       disk.reads_direct ? ", O_DIRECT" : ", buffered: may include page-cache hits"));
   }
   if (!disk.error.empty()) row("probe error", disk.error);
+  row("checksum per read", fmt::format("{:.1f} us per {} KiB expert from memory ({:.2f} GB/s, the store's XXH3)",
+                                       ck.us_per_expert, ck.expert_bytes >> 10, ck.gb_s));
   if (warns.empty()) {
     std::printf("\nno warnings\n");
   } else {

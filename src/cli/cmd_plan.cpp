@@ -60,6 +60,7 @@ struct PlanFlags {
   double matmul_madd_ns = -1;
   double region_us = -1;
   double dot_gmadds = -1;
+  double checksum_gbps = -1;  // the store's XXH3 of a landed expert (-1: measured; 0: not counted)
   double compute_ms = -1;  // given compute per token, every row (-1: modelled, or --calibrate)
   int calibrate = 0;  // decode tokens that measure the compute per token (containers only; 0: model it)
 };
@@ -257,6 +258,19 @@ int run_plan(const PlanFlags& f) {
   }
   std::sort(rates.qd_gb_s.begin(), rates.qd_gb_s.end());
   const double disk_gbps = rates.qd_gb_s.front().second;  // queue depth 1
+  // Per miss besides the read: the store's checksum of the expert as it
+  // lands, from memory (experts/disk_probe.h, probe_checksum); given, or
+  // measured here with blocks of one expert of the first precision.
+  ChecksumProbe ck;
+  std::string checksum_source = "given";
+  if (f.checksum_gbps < 0) {
+    ck = probe_checksum(std::max<uint64_t>(4096, sizes[0].expert_read), 0.2);
+    checksum_source = fmt::format("measured here, {} KiB blocks of a {} MiB buffer", ck.expert_bytes >> 10,
+                                  ck.working_set_bytes >> 20);
+  } else {
+    ck.gb_s = f.checksum_gbps;
+  }
+  rates.checksum_gb_s = ck.gb_s;
 
   // The fixed costs per token (kernels/compute_probe.h): given, or measured
   // here with the engine's kernels and pool at the run's thread count.
@@ -412,6 +426,7 @@ int run_plan(const PlanFlags& f) {
                     {"fixed_ms", row.p.fixed_s * 1e3},
                     {"attention_ms", row.p.attention_s * 1e3},
                     {"disk_ms", row.p.disk_s * 1e3},
+                    {"checksum_ms", ck.gb_s > 0 ? row.p.disk_bytes_per_token / ck.gb_s / 1e6 : 0.0},
                     {"disk_gb_s", row.p.disk_s > 0 ? row.p.disk_bytes_per_token / row.p.disk_s / 1e9 : 0.0},
                     {"tok_s", row.fits ? row.p.tok_s : 0.0}});
     Json out{{"schema", 1},
@@ -426,6 +441,11 @@ int run_plan(const PlanFlags& f) {
                           {"disk_read_bytes", rates.read_bytes},
                           {"store_io_depth", rates.io_depth},
                           {"store_io_chunk_bytes", rates.io_chunk},
+                          {"checksum", {{"gb_s", ck.gb_s},
+                                        {"us_per_expert", ck.us_per_expert},
+                                        {"expert_bytes", ck.expert_bytes},
+                                        {"working_set_bytes", ck.working_set_bytes},
+                                        {"source", checksum_source}}},
                           {"disk_source", disk_source},
                           {"compute", {{"threads", threads},
                                        {"matmul_call_us", cp.matmul_call_s * 1e6},
@@ -482,6 +502,8 @@ int run_plan(const PlanFlags& f) {
               static_cast<long long>(projections), cp.matmul_call_s * 1e6, cp.matmul_madd_s * 1e9,
               static_cast<long long>(regions), cp.region_s * 1e6, work.attention_madds / 1e9,
               static_cast<long long>(f.context), cp.dot_gmadd_s, compute_source.c_str());
+  if (ck.gb_s > 0)
+    std::printf("per expert read: + its checksum at %.3g GB/s from memory (%s)\n", ck.gb_s, checksum_source.c_str());
   if (f.compute_ms > 0) std::printf("compute per token, every row: %.3g ms (--compute-ms)\n", f.compute_ms);
   if (cal.compute_s > 0)
     std::printf("compute per token, %s rows: %.3g ms measured (--calibrate: %d decode tokens at %lld keys, %.3g ms/token "
@@ -571,6 +593,10 @@ void add_plan_command(CLI::App& app, Runner& run) {
       ->check(CLI::Range(0.0, 1e6));
   cmd->add_option("--dot-gmadds", f->dot_gmadds,
                   "Attention's f32 dot-product rate in 1e9 multiply-adds/s instead of measuring it (0: no attention term)")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--checksum-gbps", f->checksum_gbps,
+                  "The expert store's checksum rate of a landed expert in GB/s, added per miss, instead of measuring "
+                  "it (strata doctor's; 0: not counted)")
       ->check(CLI::Range(0.0, 1e6));
   CLI::Option* given = cmd->add_option("--compute-ms", f->compute_ms,
                   "Compute per token in ms for every row instead of modelling it (e.g. a calibration's)")

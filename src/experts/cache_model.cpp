@@ -144,9 +144,10 @@ double DiskRates::gb_s(double misses, uint64_t expert_read_bytes) const {
 
 double DiskRates::read_seconds(double misses, int64_t slots, uint64_t expert_read_bytes) const {
   const double batch = static_cast<double>(std::max<int64_t>(1, slots));
+  const double verify = checksum_gb_s > 0 ? static_cast<double>(expert_read_bytes) / (checksum_gb_s * 1e9) : 0.0;
   auto one = [&](double m) {
     const double rate = m > 0 ? gb_s(m, expert_read_bytes) : 0.0;
-    return rate > 0 ? m * static_cast<double>(expert_read_bytes) / (rate * 1e9) : 0.0;
+    return rate > 0 ? m * (static_cast<double>(expert_read_bytes) / (rate * 1e9) + verify) : 0.0;
   };
   const double whole = std::floor(misses / batch);
   return whole * one(batch) + one(misses - whole * batch);

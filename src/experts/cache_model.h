@@ -71,12 +71,16 @@ struct DiskRates {
   uint64_t read_bytes = 0;                         // the probe's read (0: one expert as the store reads it)
   int io_depth = 16;
   uint64_t io_chunk = 1u << 20;
+  // The store's CPU time per miss besides the read: XXH3 over the expert as
+  // it lands, from memory (probe_checksum), 1e9 B/s; 0: not counted. Added
+  // to the read time of every miss, no overlap (the waiting thread hashes).
+  double checksum_gb_s = 0.0;
   // The queue depth of the probe equivalent to reading `misses` experts of
   // `expert_read_bytes` together, and the rate there.
   double queue_depth(double misses, uint64_t expert_read_bytes) const;
   double gb_s(double misses, uint64_t expert_read_bytes) const;
   // Seconds to read `misses` experts asked for together, in store requests
-  // of at most `slots` experts (max_batch).
+  // of at most `slots` experts (max_batch), and to verify them.
   double read_seconds(double misses, int64_t slots, uint64_t expert_read_bytes) const;
 };
 DiskRates flat_disk_rate(double gb_s);

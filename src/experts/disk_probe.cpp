@@ -14,6 +14,9 @@
 #include <filesystem>
 #include <memory>
 #include <thread>
+#include <vector>
+
+#include <xxhash.h>
 
 #include "core/clock.h"
 #include "core/error.h"
@@ -258,6 +261,36 @@ DiskProbe probe_disk(const DiskProbeOptions& o) {
     remove.armed = false;
     p.file_removed = ::unlink(path.c_str()) == 0;
   }
+  return p;
+}
+
+ChecksumProbe probe_checksum(uint64_t expert_bytes, double seconds, uint64_t working_set_bytes) {
+  if (expert_bytes == 0) fail("checksum probe: an expert of 0 bytes");
+  ChecksumProbe p;
+  p.expert_bytes = expert_bytes;
+  const uint64_t ws = std::clamp<uint64_t>(working_set_bytes, expert_bytes, std::max(expert_bytes, kMaxChecksumWorkingSet));
+  const uint64_t blocks = std::max<uint64_t>(1, ws / expert_bytes);
+  p.working_set_bytes = blocks * expert_bytes;
+  std::vector<uint8_t> buf(static_cast<size_t>(p.working_set_bytes));
+  for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<uint8_t>(i * 2654435761u >> 24);
+  // Walk the buffer once untimed (its pages mapped), then time whole passes
+  // block by block: after the first pass a block was last touched a working
+  // set ago, so it comes from memory when the set is above the caches.
+  uint64_t sink = 0;
+  for (uint64_t b = 0; b < blocks; ++b) sink ^= XXH3_64bits(buf.data() + b * expert_bytes, expert_bytes);
+  const uint64_t t0 = now_ns();
+  uint64_t b = 0;
+  for (;;) {
+    sink ^= XXH3_64bits(buf.data() + b * expert_bytes, expert_bytes);
+    ++p.hashes;
+    b = b + 1 == blocks ? 0 : b + 1;
+    if (p.hashes >= 8 && (p.hashes & 7) == 0 && static_cast<double>(now_ns() - t0) / 1e9 >= seconds) break;
+  }
+  p.seconds = static_cast<double>(now_ns() - t0) / 1e9;
+  volatile uint64_t keep = sink;  // the hashes are used
+  (void)keep;
+  p.gb_s = p.seconds > 0 ? static_cast<double>(p.hashes * expert_bytes) / p.seconds / 1e9 : 0.0;
+  p.us_per_expert = p.hashes ? p.seconds * 1e6 / static_cast<double>(p.hashes) : 0.0;
   return p;
 }
 

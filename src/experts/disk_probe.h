@@ -52,4 +52,22 @@ struct DiskProbe {
 // Throws strata::Error only when `dir` is not a directory.
 DiskProbe probe_disk(const DiskProbeOptions& o);
 
+// The CPU time the expert store spends on every miss besides the read: it
+// verifies each expert that lands with XXH3 (experts/disk_expert_store.cpp,
+// on the thread that waits for it, so the time counts as expert wait) over
+// bytes the disk just wrote to memory, not yet in the CPU's caches. The probe
+// hashes `expert_bytes` blocks of a `working_set_bytes` buffer (default 64
+// MiB: above the last-level cache of common CPUs, so each block comes from
+// memory as a fresh read's does), one after another, for about `seconds`
+// (at least 8 blocks). Memory: the buffer only; no file.
+struct ChecksumProbe {
+  uint64_t expert_bytes = 0, working_set_bytes = 0;
+  uint64_t hashes = 0;
+  double seconds = 0.0;
+  double gb_s = 0.0;        // 1e9 bytes hashed per second
+  double us_per_expert = 0.0;
+};
+constexpr uint64_t kMaxChecksumWorkingSet = 256ull << 20;
+ChecksumProbe probe_checksum(uint64_t expert_bytes, double seconds, uint64_t working_set_bytes = 64ull << 20);
+
 }  // namespace strata

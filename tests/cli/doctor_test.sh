@@ -27,6 +27,8 @@ check(d, {"schema": int, "strata_version": str, "warnings": list,
           "cpu": {"model": str, "cores": int, "kernel_path": str, "kernel_description": str, "features": list},
           "compute": {"threads": int, "matmul_call_us": num, "matmul_madd_ns": num, "working_set_bytes": int,
                       "region_us": num, "dot_gmadd_s": num, "seconds": num},
+          "checksum": {"read_bytes": int, "working_set_bytes": int, "hashes": int, "seconds": num, "gb_s": num,
+                       "us_per_read": num},
           "memory": {"total_bytes": int, "available_bytes": int, "cgroup_version": str, "cgroup_limit_bytes": int,
                      "swap_total_bytes": int, "swap_free_bytes": int, "thp": str, "read_gb_s": num, "read_threads": int},
           "disk": {"dir": str, "filesystem": str, "free_bytes": int, "total_bytes": int, "o_direct": bool,
@@ -41,6 +43,10 @@ assert c["threads"] == d["cpu"]["cores"] and c["region_us"] > 0 and c["dot_gmadd
 assert c["matmul_call_us"] >= 0 and c["matmul_madd_ns"] >= 0 and c["matmul_call_us"] + c["matmul_madd_ns"] * 16.384 > 0, c
 assert c["working_set_bytes"] == 64 << 20, c
 assert c["seconds"] < 5.0, c  # bounded: about 0.3 s of probing, slack for a loaded machine
+k = d["checksum"]  # the store's XXH3 of one --read-kib expert, from a 64 MiB buffer
+assert k["read_bytes"] == 1 << 20 and k["working_set_bytes"] == 64 << 20 and k["hashes"] >= 8, k
+assert k["gb_s"] > 0 and abs(k["us_per_read"] - k["read_bytes"] / (k["gb_s"] * 1e3)) <= 1e-6 * k["us_per_read"], k
+assert k["seconds"] < 5.0, k  # bounded: about 0.2 s
 assert d["memory"]["cgroup_version"] in ("v1", "v2", "none") and d["memory"]["thp"]
 disk = d["disk"]
 assert disk["dir"] == sys.argv[2], disk["dir"]
@@ -61,6 +67,7 @@ assert ("no_o_direct" in [w["id"] for w in d["warnings"]]) == (not disk["o_direc
 PY
 "$strata" doctor --dir "$tmp/dir" --probe-mib 4 --read-kib 1024 --seconds 0.02 --membw-mib 16 >"$tmp/table.txt"
 grep -q "^cpu" "$tmp/table.txt" && grep -q "random read QD16" "$tmp/table.txt" && grep -q "kernel path" "$tmp/table.txt"
+grep -q "checksum per read" "$tmp/table.txt"
 [ -z "$(ls -A "$tmp/dir")" ]
 # A missing directory is a runtime error naming it.
 if "$strata" doctor --dir "$tmp/nope" --json >/dev/null 2>"$tmp/err.txt"; then echo "doctor accepted a missing --dir"; exit 1; fi

@@ -9,7 +9,8 @@ here=$(cd "$(dirname "$0")/../.." && pwd)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 cfg=$here/tests/fixtures/glm5-tiny-bf16/config.json
-"$strata" plan --model "$cfg" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 200 --json >"$tmp/plan.json"
+"$strata" plan --model "$cfg" --disk-gbps 2 --checksum-gbps 0 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 200 \
+  --json >"$tmp/plan.json"
 /usr/bin/python3 - "$tmp/plan.json" <<'PY'
 import json, sys
 p = json.load(open(sys.argv[1]))
@@ -38,8 +39,8 @@ PY
 # doctor's queue-depth curve given by hand: the same hit rates, and every
 # row's disk time at or below the flat QD1 rate's (the fixture's small experts
 # read several at once: a request of m misses at queue depth min(m, 16)).
-"$strata" plan --model "$cfg" --disk-gbps 2 --disk-qd4-gbps 4 --disk-qd16-gbps 8 --mem-gbps 20 --ram 0.05 --headroom 0 \
-  --trace-tokens 200 --json >"$tmp/plan_qd.json"
+"$strata" plan --model "$cfg" --disk-gbps 2 --disk-qd4-gbps 4 --disk-qd16-gbps 8 --checksum-gbps 0 --mem-gbps 20 \
+  --ram 0.05 --headroom 0 --trace-tokens 200 --json >"$tmp/plan_qd.json"
 /usr/bin/python3 - "$tmp/plan.json" "$tmp/plan_qd.json" <<'PY'
 import json, sys
 flat, qd = (json.load(open(f)) for f in sys.argv[1:3])
@@ -53,13 +54,35 @@ for a, b in zip(flat["rows"], qd["rows"]):
     faster += b["disk_ms"] < a["disk_ms"] * 0.99
 assert faster > 0, "no row read faster at depth"
 PY
+# The store's checksum per miss: given by hand, every row's disk time grows by
+# its read bytes at that rate (the same hit rates); measured when not given.
+"$strata" plan --model "$cfg" --disk-gbps 2 --checksum-gbps 4 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 200 \
+  --json >"$tmp/plan_ck.json"
+"$strata" plan --model "$cfg" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 200 \
+  --json >"$tmp/plan_ckm.json"
+/usr/bin/python3 - "$tmp/plan.json" "$tmp/plan_ck.json" "$tmp/plan_ckm.json" <<'PY'
+import json, sys
+flat, ck, ckm = (json.load(open(f)) for f in sys.argv[1:4])
+assert flat["machine"]["checksum"]["gb_s"] == 0 and ck["machine"]["checksum"]["gb_s"] == 4, ck["machine"]["checksum"]
+slower = 0
+for a, b in zip(flat["rows"], ck["rows"]):
+    assert a["hit_rate"] == b["hit_rate"] and a["checksum_ms"] == 0, (a, b)
+    want = b["disk_bytes_per_token"] / 4e6
+    assert abs(b["checksum_ms"] - want) <= 1e-9 * max(want, 1e-9), b
+    assert abs(b["disk_ms"] - (a["disk_ms"] + want)) <= 1e-9 * max(b["disk_ms"], 1e-9), (a, b)
+    slower += want > 0
+assert slower > 0, "no row with misses"
+m = ckm["machine"]["checksum"]
+assert m["gb_s"] > 0 and m["us_per_expert"] > 0 and m["source"].startswith("measured"), m
+assert m["expert_bytes"] == ckm["sizes"]["int4"]["expert_read_bytes"] and m["working_set_bytes"] >= m["expert_bytes"], m
+PY
 # The fixed compute term given by hand: 44 projections in the fixture's
 # resident part (a dense layer: q_a, q_b, kv_a, o, the indexer's 3, the MLP's
 # 3; each of 3 MoE layers: 7 + router + shared expert's 3; lm_head) plus 3 per
 # routed expert (top-2, 3 MoE layers), those over the pool's threshold a
 # region each too; MLA's 3 regions and the indexer's per layer; attention's
 # multiply-adds at 100 keys (DSA caps the keys at index_topk).
-"$strata" plan --model "$cfg" --disk-gbps 2 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 200 \
+"$strata" plan --model "$cfg" --disk-gbps 2 --checksum-gbps 0 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 200 \
   --matmul-call-us 10 --matmul-madd-ns 0.5 --region-us 2 --dot-gmadds 0.5 --context 100 --json >"$tmp/plan_c.json"
 /usr/bin/python3 - "$tmp/plan_c.json" "$tmp/plan.json" "$cfg" <<'PY'
 import json, sys

@@ -12,6 +12,8 @@
 
 #include "experts/cache_model.h"
 #include "experts/disk_expert_store.h"
+#include "experts/disk_probe.h"
+#include "core/error.h"
 #include "format/container.h"
 #include "format/convert.h"
 #include "format/convert_plan.h"
@@ -159,6 +161,21 @@ TEST(CacheModel, StoreReplayEqualsTheStoresRuleWrittenOut) {
 // The disk term: a request's misses are read together with the store's
 // bytes in flight, at the rate strata doctor measured for that many bytes in
 // flight (queue depth = bytes / the probe's read), log-linear between depths.
+// A trace with known misses per request (4 slots, top-4, after 2 warm-up
+// tokens): layer 0 alternates {0..3} / {4..7} (4 misses every token),
+// layer 1 always {0..3} (none), layer 2 alternates {0..3} / {0,1,4,5}
+// (2 misses: the shared pair hits).
+RoutingTrace known_misses_trace() {
+  RoutingTrace t{3, 8, 4, {}};
+  for (int tok = 0; tok < 10; ++tok) {
+    const bool odd = tok % 2;
+    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd ? e + 4 : e);
+    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(e);
+    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd && e >= 2 ? e + 2 : e);
+  }
+  return t;
+}
+
 TEST(CacheModel, DiskRateFollowsTheStoresBytesInFlight) {
   DiskRates d;
   d.qd_gb_s = {{1, 1.0}, {4, 2.0}, {16, 4.0}};
@@ -190,17 +207,7 @@ TEST(CacheModel, DiskRateFollowsTheStoresBytesInFlight) {
   EXPECT_DOUBLE_EQ(d.read_seconds(6, 4, mib), 4.0 * mib / 2e9 + 2.0 * mib / 1.5e9);
   EXPECT_DOUBLE_EQ(d.read_seconds(0, 4, mib), 0.0);
 
-  // A trace with known misses per request (4 slots, top-4, after 2 warm-up
-  // tokens): layer 0 alternates {0..3} / {4..7} (4 misses every token),
-  // layer 1 always {0..3} (none), layer 2 alternates {0..3} / {0,1,4,5}
-  // (2 misses: the shared pair hits).
-  RoutingTrace t{3, 8, 4, {}};
-  for (int tok = 0; tok < 10; ++tok) {
-    const bool odd = tok % 2;
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd ? e + 4 : e);
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(e);
-    for (int32_t e : {0, 1, 2, 3}) t.ids.push_back(odd && e >= 2 ? e + 2 : e);
-  }
+  const RoutingTrace t = known_misses_trace();
   const StoreReplay r = replay_store_lru(t, 4, 2);
   EXPECT_EQ(r.tokens, 8);
   EXPECT_EQ(r.batches, (std::vector<uint64_t>{8, 0, 8, 0, 8}));
@@ -226,6 +233,45 @@ TEST(CacheModel, DiskRateFollowsTheStoresBytesInFlight) {
   EXPECT_NEAR(disk_seconds_per_token(r, flat_disk_rate(2.0), 1.0, 4, mib), predict_decode(c, 0.5).disk_s, 1e-15);
   // Onto top-8 of 16 experts at 8 slots (4 trace slots): twice the misses per request.
   EXPECT_DOUBLE_EQ(m.at(8, 16, 8, d, mib).disk_s, 8.0 * mib / 3e9 + 4.0 * mib / 2e9);
+}
+
+TEST(CacheModel, ChecksumAddsPerMiss) {
+  // The store hashes every expert that lands: each miss adds its bytes at the
+  // checksum rate to the read, whatever the queue depth; hits add nothing.
+  DiskRates d;
+  d.qd_gb_s = {{1, 1.0}, {4, 2.0}, {16, 4.0}};
+  d.io_depth = 16;
+  d.io_chunk = 1u << 20;
+  const uint64_t mib = 1u << 20;
+  const double reads = 4.0 * mib / 2e9 + 2.0 * mib / 1.5e9;  // as above: 4 misses at QD4, 2 at QD2
+  d.checksum_gb_s = 8.0;
+  EXPECT_DOUBLE_EQ(d.read_seconds(1, 4, mib), mib / 1e9 + mib / 8e9);
+  EXPECT_DOUBLE_EQ(d.read_seconds(6, 4, mib), reads + 6.0 * mib / 8e9);
+  EXPECT_DOUBLE_EQ(d.read_seconds(0, 4, mib), 0.0);
+  // The synthetic trace above (6 misses per counted token over 3 layers).
+  const RoutingTrace t = known_misses_trace();
+  const StoreReplay r = replay_store_lru(t, 4, 2);
+  EXPECT_DOUBLE_EQ(disk_seconds_per_token(r, d, 1.0, 4, mib), reads + 6.0 * mib / 8e9);
+  StoreModel m(t, 2);
+  EXPECT_DOUBLE_EQ(m.at(4, 8, 4, d, mib).disk_s, reads + 6.0 * mib / 8e9);
+  // Scaled onto top-8 of 16 experts: twice the misses, twice the checksums.
+  EXPECT_DOUBLE_EQ(m.at(8, 16, 8, d, mib).disk_s, 8.0 * mib / 3e9 + 4.0 * mib / 2e9 + 12.0 * mib / 8e9);
+  // 0: not counted (the model before the term).
+  d.checksum_gb_s = 0.0;
+  EXPECT_DOUBLE_EQ(disk_seconds_per_token(r, d, 1.0, 4, mib), reads);
+}
+
+TEST(CacheModel, ChecksumProbeIsBounded) {
+  const ChecksumProbe p = probe_checksum(108 * 1024, 0.02, 4u << 20);
+  EXPECT_EQ(p.expert_bytes, 108u * 1024);
+  EXPECT_EQ(p.working_set_bytes, (4u << 20) / (108 * 1024) * (108 * 1024));
+  EXPECT_GE(p.hashes, 8u);
+  EXPECT_GT(p.gb_s, 0.0);
+  EXPECT_NEAR(p.us_per_expert, 108 * 1024 / (p.gb_s * 1e3), 1e-6 * p.us_per_expert);
+  EXPECT_LT(p.seconds, 5.0);
+  // The working set is capped, and never below one expert.
+  EXPECT_EQ(probe_checksum(8192, 0.0, 1).working_set_bytes, 8192u);
+  EXPECT_THROW(probe_checksum(0, 0.01), Error);
 }
 
 TEST(CacheModel, IndependentTraceIsDistinctAndFollowsPopularity) {
