@@ -3,7 +3,9 @@
 that need a model bigger than the fixtures (no reference outputs). glm_moe_dsa by default;
 the qwen3 / glm4 presets write qwen3_moe / glm4_moe (bf16, streamed, one shard per layer), the
 dsv3 preset deepseek_v3 (streamed; --fp8: DeepSeek-V3's block-FP8 layout, 128 x 128 blocks, as
-tests/fixtures/dsv3-tiny-fp8 at the released block size).
+tests/fixtures/dsv3-tiny-fp8 at the released block size), the dsv32 preset deepseek_v32 (the same
+plus DeepSeek-V3.2's indexer; --fp8: V3.2's layout, the indexer's wq_b / wk FP8 too and its k_norm
+f32, as tests/fixtures/dsv32-tiny-fp8).
 
     /usr/bin/python3 tools/make_model.py --preset rss --out /tmp/m [--fp8] [--seed 1]
     /usr/bin/python3 tools/make_model.py --set hidden_size=512 --set n_routed_experts=64 --out /tmp/m
@@ -11,6 +13,7 @@ tests/fixtures/dsv3-tiny-fp8 at the released block size).
     /usr/bin/python3 tools/make_model.py --preset glm45-air-slice --out /tmp/g
     /usr/bin/python3 tools/make_model.py --preset dsv3-slice --out /tmp/dsv3   # ~13 GB, streamed
     /usr/bin/python3 tools/make_model.py --preset dsv3-slice --fp8 --out /tmp/dsv3-fp8   # ~7 GB
+    /usr/bin/python3 tools/make_model.py --preset dsv32-slice --fp8 --out /tmp/dsv32-fp8   # ~7 GB
 
 --fill periodic (with --stream, or the glm52-slice preset): every matrix of 1M elements or more is one
 block of PERIOD normal draws of its scale, repeated from a random start, instead of fresh draws: the same
@@ -80,6 +83,11 @@ PRESETS = {
                 num_hidden_layers=4, first_k_dense_replace=1, vocab_size=1024, intermediate_size=512,
                 index_topk=64),
 }
+# DeepSeek-V3.2's: dsv3-slice plus its DSA indexer (64 heads of 128, top 2048) in every layer and the MTP
+# layer.
+PRESETS["dsv32-slice"] = dict(PRESETS["dsv3-slice"], model_type="deepseek_v32",
+                              architectures=["DeepseekV32ForCausalLM"], index_n_heads=64, index_head_dim=128,
+                              index_topk=2048)
 
 
 def gqa_family(family):
@@ -107,6 +115,7 @@ def gqa_family(family):
     return base, ref.expected_tensor_names, lambda n, cfg: gen.shape(n, ref.Config(cfg)), init
 
 
+DEEPSEEK = ("deepseek_v3", "deepseek_v32")  # written from make_dsv3_fixture's layout (deepseek_v3_ref)
 PERIOD = 4194301  # elements of the repeated block of --fill periodic (odd: rows do not line up with it)
 
 
@@ -118,11 +127,12 @@ def write_streaming(out_dir, config, seed, fp8, family=None, fill="normal"):
     R = F.R
     os.makedirs(out_dir, exist_ok=True)
     block = tuple(config.get("quantization_config", {}).get("weight_block_size", (128, 128)))
+    deepseek = family is None and config["model_type"] in DEEPSEEK
     if family is not None:
         _, names_of, shape_fn, init = gqa_family(family)
         names = names_of(config)
         shape_of = lambda n: shape_fn(n, config)  # noqa: E731
-    elif config["model_type"] == "deepseek_v3":
+    elif config["model_type"] in DEEPSEEK:
         dc = DS.Config(config)
         names = DS.weight_names(config)  # the scales are planned with their weights below
         shape_of = lambda n: DF.shape(n, dc)  # noqa: E731
@@ -148,10 +158,9 @@ def write_streaming(out_dir, config, seed, fp8, family=None, fill="normal"):
         for n in sorted(groups[L]):
             shape = tuple(shape_of(n))
             module = n[: -len(".weight")] if n.endswith(".weight") else None
-            if n.endswith("e_score_correction_bias"):
+            if n.endswith("e_score_correction_bias") or (fp8 and deepseek and DS.is_f32_in_fp8(n)):
                 plan.append((n, "F32", shape, None))
-            elif fp8 and module is not None and (DS.is_fp8_weight(n) if config["model_type"] == "deepseek_v3"
-                                                 else R.is_fp8_module(module)):
+            elif fp8 and module is not None and (DS.is_fp8_weight(n) if deepseek else R.is_fp8_module(module)):
                 plan.append((n, "F8_E4M3", shape, None))
                 sshape = (-(-shape[0] // block[0]), -(-shape[1] // block[1]))
                 plan.append((module + ".weight_scale_inv", "F32", sshape, n))
@@ -210,7 +219,7 @@ def write_streaming(out_dir, config, seed, fp8, family=None, fill="normal"):
     with open(os.path.join(out_dir, "generation_config.json"), "w") as f:
         if family is not None:
             gc = {"eos_token_id": config["eos_token_id"], "pad_token_id": config["pad_token_id"], "do_sample": False}
-        elif config["model_type"] == "deepseek_v3":
+        elif deepseek:
             gc = {"eos_token_id": DF.EOS_IDS, "pad_token_id": DF.PAD_ID, "do_sample": False}
         else:
             gc = F.generation_config(config)
@@ -247,17 +256,17 @@ def main(argv=None):
         config = dict(gqa_family(family)[0], **over)
         write_streaming(a.out, config, a.seed, False, family)
         return
-    if over.get("model_type") == "deepseek_v3":
+    if over.get("model_type") in DEEPSEEK:
         config = {**DF.config(), **over}  # the fixture's config with the preset's shapes
     else:
         config = F.glm5_config(**over)
-    if a.fp8 and config["model_type"] == "deepseek_v3":
+    if a.fp8 and config["model_type"] in DEEPSEEK:
         config = dict(config, quantization_config=DS.released_fp8_quant_config())
     elif a.fp8:
         config = dict(config, quantization_config=F.fp8_quant_config(config))
-    if config["model_type"] == "deepseek_v3" and not (a.stream or a.preset == "dsv3-slice"):
-        ap.error("deepseek_v3 checkpoints are written with --stream")
-    if a.stream or a.preset in ("glm52-slice", "dsv3-slice"):
+    if config["model_type"] in DEEPSEEK and not (a.stream or a.preset in ("dsv3-slice", "dsv32-slice")):
+        ap.error(f"{config['model_type']} checkpoints are written with --stream")
+    if a.stream or a.preset in ("glm52-slice", "dsv3-slice", "dsv32-slice"):
         write_streaming(a.out, config, a.seed, a.fp8, fill=a.fill)
         return
     if a.fill != "normal":

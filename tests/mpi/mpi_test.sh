@@ -42,7 +42,7 @@ ids=$(python3 -c "print(','.join(str((i*37)%200+3) for i in range(24)))")
 at=$(python3 -c "print(','.join(str(i) for i in range(24)))")
 
 # 1. Fixtures (checkpoints): score with every position's logits and MTP.
-for fx in glm5-tiny-bf16 glm52-tiny-bf16 glm5-tiny-fp8 dsv3-tiny-fp8; do
+for fx in glm5-tiny-bf16 glm52-tiny-bf16 glm5-tiny-fp8 dsv3-tiny-fp8 dsv32-tiny-fp8; do
   M=$here/tests/fixtures/$fx
   A=(score --model "$M" --ids "$ids" --logits-at "$at" --mtp --json --threads 1 -q)
   "$S" "${A[@]}" >"$tmp/$fx.1" 2>"$tmp/err" || fail "$fx one process: $(cat "$tmp/err")"

@@ -289,11 +289,26 @@ class DeepseekV3Ref:
 # correction bias stay bf16 / f32.
 FP8_MODULES = ("q_a_proj", "q_b_proj", "kv_a_proj_with_mqa", "kv_b_proj", "o_proj", "gate_proj", "up_proj",
                "down_proj", "eh_proj")
+# deepseek_v32 (DeepSeek-V3.2's FP8 checkpoints): the DSA indexer's two projections are FP8 too
+# (`self_attn.indexer.wq_b` [heads * head_dim, q_lora] and `self_attn.indexer.wk` [head_dim, hidden],
+# each with its weight_scale_inv); its `weights_proj` stays bf16 and its LayerNorm `k_norm` (weight
+# and bias) f32.
+FP8_INDEXER_MODULES = ("wq_b", "wk")
 
 
 def is_fp8_weight(name: str) -> bool:
     parts = name.split(".")
-    return len(parts) >= 2 and parts[-1] == "weight" and parts[-2] in FP8_MODULES and parts[0] == "model"
+    if len(parts) < 3 or parts[-1] != "weight" or parts[0] != "model":
+        return False
+    if parts[-3] == "indexer":
+        return parts[-2] in FP8_INDEXER_MODULES
+    return parts[-2] in FP8_MODULES
+
+
+def is_f32_in_fp8(name: str) -> bool:
+    """Tensors an FP8 DeepSeek checkpoint keeps in float32 besides the scales: the router's correction
+    bias and (deepseek_v32) the indexer's k_norm weight and bias."""
+    return name.endswith("e_score_correction_bias") or ".indexer.k_norm." in name
 
 
 def released_fp8_quant_config(block=(128, 128)) -> dict:

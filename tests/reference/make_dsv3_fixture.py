@@ -25,6 +25,10 @@ positions, split-half indexer rope).  Its seed must also show that the indexer d
 rotation instead changes some), and keep the indexer's gap at the top-k cut (k-th minus (k+1)-th
 score over every query that drops keys) at least 1e-4, so a float reordering cannot flip a
 selection (recorded as min_index_topk_gap).
+
+With --variant v32fp8, <out>/dsv32-tiny-fp8/: deepseek_v32 in DeepSeek-V3.2's FP8 layout (the fp8
+variant's plus the indexer's wq_b / wk in block FP8, its k_norm float32), two shards, the same seed
+targets as v32.
 """
 
 from __future__ import annotations
@@ -59,10 +63,16 @@ except Exception:  # pragma: no cover
 # Written as two shards with model.safetensors.index.json; the cut falls inside layer 2, between
 # model.layers.2.mlp.experts.2.down_proj.weight and its weight_scale_inv (checked by --check), so a
 # reader must find a scale in another file than its weight.
+# v32fp8: deepseek_v32 as DeepSeek-V3.2's FP8 checkpoints store it: the fp8 variant's layout plus the
+# indexer's wq_b and wk as float8_e4m3fn with their weight_scale_inv (weights_proj bf16, k_norm weight
+# and bias float32; deepseek_v3_ref.FP8_INDEXER_MODULES). wq_b [1024, 32] is 32 row blocks by one
+# partial column block, wk [64, 64] two by two with partial edges.
 VARIANTS = {
     "bf16": {"name": "dsv3-tiny-bf16", "block": None, "shards": 1, "seeds": list(range(4000, 4060))},
     "fp8": {"name": "dsv3-tiny-fp8", "block": [32, 48], "shards": 2, "seeds": list(range(4100, 4160))},
-    "v32": {"name": "dsv32-tiny-bf16", "block": None, "shards": 1, "seeds": list(range(4200, 4260))},
+    "v32": {"name": "dsv32-tiny-bf16", "block": None, "shards": 1, "seeds": list(range(4200, 4260)), "v32": True},
+    "v32fp8": {"name": "dsv32-tiny-fp8", "block": [32, 48], "shards": 2, "seeds": list(range(4300, 4360)),
+               "v32": True},
 }
 # deepseek_v32's indexer, shrunk from DeepSeek-V3.2's 64 heads x 128 / top 2048: 16 heads of 64 (so
 # its scores rarely tie, docs: testing notes) and a top-k of 16 of the 48 positions.
@@ -189,7 +199,9 @@ def build_storage(cfg: dict, seed: int) -> dict:
             mod = "lm_head" if name == "lm_head.weight" else name.split(".")[-2]
             w = (GAIN.get(mod, 1.0) / math.sqrt(s[1])) * rng.standard_normal(s)
         w = np.asarray(w, dtype=np.float32)
-        if block is not None and Q.is_fp8_weight(name):
+        if block is not None and Q.is_f32_in_fp8(name):  # deepseek_v32's indexer k_norm
+            out[name] = ("F32", w)
+        elif block is not None and Q.is_fp8_weight(name):
             codes, scale = fmt.quantize_fp8_block(fmt.round_to_bf16(w), block)
             out[name] = ("F8_E4M3", codes)
             out[name + "_scale_inv"] = ("F32", scale)
@@ -238,14 +250,12 @@ def make_ids(seed: int, vocab: int) -> list:
 
 def variant_config(variant: str) -> dict:
     cfg = config()
-    if variant == "v32":
+    v = VARIANTS[variant]
+    if v.get("v32"):
         cfg.update(V32_INDEXER, model_type="deepseek_v32", architectures=["DeepseekV32ForCausalLM"])
-        return dict(sorted(cfg.items()))
-    block = VARIANTS[variant]["block"]
-    if block is None:
-        return cfg
-    cfg["quantization_config"] = Q.released_fp8_quant_config(block)
-    return dict(sorted(cfg.items()))
+    if v["block"] is not None:
+        cfg["quantization_config"] = Q.released_fp8_quant_config(v["block"])
+    return cfg if variant == "bf16" else dict(sorted(cfg.items()))
 
 
 def weight_files(d: str) -> list:
@@ -319,7 +329,8 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--variant", choices=sorted(VARIANTS), default="bf16",
                     help="bf16: dsv3-tiny-bf16 (default); fp8: dsv3-tiny-fp8 (block FP8, two shards); "
-                         "v32: dsv32-tiny-bf16 (deepseek_v32, the DSA indexer)")
+                         "v32: dsv32-tiny-bf16 (deepseek_v32, the DSA indexer); v32fp8: dsv32-tiny-fp8 "
+                         "(deepseek_v32 in block FP8 incl. the indexer's wq_b / wk, two shards)")
     ap.add_argument("--seed", type=int, help="pin the seed (must still meet the targets)")
     ap.add_argument("--check", action="store_true",
                     help="regenerate <out>/<the variant's fixture> with its committed seed into a temp dir and "
@@ -338,7 +349,7 @@ def main(argv=None):
         ids = make_ids(seed, cfg["vocab_size"])
         ref = Q.compute_reference(model, ids)
         ref.update(yarn_effects(cfg, w, ids, ref["top1"]))
-        v32 = a.variant == "v32"
+        v32 = bool(v.get("v32"))
         if v32:
             ref.update(indexer_effects(cfg, w, ids, ref["top1"]))
         ok = (not v32 or (ref["min_index_topk_gap"] >= TARGET["min_router_gap"]
@@ -359,8 +370,9 @@ def main(argv=None):
             weights = "bf16 weights"
             if v["block"] is not None:
                 weights = (f"float8_e4m3fn weights with float32 weight_scale_inv per {v['block'][0]}x{v['block'][1]} "
-                           f"block (attention, dense MLP, experts, eh_proj; bf16 embed / lm_head / norms / "
-                           f"router, f32 router bias), {v['shards']} shards")
+                           f"block (attention{', indexer wq_b / wk' if v32 else ''}, dense MLP, experts, eh_proj; "
+                           f"bf16 embed / lm_head / norms / router{' / indexer weights_proj' if v32 else ''}, "
+                           f"f32 router bias{' and indexer k_norm' if v32 else ''}), {v['shards']} shards")
             if v32:
                 weights += (", model_type deepseek_v32: DSA indexer in every layer and the MTP layer (16 heads "
                             "of dim 64, index_topk 16, split-half indexer rope)")

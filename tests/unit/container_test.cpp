@@ -167,7 +167,7 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ContainerPlacement,
                          ::testing::Values("glm5-tiny-bf16", "glm52-tiny-bf16", "qwen3moe-tiny-bf16",
                                            "glm4moe-tiny-bf16", "dsv3-tiny-bf16", "dsv3-tiny-fp8",
-                                           "dsv32-tiny-bf16"),
+                                           "dsv32-tiny-bf16", "dsv32-tiny-fp8"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
@@ -188,14 +188,16 @@ TEST(Container, Int8ComputesExactlyItsDequantizedWeights) {
   ComputeOptions f32;
   f32.acts = IntActivations::F32;
   // Minimum teacher-forced top-1 agreement (of 48) per fixture: measured
-  // 43/39/28 (dsv3-tiny-fp8: 38), the same with and without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
+  // 43/39/28 (dsv3-tiny-fp8: 38, dsv32-tiny-fp8: 35), the same with and without OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE
   // (this is strata's own arithmetic, identical on every kernel path:
   // KernelMatmul.ModelLogitsAreIdenticalOnEveryPath), less 2 as slack for a
   // regenerated reference.json. A drop below means int8 quantization (or its
   // dequantization) got worse: re-measure, and lower a bar only with a reason.
   const std::map<std::string, int> min_agree = {
-      {"glm5-tiny-bf16", 41}, {"glm5-tiny-fp8", 37}, {"glm52-tiny-bf16", 26}, {"dsv3-tiny-fp8", 36}};
-  for (const std::string name : {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16", "dsv3-tiny-fp8"}) {
+      {"glm5-tiny-bf16", 41}, {"glm5-tiny-fp8", 37}, {"glm52-tiny-bf16", 26}, {"dsv3-tiny-fp8", 36},
+      {"dsv32-tiny-fp8", 33}};
+  for (const std::string name :
+       {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16", "dsv3-tiny-fp8", "dsv32-tiny-fp8"}) {
     TempDir tmp;
     const std::string dir = tmp.file("c"), deq = tmp.file("deq");
     convert(fixture(name), dir, "--experts int8 --group-size 0 --head-bits 8");

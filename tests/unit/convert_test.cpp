@@ -43,8 +43,10 @@ using test_util::write_file;
 std::string fixture(const std::string& name) { return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name; }
 
 // dsv3-tiny-fp8: another family's block-FP8 checkpoint, in two shards, one
-// weight_scale_inv in another shard than its weight.
-const char* const kFixtures[] = {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16", "dsv3-tiny-fp8"};
+// weight_scale_inv in another shard than its weight; dsv32-tiny-fp8 the same
+// with DeepSeek-V3.2's FP8 indexer projections (wq_b, wk) and f32 k_norm.
+const char* const kFixtures[] = {"glm5-tiny-bf16", "glm5-tiny-fp8", "glm52-tiny-bf16", "dsv3-tiny-fp8",
+                                 "dsv32-tiny-fp8"};
 
 struct ProcResult {
   int exit_code = -1;  // -1 if killed by a signal
@@ -396,6 +398,7 @@ std::vector<Case> cases() {
   }
   v.push_back({"glm5-tiny-fp8", "mixed", mixed()});
   v.push_back({"dsv3-tiny-fp8", "mixed", mixed()});
+  v.push_back({"dsv32-tiny-fp8", "mixed", mixed()});
   v.push_back({"glm52-tiny-bf16", "perrow", per_row()});
   v.push_back({"glm5-tiny-bf16", "int4", int4_everywhere()});
   return v;
@@ -552,7 +555,7 @@ TEST_P(ConvertResume, SigkillThenResumeIsByteIdentical) {
 INSTANTIATE_TEST_SUITE_P(Convert, ConvertResume,
                          ::testing::Values(KillCase{"glm5-tiny-bf16", 0}, KillCase{"glm5-tiny-bf16", 2},
                                            KillCase{"glm52-tiny-bf16", 4}, KillCase{"glm5-tiny-fp8", 6},
-                                           KillCase{"dsv3-tiny-fp8", 3}),
+                                           KillCase{"dsv3-tiny-fp8", 3}, KillCase{"dsv32-tiny-fp8", 5}),
                          [](const ::testing::TestParamInfo<KillCase>& i) {
                            std::string n = std::string(i.param.fixture) + "_after_" + std::to_string(i.param.after_files);
                            for (char& ch : n)

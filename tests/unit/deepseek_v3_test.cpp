@@ -9,7 +9,9 @@
 // configs, and the family's config refusals; export-gguf of the family (its
 // deepseek2 layout is checked in gguf_writer_test.cpp). The same tests run on
 // dsv32-tiny-bf16: deepseek_v32, i.e. the same layout plus the DSA indexer
-// (GLM-5's, with split-half rope) in every layer and the MTP layer.
+// (GLM-5's, with split-half rope) in every layer and the MTP layer, and on
+// dsv32-tiny-fp8: deepseek_v32 as DeepSeek-V3.2's FP8 checkpoints store it
+// (the indexer's wq_b and wk block-FP8 too, its k_norm f32), two shards.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -35,6 +37,10 @@ constexpr float kLogitTol = 1e-4f;  // f32 both sides; reduction orders differ
 const char* const kFixture = "dsv3-tiny-bf16";  // the config tests edit its config.json
 const char* const kFp8Fixture = "dsv3-tiny-fp8";
 const char* const kV32Fixture = "dsv32-tiny-bf16";
+const char* const kV32Fp8Fixture = "dsv32-tiny-fp8";
+
+bool is_v32(const std::string& name) { return name.rfind("dsv32-", 0) == 0; }
+bool is_fp8(const std::string& name) { return name.size() > 4 && name.compare(name.size() - 4, 4, "-fp8") == 0; }
 
 std::string fixture_dir(const std::string& name = kFixture) {
   return std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/" + name;
@@ -108,7 +114,7 @@ class Dsv3Fixture : public ::testing::TestWithParam<const char*> {
 
 TEST_P(Dsv3Fixture, ConfigIsMlaWithIndexerOnlyInV32AndYarn) {
   const ModelConfig& c = model->config;
-  const bool v32 = std::string(GetParam()) == kV32Fixture;
+  const bool v32 = is_v32(GetParam());
   EXPECT_EQ(c.model_type, v32 ? "deepseek_v32" : "deepseek_v3");
   EXPECT_EQ(c.attention, AttentionKind::Mla);
   EXPECT_EQ(c.router, RouterKind::SigmoidGroups);
@@ -150,9 +156,10 @@ TEST_P(Dsv3Fixture, Fp8WeightsAreBlockQuantizedAsInDeepseekV3) {
   // dsv3-tiny-fp8: DeepSeek-V3's quantization_config with the block scaled to
   // the tiny shapes (32 x 48: partial edge blocks in both directions); every
   // attention projection, MLP, expert and the MTP eh_proj is FP8, the
-  // embeddings, lm_head and router are not.
+  // embeddings, lm_head and router are not. dsv32-tiny-fp8: DeepSeek-V3.2's
+  // layout, where the indexer's wq_b and wk are FP8 too and weights_proj bf16.
   const ModelConfig& c = model->config;
-  const bool fp8 = std::string(GetParam()) == kFp8Fixture;
+  const bool fp8 = is_fp8(GetParam());
   EXPECT_EQ(c.fp8, fp8);
   if (!fp8) return;
   EXPECT_EQ(c.fp8_block_rows, 32);
@@ -169,6 +176,14 @@ TEST_P(Dsv3Fixture, Fp8WeightsAreBlockQuantizedAsInDeepseekV3) {
     for (const Weight* x : {&mlp.gate, &mlp.up, &mlp.down}) EXPECT_EQ(x->format, WeightFormat::FP8_BLOCK) << x->name;
     if (l.is_moe) {
       EXPECT_NE(l.router.gate.format, WeightFormat::FP8_BLOCK);
+    }
+    EXPECT_EQ(l.attn.has_indexer, is_v32(GetParam()));
+    if (l.attn.has_indexer) {
+      EXPECT_EQ(l.attn.indexer.wq_b.format, WeightFormat::FP8_BLOCK);
+      EXPECT_EQ(l.attn.indexer.wq_b.scales.size(), 32u * 1u);  // [1024, 32]: 32 row blocks, one partial column
+      EXPECT_EQ(l.attn.indexer.wk.format, WeightFormat::FP8_BLOCK);
+      EXPECT_EQ(l.attn.indexer.wk.scales.size(), 2u * 2u);  // [64, 64]: 32 + 32 rows, 48 + 16 columns
+      EXPECT_EQ(l.attn.indexer.weights_proj.format, WeightFormat::BF16);
     }
   }
   EXPECT_EQ(w.layers.back().eh_proj.format, WeightFormat::FP8_BLOCK);
@@ -240,7 +255,7 @@ TEST_P(Dsv3Fixture, RowsAreBatchAndThreadInvariant) {
 // every selection's gap at the cut is at least 1e-4); strata's keep-all mode
 // differs from the reference where the reference says selection matters.
 TEST_P(Dsv3Fixture, V32IndexerSelectionDecidesTopOnes) {
-  if (std::string(GetParam()) != kV32Fixture) GTEST_SKIP() << "deepseek_v32 only";
+  if (!is_v32(GetParam())) GTEST_SKIP() << "deepseek_v32 only";
   EXPECT_GT(ref["top1_changed_without_index_selection"].get<int>(), 0);
   EXPECT_GT(ref["top1_changed_with_interleaved_indexer_rope"].get<int>(), 0);
   EXPECT_GE(ref["min_index_topk_gap"].get<double>(), 1e-4);
@@ -273,7 +288,8 @@ TEST_P(Dsv3Fixture, TruncatedSessionRecomputesTheSameRows) {
   EXPECT_TRUE(std::equal(a.begin() + 20 * V, a.end(), b.begin() + 20 * V));
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, Dsv3Fixture, ::testing::Values(kFixture, kFp8Fixture, kV32Fixture),
+INSTANTIATE_TEST_SUITE_P(Fixtures, Dsv3Fixture,
+                         ::testing::Values(kFixture, kFp8Fixture, kV32Fixture, kV32Fp8Fixture),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
