@@ -116,10 +116,11 @@ def main():
                                 "ranks": a.ranks, "ram_per_rank_bytes": int(per_rank), "replicate": replicate,
                                 "threads": a.threads, "prompt_tokens": a.prompt_tokens, "gen_tokens": a.gen_tokens,
                                 "load1": load1(), "cpus": os.cpu_count()}}), flush=True)
-    # Learn the routing usage once (single process, streaming).
+    # Learn the routing usage once (single process, streaming; --spec off: one row per step, so the
+    # usage learnt does not follow auto's timing-dependent drafts).
     ids = ",".join(str((i * 37) % 200 + 3) for i in range(16))
     run([a.strata, "generate", "--model", C, "--ids", ids, "-n", str(a.learn_tokens), "--ignore-eos", "--ram", ram,
-         "--threads", str(a.threads), "-q"], env)
+         "--threads", str(a.threads), "-q", "--spec", "off"], env)
 
     B = [a.strata, "bench", "--model", C, "--prompt-tokens", str(a.prompt_tokens), "--gen-tokens", str(a.gen_tokens),
          "--threads", str(a.threads), "--reps", str(a.reps), "--membw-mib", "0", "--disk-mib", "0", "--no-autopin",

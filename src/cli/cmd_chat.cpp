@@ -499,6 +499,7 @@ void add_chat_command(CLI::App& app, Runner& run) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("chat", "Interactive chat (:q quit, :reset, :more, :set KEY VALUE)");
+  f->engine.spec = kSpecGenerating;  // the generating commands speculate by default
   f->engine.add(cmd);
   f->text.add(cmd);
   cmd->get_option("--model")->required(false);

@@ -20,6 +20,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("generate", "Greedy generation from token ids");
+  f->engine.spec = kSpecGenerating;  // the generating commands speculate by default
   f->engine.add(cmd);
   cmd->add_option("--ids", f->ids, "Comma-separated prompt token ids")->required();
   cmd->add_option("-n", f->n, "Tokens to generate")->check(CLI::Range(0, 1 << 20));

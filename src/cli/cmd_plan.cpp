@@ -98,7 +98,7 @@ Sizes sizes_for(const std::string& dir, int bits) {
   }
   const std::string mtp_prefix = "model.layers." + std::to_string(c.num_hidden_layers) + ".";
   for (const conversion::DenseItem& d : p.dense) {
-    if (d.name.rfind(mtp_prefix, 0) == 0) continue;  // the MTP layer runs only with --spec mtp
+    if (d.name.rfind(mtp_prefix, 0) == 0) continue;  // the MTP layer runs only while --spec mtp/auto drafts with it
     const uint64_t b = d.rec.bytes + d.rec.scales_bytes;
     // A projection: every matrix but the embedding (a row is looked up) and
     // MLA's kv_b (attention applies it per head, in its own regions).

@@ -62,6 +62,7 @@ void add_run_command(CLI::App& app, Runner& run) {
   p->excludes(w)->excludes(fo);
   w->excludes(fo);
   cmd->add_flag("--raw", f->raw, "No chat template: the prompt is the model's input text as is")->group(kGroupInput);
+  f->engine.spec = kSpecGenerating;  // the generating commands speculate by default
   f->engine.add(cmd);
   f->text.add(cmd);
   cmd->callback([f, p, w, fo, &run] {

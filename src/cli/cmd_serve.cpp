@@ -106,6 +106,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
   };
   auto f = std::make_shared<Flags>();
   CLI::App* cmd = app.add_subcommand("serve", "Serve the model over an OpenAI-compatible HTTP API");
+  f->engine.spec = kSpecGenerating;  // the generating commands speculate by default
   f->engine.add(cmd);
   server::ServerOptions& so = f->server;
   cmd->add_option("--host", so.host, "Address to listen on (127.0.0.1: this machine only)")

@@ -75,8 +75,9 @@ void EngineFlags::add(CLI::App* cmd) {
       ->capture_default_str()
       ->group(kGroupCache);
   cmd->add_option("--spec", spec,
-                  "Speculative decoding: off, auto (every draft source, only while it pays), mtp (the MTP layer's "
-                  "chain), ngram (prompt lookup); forced tokens of a constraint in every mode but off "
+                  "Speculative decoding: off, auto (every draft source, only while it pays; the default of run, "
+                  "chat, generate and serve), mtp (the MTP layer's chain), ngram (prompt lookup); forced tokens of "
+                  "a constraint in every mode but off. No mode changes the output, greedy or seeded "
                   "(docs/speculative.md)")
       ->capture_default_str()
       ->group(kGroupSpec);

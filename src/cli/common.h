@@ -25,6 +25,12 @@ inline constexpr const char* kGroupServer = "Server";
 inline constexpr const char* kGroupAttach = "Attach to a server";
 inline constexpr const char* kGroupOutput = "Output";
 
+// --spec's default in the generating commands (run, chat, generate, serve):
+// auto drafts only while it pays and changes no output (docs/speculative.md).
+// The others (score, bench, eval, trace, atlas) keep off: they measure or
+// record one-row forwards.
+inline constexpr const char* kSpecGenerating = "auto";
+
 struct EngineFlags {
   std::string model;
   int threads = 0;  // 0: all cores
@@ -43,7 +49,7 @@ struct EngineFlags {
   std::string kernels = "auto";  // auto | scalar | avx2 | avx512 | avx512vnni
   bool packed_gemm = false;      // int8 prefill on the packed kernel (experimental, opt-in; docs/kernels.md)
   bool quiet = false;            // no start-up lines (kernel path, expert cache)
-  std::string spec = "off";      // speculative decoding: off | auto | mtp | ngram
+  std::string spec = "off";      // speculative decoding: off | auto | mtp | ngram (kSpecGenerating: run, chat, generate, serve)
   int spec_k = 4;                // most drafts per step
   // Experts over MPI (docs/distributed.md).
   std::string experts_over = "local";  // local | mpi

@@ -31,11 +31,21 @@ class Session {
   // MTP layer. Truncating forgets later positions (rejected drafts, :reset).
   int64_t n_past = 0;
   int64_t mtp_n_past = 0;
+  // With the MTP layer: the main model's final hidden state of each position
+  // ([capacity, hidden_size], valid for [0, hidden_n)). The MTP layer's state
+  // at p needs hidden state p and the token at p + 1, so when a later prompt
+  // changes the token after a reused prefix, the MTP state is recomputed from
+  // these (one MTP row per position) instead of the main model's.
+  std::vector<float> hidden;
+  int64_t hidden_n = 0;
   void truncate(int64_t n) {
     if (n < n_past) n_past = n;
     if (n < mtp_n_past) mtp_n_past = n;
+    if (n < hidden_n) hidden_n = n;
   }
   size_t bytes() const;
+  // What a session of `capacity` positions holds, bytes (= bytes() of one).
+  static size_t bytes_for(const ModelConfig& c, int64_t capacity, bool with_mtp);
 
  private:
   int64_t capacity_;

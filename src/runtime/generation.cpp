@@ -24,9 +24,9 @@ const char* stop_reason_name(StopReason r) {
 }
 
 namespace {
-// A fresh answer may bring the MTP state up to date by computing again this
-// many held positions (their hidden states are needed); beyond that it
-// drafts without the MTP layer.
+// A fresh answer may bring the MTP state up to date over this many held
+// positions (MTP rows from the session's hidden states; the main model's
+// keys are reused whole); beyond that it drafts without the MTP layer.
 constexpr int64_t kMtpCatchUp = 16;
 // --spec auto: every 4th plan that does not use the MTP chain still asks the
 // MTP head for its first proposal (one logits row), to score it.
@@ -66,8 +66,10 @@ Sequence::Sequence(std::unique_ptr<Session> session, std::vector<int32_t> held, 
   tokens_.reserve(static_cast<size_t>(session_->capacity()));  // a growing answer never reallocates
   // The MTP state at the last held position was computed with a next token
   // that may not be the one that comes: trusted only before it.
-  if (session_->has_mtp())
+  if (session_->has_mtp()) {
+    session_->hidden_n = std::min(session_->hidden_n, session_->n_past);
     mtp_synced_ = std::min(session_->mtp_n_past, std::max<int64_t>(session_->n_past - 1, 0));
+  }
   session_->mtp_n_past = mtp_synced_;
   if (spec_ && spec_->uses_mtp()) mtp_hidden_.resize(static_cast<size_t>(hidden_size_));
 }
@@ -76,7 +78,6 @@ std::unique_ptr<Session> Sequence::release_session() {
   tokens_.clear();
   pending_.reset();
   logits_valid_ = false;
-  hidden_n_ = 0;
   mtp_synced_ = 0;
   return std::move(session_);
 }
@@ -86,7 +87,6 @@ void Sequence::clear() {
   tokens_.clear();
   pending_.reset();
   logits_valid_ = false;
-  hidden_n_ = 0;
   mtp_synced_ = 0;
 }
 
@@ -122,21 +122,15 @@ int64_t Sequence::begin(std::span<const int32_t> prompt, const GenerationParams&
   while (common < tokens_.size() && common < prompt.size() && tokens_[common] == prompt[common]) ++common;
   // The MTP layer's state at position p depends on the token at p + 1: from
   // the last shared position on it is stale. It is brought up to date from
-  // the hidden states of the last forward when they cover the gap, else by
-  // computing a few held positions again; else this answer drafts without it.
+  // the session's hidden states of the shared positions (MTP rows only, in
+  // the first MTP round); without them (a session read back from --kv-dir)
+  // or beyond kMtpCatchUp positions this answer drafts without it. The main
+  // model's keys are reused the same either way.
   mtp_on_ = false;
   if (session_->has_mtp()) {
-    mtp_synced_ = std::min(mtp_synced_, std::max<int64_t>(static_cast<int64_t>(common) - 1, 0));
-    hidden_n_ = std::clamp<int64_t>(static_cast<int64_t>(common) - hidden_pos0_, 0, hidden_n_);
-    if (spec_ && spec_->start_mtp()) {
-      mtp_on_ = true;
-      if (!hidden_covers(mtp_synced_, static_cast<int64_t>(common))) {
-        if (static_cast<int64_t>(common) - mtp_synced_ <= kMtpCatchUp)
-          common = static_cast<size_t>(mtp_synced_);
-        else
-          mtp_on_ = false;
-      }
-    }
+    const auto c = static_cast<int64_t>(common);
+    mtp_synced_ = std::min(mtp_synced_, std::max<int64_t>(c - 1, 0));
+    mtp_on_ = spec_ && spec_->start_mtp() && hidden_covers(mtp_synced_, c) && c - mtp_synced_ <= kMtpCatchUp;
     session_->mtp_n_past = std::min(session_->mtp_n_past, mtp_synced_);
   }
   if (common == prompt.size() && tokens_.size() == prompt.size() && logits_valid_ && !pending_) {
@@ -183,17 +177,14 @@ int64_t Sequence::sync_end() const {
   return held > 0 && next_token(held - 1) >= 0 ? held : std::max<int64_t>(held - 1, 0);
 }
 
-bool Sequence::hidden_covers(int64_t from, int64_t to) const {
-  return from >= to || (from >= hidden_pos0_ && to <= hidden_pos0_ + hidden_n_);
-}
+bool Sequence::hidden_covers(int64_t from, int64_t to) const { return from >= to || to <= session_->hidden_n; }
 
 void Sequence::keep_hidden(const float* hidden, int64_t pos0, int64_t n) {
-  if (!hidden || n <= 0) return;
-  const size_t need = static_cast<size_t>(n * hidden_size_);
-  if (hidden_.size() < need) hidden_.resize(need);
-  std::copy(hidden, hidden + need, hidden_.begin());
-  hidden_pos0_ = pos0;
-  hidden_n_ = n;
+  // Held as a prefix: after a gap (a forward without hidden states) none.
+  if (!hidden || n <= 0 || !session_->has_mtp() || pos0 > session_->hidden_n) return;
+  const auto D = static_cast<size_t>(hidden_size_);
+  std::copy(hidden, hidden + static_cast<size_t>(n) * D, session_->hidden.begin() + static_cast<std::ptrdiff_t>(pos0 * hidden_size_));
+  session_->hidden_n = pos0 + n;
 }
 
 bool Sequence::push_draft(int32_t t, DraftSource src) {
@@ -285,7 +276,7 @@ int64_t Sequence::add_mtp_rows(std::vector<Row>& rows, std::vector<float>& hidde
       return 0;
     }
     for (int64_t p = from; p < to; ++p) {
-      const float* h = hidden_.data() + static_cast<size_t>(p - hidden_pos0_) * D;
+      const float* h = session_->hidden.data() + static_cast<size_t>(p) * D;
       rows.push_back({session_.get(), static_cast<int32_t>(p), static_cast<int32_t>(next_token(p)), false});
       hidden.insert(hidden.end(), h, h + D);
     }
@@ -390,7 +381,7 @@ bool Sequence::advance(const float* logits, StepOutput& out, const float* hidden
                      prompt_.begin() + static_cast<std::ptrdiff_t>(start + static_cast<size_t>(rows_added_)));
       prefilled_ += rows_added_;
       if (tokens_.size() == prompt_.size()) prefilling_ = false;
-      if (mtp_on_) keep_hidden(hidden, rows_pos0_, rows_added_);
+      keep_hidden(hidden, rows_pos0_, rows_added_);
       logits_valid_ = false;
       if (logits_rows_ > 0) {
         if (!logits) fail("sequence: a logits row was asked for and none was given");
@@ -423,7 +414,7 @@ bool Sequence::advance(const float* logits, StepOutput& out, const float* hidden
         tokens_.push_back(d);  // fed by this forward already
         pending_.reset();
       }
-      if (mtp_on_) keep_hidden(hidden, rows_pos0_, static_cast<int64_t>(tokens_.size()) - rows_pos0_);
+      keep_hidden(hidden, rows_pos0_, static_cast<int64_t>(tokens_.size()) - rows_pos0_);
       session_->truncate(static_cast<int64_t>(tokens_.size()));  // forget the rejected drafts
       drafted_ += nd;
       accepted_ += acc;

@@ -95,7 +95,8 @@ class Sequence {
   Sequence(const ModelConfig& c, int64_t ctx, const Tokenizer* tok, std::span<const int32_t> stop_ids,
            Speculator* spec = nullptr);
   // Adopts a session that holds `held` (a kept or reloaded conversation);
-  // its MTP state, if any, is trusted up to the position before the last.
+  // its MTP state, if any, is trusted up to the position before the last
+  // (and only as far as the session holds hidden states).
   Sequence(std::unique_ptr<Session> session, std::vector<int32_t> held, const ModelConfig& c, const Tokenizer* tok,
            std::span<const int32_t> stop_ids, Speculator* spec = nullptr);
 
@@ -139,8 +140,8 @@ class Sequence {
   int64_t logits_rows() const { return logits_rows_; }
   bool wants_logits() const { return logits_rows_ > 0; }
   // Whether the forward should return the rows' final hidden states (the
-  // MTP layer's input): pass them to advance().
-  bool wants_hidden() const { return mtp_on_; }
+  // MTP layer's input, kept by the session): pass them to advance().
+  bool wants_hidden() const { return session_->has_mtp(); }
   // After the forward: `logits` is this sequence's first logits row (its
   // logits_rows() rows follow; null when it asked for none); `hidden` its
   // first row's final hidden state (when wants_hidden()). Returns false once
@@ -209,13 +210,11 @@ class Sequence {
   bool ngram_used_ = false;
   std::array<int32_t, kSpecMaxDraft + 1> tail_{};  // pending + forced drafts: the n-gram context's end
   int64_t drafted_ = 0, accepted_ = 0;
-  // The MTP layer: its state matches the held tokens up to mtp_synced_;
-  // hidden_ holds the main model's final hidden states of the positions the
-  // last forward fed ([hidden_n_, hidden_size] from hidden_pos0_).
+  // The MTP layer: its state matches the held tokens up to mtp_synced_; the
+  // main model's final hidden states of the held positions are the session's
+  // (Session::hidden).
   bool mtp_on_ = false;
   int64_t mtp_synced_ = 0;
-  std::vector<float> hidden_;
-  int64_t hidden_pos0_ = 0, hidden_n_ = 0;
   std::vector<float> mtp_hidden_;  // [hidden_size]: the chain's last output
   int mtp_round_ = 0, mtp_rounds_ = 0;  // this step's rounds: 0 = sync (+ first draft), then one row each
   int mtp_depth_ = 0;                   // MTP drafts wanted this step

@@ -225,8 +225,11 @@ void KvStore::pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) c
 size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tokens) {
   Conv* c = by_id(id);
   tokens.clear();
-  s.n_past = 0;
-  s.mtp_n_past = 0;
+  // Only the main layers' keys are saved: the MTP layer's state and the
+  // hidden states it is computed from start empty, so a resumed session
+  // reuses every loaded position and drafts without the MTP layer
+  // (Sequence::begin).
+  s.truncate(0);
   if (!c) return 0;
   n = std::min({n, c->tokens.size(), static_cast<size_t>(s.capacity())});
   const Fd fd = open_existing(c->path, O_RDONLY);

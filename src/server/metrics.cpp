@@ -2,15 +2,13 @@
 
 #include <fmt/format.h>
 
+#include "model/session.h"
 #include "runtime/stats.h"
 
 namespace strata::server {
 
-uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o) {
-  uint64_t per_pos = 0;
-  for (int64_t l = 0; l < c.num_hidden_layers; ++l)
-    per_pos += static_cast<uint64_t>(c.cache_floats(l));
-  const uint64_t per_session = per_pos * sizeof(float) * static_cast<uint64_t>(o.ctx);
+uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o, bool mtp) {
+  const uint64_t per_session = Session::bytes_for(c, o.ctx, mtp);
   return per_session * static_cast<uint64_t>(o.parallel + o.keep_sessions);
 }
 
@@ -44,7 +42,7 @@ Json stats_json(const SchedulerStats& s, const StatsContext& ctx) {
   mem["session_bytes"] = s.session_bytes;
   mem["peak_rss_bytes"] = s.engine.peak_rss_bytes;
   // What the process may hold: model, expert cache, and the sessions.
-  mem["session_budget_bytes"] = session_budget_bytes(*ctx.model, *ctx.sched);
+  mem["session_budget_bytes"] = session_budget_bytes(*ctx.model, *ctx.sched, ctx.mtp_state);
   j["memory"] = mem;
   j["kv_store"] = {{"enabled", ctx.kv_store},
                    {"conversations", s.kv_conversations},

@@ -19,11 +19,13 @@ struct StatsContext {
   const SchedulerOptions* sched = nullptr;
   const ModelConfig* model = nullptr;
   bool kv_store = false;  // conversations are saved to disk (--kv-dir)
+  bool mtp_state = false;  // sessions keep the MTP layer's state (--spec mtp / auto)
 };
 
 // KV state bytes the scheduler may hold at most: every session it may keep
-// (active and idle), each sized to the context.
-uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o);
+// (active and idle), each sized to the context (with the MTP layer's state
+// and hidden states when `mtp`).
+uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o, bool mtp);
 
 Json stats_json(const SchedulerStats& s, const StatsContext& ctx);
 

@@ -34,7 +34,8 @@ const container = path.join(tmp, 'tiny.strata');
 execFileSync(strata, ['convert', '--in', path.join(root, 'models/glm5-strata-tiny'), '--out', container, '-q'],
   { stdio: 'inherit' });
 const cfg = JSON.parse(fs.readFileSync(path.join(root, 'models/glm5-strata-tiny/config.json'), 'utf8'));
-const moeLayers = cfg.num_hidden_layers - (cfg.first_k_dense_replace || 0);
+// Heat rows: the MoE layers, and the MTP layer after them (serve's default --spec auto loads it).
+const moeLayers = cfg.num_hidden_layers - (cfg.first_k_dense_replace || 0) + (cfg.num_nextn_predict_layers || 0);
 
 const server = await startServer(strata, ['--model', container, '--threads', '1', '--api-key', 'k3y',
   '--ram', '0.004', '--no-autopin', '--ctx', '512']);

@@ -30,7 +30,10 @@ server = None
 try:
     c = os.path.join(tmp, "c")
     subprocess.run([strata, "convert", "--in", model, "--out", c, "-q"], check=True)
-    cache = ["--ram", RAM, "--no-autopin", "--threads", "2"]
+    # --spec off in both: under the default (auto) each step's number of drafts follows measured
+    # times, so which experts a step asks for -- and the counters compared below -- can differ
+    # between two identical runs (docs/speculative.md "Deterministic counters").
+    cache = ["--ram", RAM, "--no-autopin", "--threads", "2", "--spec", "off"]
 
     log = open(os.path.join(tmp, "serve.log"), "w+")
     server = subprocess.Popen([strata, "serve", "--model", c, "--port", "0", "--chat-template", "raw", *cache],
