@@ -3,6 +3,8 @@
 
     /usr/bin/python3 bench/compare/run.py [--data /work/benchdata] [--rounds 3] [--write-docs]
                                           [--context 512,4096,16384,32768 [--context-models int8,int4]]
+    /usr/bin/python3 bench/compare/run.py --pair qwen3-slice [--pair NAME=CONTAINER,GGUF ...] [--no-warm-runs]
+                                          [--results FILE]
 
 Runs, alternately and after one warm-up invocation of each, `strata bench` and llama.cpp
 (bench/compare/llama_bench.mjs, npm node-llama-cpp) on the same prompt token ids:
@@ -302,6 +304,9 @@ def main():
                     help="prompt tokens of the in-process warm-up repetition of a --context run")
     ap.add_argument("--pair", action="append", default=[], metavar="NAME[=CONTAINER,GGUF]",
                     help="resident int8-style run of a named container / GGUF pair (repeatable; see above)")
+    ap.add_argument("--no-warm-runs", action="store_true",
+                    help="--pair: leave out the discarded warm-up invocation of each engine (each run still does its "
+                    "own unmeasured repetition)")
     ap.add_argument("--results", default="", help="--pair runs' raw results (default DATA/compare-pairs-results.json)")
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
@@ -405,7 +410,7 @@ def parse_pairs(d, specs):
     return out
 
 
-def resident_pair(a, key, cont, gguf, ids):
+def resident_pair(a, key, cont, gguf, ids, warm_runs=True):
     """Alternating resident runs of a strata container (everything pinned) and a GGUF on the same ids."""
     return alternate(
         a, key,
@@ -413,7 +418,7 @@ def resident_pair(a, key, cont, gguf, ids):
         lambda: llama_run(a, gguf, ids, a.gen_tokens, warmup_tokens=a.warmup_tokens),
         warm=(lambda: strata_run(a, cont, ids[:32], 4, ["--pin", "all", "--ram", "1000", "--membw-mib", "0",
                                                          "--disk-mib", "0"]),
-              lambda: llama_run(a, gguf, ids[:32], 4)))
+              lambda: llama_run(a, gguf, ids[:32], 4)) if warm_runs else None)
 
 
 def run_pairs(a, pairs):
@@ -422,7 +427,7 @@ def run_pairs(a, pairs):
         with open(os.path.join(cont, "config.json")) as f:
             vocab = json.load(f)["vocab_size"]
         ids = fixed_ids(a.prompt_tokens, vocab, 1)
-        res = resident_pair(a, name, cont, gguf, ids)
+        res = resident_pair(a, name, cont, gguf, ids, warm_runs=not a.no_warm_runs)
         results["configs"][name] = {"label": f"{name}: {os.path.basename(cont)} vs {os.path.basename(gguf)}",
                                     "container": cont, "gguf_path": gguf, "gguf": gguf_bytes_per_token(gguf),
                                     "runs": res}
