@@ -3,7 +3,8 @@
 # container verifies and runs in `strata bench`, the GGUF's header parses with
 # bench/compare's reader and holds the model's tensors); a second run skips
 # everything; an interrupted step (a leftover .partial, the final entry
-# missing) is redone; --only makes an entry's input first.
+# missing) is redone; a deleted source is not remade while its outputs exist;
+# --only makes an entry's input first.
 # Usage: make_data_test.sh STRATA_BINARY
 set -euo pipefail
 strata=$1
@@ -38,6 +39,11 @@ rm "$tmp/d/tiny-q8_0.gguf"; head -c 1000 "$tmp/full.gguf" >"$tmp/d/tiny-q8_0.ggu
 grep -q 'tiny-q8_0.gguf: done' "$tmp/third.err" || { cat "$tmp/third.err"; exit 1; }
 cmp "$tmp/d/tiny-q8_0.gguf" "$tmp/full.gguf"
 [ ! -e "$tmp/d/tiny-q8_0.gguf.partial" ]
+# The bf16 source deleted to save disk: not remade while what is made from it exists.
+rm -rf "$tmp/d/tiny-bf16"
+"${md[@]}" --dir "$tmp/d" 2>"$tmp/fourth.err"
+grep -q 'tiny-bf16: not needed' "$tmp/fourth.err" || { cat "$tmp/fourth.err"; exit 1; }
+[ ! -e "$tmp/d/tiny-bf16" ]
 # --only an entry whose input is missing: the input is made first.
 "${md[@]}" --dir "$tmp/e" --only tiny-int8 2>"$tmp/only.err"
 [ -d "$tmp/e/tiny-bf16" ] && [ -d "$tmp/e/tiny-int8" ] && [ ! -e "$tmp/e/tiny-q8_0.gguf" ]
