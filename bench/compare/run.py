@@ -3,6 +3,8 @@
 
     /usr/bin/python3 bench/compare/run.py [--data /work/benchdata] [--rounds 3] [--write-docs]
                                           [--context 512,4096,16384,32768 [--context-models int8,int4]]
+    /usr/bin/python3 bench/compare/run.py --pair qwen3-slice [--pair NAME=CONTAINER,GGUF ...] [--no-warm-runs]
+                                          [--results FILE]
 
 Runs, alternately and after one warm-up invocation of each, `strata bench` and llama.cpp
 (bench/compare/llama_bench.mjs, npm node-llama-cpp) on the same prompt token ids:
@@ -14,6 +16,10 @@ Runs, alternately and after one warm-up invocation of each, `strata bench` and l
             model files are dropped from the page cache (posix_fadvise DONTNEED) before each run.
   capped4   the same cgroup limit and the same --ram bytes: strata int4 experts streaming vs
             llama.cpp Q8_0 mmap again (alternating with it, like the int8 row).
+  pairs     (--pair NAME[=CONTAINER,GGUF], repeatable: any model, e.g. the family slices of bench/make_data)
+            resident only, like int8: CONTAINER (--pin all) vs GGUF; NAME alone means DATA/NAME-int8 and
+            DATA/NAME-q8_0.gguf. With --pair only the pairs run (the slice sections are left out) and the
+            raw results go to --results (default DATA/compare-pairs-results.json).
   context   (--context N,...) resident, per N and --context-models: `strata bench --context N` and
             llama.cpp on the same N ids (--ids-file), prefill of N then decode of --context-gen-tokens;
             strata's context line (attention+indexer / experts / other, KV bytes) is kept.
@@ -296,9 +302,20 @@ def main():
     ap.add_argument("--context-gen-tokens", type=int, default=16)
     ap.add_argument("--context-warmup-tokens", type=int, default=32,
                     help="prompt tokens of the in-process warm-up repetition of a --context run")
+    ap.add_argument("--pair", action="append", default=[], metavar="NAME[=CONTAINER,GGUF]",
+                    help="resident int8-style run of a named container / GGUF pair (repeatable; see above)")
+    ap.add_argument("--no-warm-runs", action="store_true",
+                    help="--pair: leave out the discarded warm-up invocation of each engine (each run still does its "
+                    "own unmeasured repetition)")
+    ap.add_argument("--results", default="", help="--pair runs' raw results (default DATA/compare-pairs-results.json)")
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
     d = a.data
+    if a.pair:
+        if a.write_docs or a.context:
+            sys.exit("--pair runs only the pairs: no --write-docs or --context with it")
+        run_pairs(a, parse_pairs(d, a.pair))
+        return
     models = {
         "int8": (os.path.join(d, "slice-int8"), os.path.join(d, "slice-q8_0.gguf"), "int8 (gs32) vs Q8_0"),
         "int4": (os.path.join(d, "slice-int4"), os.path.join(d, "slice-q4_0.gguf"), "int4 gs32 vs Q4_0"),
@@ -321,13 +338,7 @@ def main():
             continue
         cont, gguf, label = models[key]
         gb = gguf_bytes_per_token(gguf)
-        res = alternate(
-            a, key,
-            lambda: strata_run(a, cont, ids, a.gen_tokens, ["--pin", "all", "--ram", "1000"], warmup_tokens=a.warmup_tokens),
-            lambda: llama_run(a, gguf, ids, a.gen_tokens, warmup_tokens=a.warmup_tokens),
-            warm=(lambda: strata_run(a, cont, ids[:32], 4, ["--pin", "all", "--ram", "1000", "--membw-mib", "0",
-                                                             "--disk-mib", "0"]),
-                  lambda: llama_run(a, gguf, ids[:32], 4)))
+        res = resident_pair(a, key, cont, gguf, ids)
         results["configs"][key] = {"label": label, "gguf": gb, "runs": res}
     capped = [(k, m) for k, m in (("capped", "int8"), ("capped4", "int4")) if k in only]
     if capped:
@@ -380,6 +391,60 @@ def main():
     with open(os.path.join(d, "compare-results.json"), "w") as f:
         json.dump(results, f, indent=1)
     report(results, a)
+
+
+def parse_pairs(d, specs):
+    """[(name, container, gguf)] from --pair NAME or NAME=CONTAINER,GGUF; checks the files exist."""
+    out = []
+    for spec in specs:
+        name, eq, rest = spec.partition("=")
+        if eq:
+            cont, _, gguf = rest.partition(",")
+        else:
+            cont, gguf = os.path.join(d, name + "-int8"), os.path.join(d, name + "-q8_0.gguf")
+        for p in (cont, gguf):
+            if not p or not os.path.exists(p):
+                sys.exit(f"--pair {spec}: {p or '(empty path)'} does not exist (bench/make_data makes the family "
+                         "slices)")
+        out.append((name, cont, gguf))
+    return out
+
+
+def resident_pair(a, key, cont, gguf, ids, warm_runs=True):
+    """Alternating resident runs of a strata container (everything pinned) and a GGUF on the same ids."""
+    return alternate(
+        a, key,
+        lambda: strata_run(a, cont, ids, a.gen_tokens, ["--pin", "all", "--ram", "1000"], warmup_tokens=a.warmup_tokens),
+        lambda: llama_run(a, gguf, ids, a.gen_tokens, warmup_tokens=a.warmup_tokens),
+        warm=(lambda: strata_run(a, cont, ids[:32], 4, ["--pin", "all", "--ram", "1000", "--membw-mib", "0",
+                                                         "--disk-mib", "0"]),
+              lambda: llama_run(a, gguf, ids[:32], 4)) if warm_runs else None)
+
+
+def run_pairs(a, pairs):
+    results = {"machine": machine_info(), "args": vars(a), "configs": {}}
+    for name, cont, gguf in pairs:
+        with open(os.path.join(cont, "config.json")) as f:
+            vocab = json.load(f)["vocab_size"]
+        ids = fixed_ids(a.prompt_tokens, vocab, 1)
+        res = resident_pair(a, name, cont, gguf, ids, warm_runs=not a.no_warm_runs)
+        results["configs"][name] = {"label": f"{name}: {os.path.basename(cont)} vs {os.path.basename(gguf)}",
+                                    "container": cont, "gguf_path": gguf, "gguf": gguf_bytes_per_token(gguf),
+                                    "runs": res}
+    out = a.results or os.path.join(a.data, "compare-pairs-results.json")
+    with open(out + ".tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(out + ".tmp", out)
+    sys.path.insert(0, HERE)
+    import report as R  # noqa: E402
+    print(R.table(results))
+    loads = [r["load_before"] for c in results["configs"].values() for e in c["runs"].values() for r in e]
+    print(f"load average (1 min) before each run: {min(loads):.1f}-{max(loads):.1f}; raw results: {out}")
+    for name in results["configs"]:
+        det = R.strata_decode_detail(results, name)
+        gg = results["configs"][name]["gguf"]
+        print(f"{name}: strata {det['bytes'] / 1e9:.3f} GB/token ({det['gb_s']:.1f} GB/s), llama.cpp "
+              f"{gg['per_token'] / 1e9:.3f} GB/token; strata decode split: {R.fmt_phases(det['phases'])}")
 
 
 def report(results, a):
