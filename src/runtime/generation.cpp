@@ -31,11 +31,6 @@ constexpr int64_t kMtpCatchUp = 16;
 // --spec auto: every 4th plan that does not use the MTP chain still asks the
 // MTP head for its first proposal (one logits row), to score it.
 constexpr uint64_t kMtpShadowEvery = 4;
-// --spec auto: an answer stops keeping MTP state after this many plans in a
-// row that did not choose the MTP chain (keeping it costs an MTP row per
-// token, and with streamed experts the MTP layer's expert reads: a step that
-// drafts nothing should soon cost what a step of --spec off costs).
-constexpr int kMtpIdleDrop = 8;
 
 int32_t argmax_row(const float* x, int64_t n) {
   int64_t best = 0;
@@ -109,7 +104,6 @@ void Sequence::start(const GenerationParams& params) {
   planned_ = false;
   mtp_round_ = 0;
   mtp_done_ = false;
-  mtp_idle_ = 0;
 }
 
 int64_t Sequence::begin(std::span<const int32_t> prompt, const GenerationParams& params) {
@@ -130,7 +124,12 @@ int64_t Sequence::begin(std::span<const int32_t> prompt, const GenerationParams&
   if (session_->has_mtp()) {
     const auto c = static_cast<int64_t>(common);
     mtp_synced_ = std::min(mtp_synced_, std::max<int64_t>(c - 1, 0));
-    mtp_on_ = spec_ && spec_->start_mtp() && hidden_covers(mtp_synced_, c) && c - mtp_synced_ <= kMtpCatchUp;
+    // auto: the MTP state costs an MTP row per prompt position not yet
+    // synced, and a drafted token saves at most one decode forward, so an
+    // answer limited to fewer tokens than that cannot pay it back (a
+    // server's short requests): it runs without MTP state.
+    const bool worth = !spec_ || !spec_->auto_mode() || p_.max_tokens < 0 || p_.max_tokens >= n - mtp_synced_;
+    mtp_on_ = spec_ && worth && spec_->start_mtp() && hidden_covers(mtp_synced_, c) && c - mtp_synced_ <= kMtpCatchUp;
     session_->mtp_n_past = std::min(session_->mtp_n_past, mtp_synced_);
   }
   if (common == prompt.size() && tokens_.size() == prompt.size() && logits_valid_ && !pending_) {
@@ -235,13 +234,15 @@ void Sequence::plan() {
     mtp_rounds_ = n_forced_ + pl.count;
   }
   if (mtp_on_ && spec_->auto_mode()) {
-    // The MTP state costs a row per token: kept only while the chain is chosen.
-    if (mtp_depth_ > 0) {
-      mtp_idle_ = 0;
-    } else if (++mtp_idle_ >= kMtpIdleDrop) {
+    // The MTP state costs an MTP row per token (prompt tokens included), and
+    // with streamed experts the MTP layer's expert reads: answers stop keeping
+    // it once the engine's last Speculator::kMtpIdleDrop plans, over answers,
+    // did not choose the chain, so that steps drafting nothing soon cost what
+    // steps of --spec off cost, short answers included.
+    if (spec_->mtp_plan(mtp_depth_ > 0)) {
       mtp_on_ = false;
       spec_->mtp_dropped();
-    } else if (mtp && n_forced_ == 0 && ++plans_ % kMtpShadowEvery == 0) {
+    } else if (mtp_depth_ == 0 && mtp && n_forced_ == 0 && ++plans_ % kMtpShadowEvery == 0) {
       mtp_shadow_ = true;
     }
   }

@@ -221,7 +221,6 @@ class Sequence {
   int64_t mtp_rows_ = 0, mtp_sync_to_ = 0;
   bool mtp_logits_ = false, mtp_done_ = false, mtp_shadow_ = false;
   int32_t mtp_first_ = -1;              // the MTP head's first proposal when it was not drafted (auto scores it)
-  int mtp_idle_ = 0;                    // auto: plans in a row that did not choose the MTP chain
   uint64_t plans_ = 0;
 
   GenerationParams p_;

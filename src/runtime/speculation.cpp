@@ -259,13 +259,30 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
 
 bool Speculator::start_mtp() {
   if (!mtp_) return false;
-  if (o_.mode != SpecMode::Auto || mtp_skip_ == 0) return true;
-  --mtp_skip_;
-  return false;
+  if (o_.mode != SpecMode::Auto) return true;
+  if (mtp_skip_ > 0) {
+    --mtp_skip_;
+    // The first answer after the back-off looks again: it gets its own
+    // kMtpIdleDrop plans before the engine's count drops it.
+    if (mtp_skip_ == 0) mtp_idle_ = 0;
+    return false;
+  }
+  return true;
+}
+
+bool Speculator::mtp_plan(bool chain) {
+  if (chain) {
+    mtp_idle_ = 0;
+    return false;
+  }
+  return ++mtp_idle_ >= kMtpIdleDrop;
 }
 
 void Speculator::mtp_dropped() {
   ++st_.mtp_drops;
+  // Several answers at once (a server's) drop on the same count: the back-off
+  // grows once per round of drops, not once per answer.
+  if (mtp_skip_ > 0) return;
   mtp_skip_ = mtp_backoff_;
   mtp_backoff_ = std::min(64, mtp_backoff_ * 2);
 }

@@ -140,7 +140,14 @@ class Speculator {
   // Whether an answer starting now should keep MTP state (auto backs off
   // after answers where the MTP layer lost).
   bool start_mtp();
+  // Auto: a plan of an answer that keeps MTP state, which chose the MTP
+  // chain (`chain`) or not. Counted over the engine, across answers and
+  // sequences: true when the last `kMtpIdleDrop` such plans in a row did not
+  // choose it, and the answer should drop its MTP state (then mtp_dropped()).
+  // Short answers (a server's) would never reach the limit within one.
+  bool mtp_plan(bool chain);
   void mtp_dropped();
+  static constexpr int kMtpIdleDrop = 8;
 
   // After verification: the sources of the `fed` drafts, how many positions
   // were verified (`reached`: drafts up to and including the first
@@ -196,6 +203,7 @@ class Speculator {
   uint64_t plans_ = 0;
   uint64_t next_probe_ = 64, probe_gap_ = 64;  // auto: the next probe while drafting loses; its spacing
   int mtp_skip_ = 0, mtp_backoff_ = 1;  // auto: answers left without MTP; the next backoff
+  int mtp_idle_ = 0;                    // auto: plans in a row (any answer) that did not choose the chain
 };
 
 }  // namespace strata

@@ -909,6 +909,56 @@ TEST(Speculation, AutoDraftsOnlyWhileItPays) {
 }
 
 
+// Auto's MTP state is dropped on the engine's count of plans that did not
+// choose the chain, across answers: answers of 3 plans each (a server's
+// short requests) drop it on the 8th such plan, the same as one long answer,
+// and back off for 1, 2, 4, ... answers. Several answers dropping on one
+// count (concurrent sequences) grow the back-off once.
+TEST(Speculation, AutoDropsMtpStateOverShortAnswers) {
+  SpecOptions o;
+  o.mode = SpecMode::Auto;
+  Speculator s(o, true, 0.1);
+  const int drop = Speculator::kMtpIdleDrop;
+  auto answer = [&](int plans) {  // plans without the chain until dropped; -1: no MTP state
+    if (!s.start_mtp()) return -1;
+    for (int i = 1; i <= plans; ++i)
+      if (s.mtp_plan(false)) {
+        s.mtp_dropped();
+        return i;
+      }
+    return 0;
+  };
+  EXPECT_EQ(answer(3), 0);
+  EXPECT_EQ(answer(3), 0);
+  EXPECT_EQ(answer(3), drop - 6) << "the third short answer reaches the engine's count";
+  EXPECT_EQ(answer(3), -1) << "back-off: one answer without MTP state";
+  EXPECT_EQ(answer(3), 0) << "then an answer looks again, with a fresh count";
+  EXPECT_EQ(answer(3), 0);
+  EXPECT_EQ(answer(3), drop - 6);
+  EXPECT_EQ(answer(3), -1);
+  EXPECT_EQ(answer(3), -1) << "back-off doubled: two answers";
+  EXPECT_EQ(s.stats().mtp_drops, 2u);
+  // A plan that chooses the chain resets the count.
+  EXPECT_EQ(answer(drop - 1), 0);
+  EXPECT_FALSE(s.mtp_plan(true));
+  EXPECT_EQ(answer(drop - 1), 0);
+  // Concurrent answers dropping on the same count: the back-off grows once (4, not 16).
+  EXPECT_FALSE(s.mtp_plan(true));
+  for (int i = 0; i < drop - 1; ++i) ASSERT_FALSE(s.mtp_plan(false));
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(s.mtp_plan(false));
+    s.mtp_dropped();
+  }
+  int skipped = 0;
+  while (!s.start_mtp()) ++skipped;
+  EXPECT_EQ(skipped, 4);
+  // Fixed --spec mtp never backs off.
+  SpecOptions m = o;
+  m.mode = SpecMode::Mtp;
+  Speculator f(m, true, 0.1);
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(f.start_mtp());
+}
+
 // Feeds a speculator steps of 4 n-gram drafts whose i-th draft is accepted,
 // given the ones before it were, with probability acc[i] (a fixed stream).
 void feed_position_acceptance(Speculator& s, const std::array<double, 4>& acc, int steps) {
