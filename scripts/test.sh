@@ -47,7 +47,9 @@ release_tests() {
 # chat tests (chat_attach, chat_template_jinja; chat_tmux is excluded below)
 # and bench_json. Not the Python-oracle tests (no strata code in them), the
 # Node tests, or the peak-RSS test (ASan's shadow memory is not the program's
-# RSS): CMake prints the list it leaves out.
+# RSS): CMake prints the list it leaves out. The hot layers (core, kernels,
+# model) are compiled at -O1 there (STRATA_SANITIZE_OPT): the gtests that run
+# the forward pass many times take half the time they take at -O0.
 asan_build() {
   cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSTRATA_SANITIZE=ON \
     -DSTRATA_PY_TESTS=OFF -DSTRATA_NODE_TESTS=OFF >/dev/null &&
