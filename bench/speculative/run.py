@@ -54,11 +54,13 @@ def main():
     ap.add_argument("-k", type=int, default=4)
     ap.add_argument("--engine-flags", default="", help="passed to every run, e.g. '--ram 0.5 --no-autopin'")
     ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    ap.add_argument("--tokenizer", help="tokenize the prompts with this model's tokenizer (for a model "
+                    "without one, e.g. the GLM-5.2 slice: its ids must fit the model's vocabulary)")
     args = ap.parse_args()
     modes = args.modes.split(",")
     results = {}
     for name, text in PROMPTS.items():
-        ids = tokenize(args.strata, args.model, text)
+        ids = tokenize(args.strata, args.tokenizer or args.model, text)
         ratios = {m: [] for m in modes}
         last = {}
         for _ in range(args.reps):
