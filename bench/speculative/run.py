@@ -7,11 +7,17 @@ repetition), tokens per step and acceptance per source, from --stats-json, and t
 
   bench/speculative/run.py --strata build/strata --model models/glm5-strata-tiny
   bench/speculative/run.py --strata build/strata --model CONTAINER --engine-flags "--ram 0.5 --no-autopin"
+  bench/speculative/run.py ... --throttle-bps 300e6   # root: a cgroup-v1 blkio limit on the model's disk
+
+With --throttle-bps every run happens inside a blkio child limiting reads of the model's disk (the
+expert store reads with O_DIRECT, so every miss reaches the throttled device): capped runs are then
+bound by the disk, not by a loaded CPU (bench/plan/validate.py's Throttle).
 
 Timing: run it on a quiet machine; report `uptime` with the numbers.
 """
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -44,6 +50,15 @@ def run(strata, model, ids, mode, args):
     return json.loads(p.stdout)["ids"], stats
 
 
+def throttled(args):
+    """The blkio child of bench/plan/validate.py (one implementation), or None."""
+    if args.throttle_bps <= 0:
+        return None
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plan"))
+    import validate  # noqa: E402
+    return validate.Throttle(args.blkdev or validate.disk_of(args.model), args.throttle_bps)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strata", default="build/strata")
@@ -56,7 +71,18 @@ def main():
     ap.add_argument("--json", action="store_true", help="print the results as one JSON object")
     ap.add_argument("--tokenizer", help="tokenize the prompts with this model's tokenizer (for a model "
                     "without one, e.g. the GLM-5.2 slice: its ids must fit the model's vocabulary)")
+    ap.add_argument("--throttle-bps", type=float, default=0, help="cgroup-v1 blkio read limit (bytes/s, root)")
+    ap.add_argument("--blkdev", default="", help="MAJ:MIN to throttle (default: the model's disk)")
     args = ap.parse_args()
+    throttle = throttled(args)
+    try:
+        bench(args)
+    finally:
+        if throttle:
+            throttle.close()
+
+
+def bench(args):
     modes = args.modes.split(",")
     results = {}
     for name, text in PROMPTS.items():

@@ -190,10 +190,24 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     std::stable_sort(cands.begin() + static_cast<std::ptrdiff_t>(from), cands.end(),
                      [](const Cand& a, const Cand& b) { return a.usage > b.usage; });
   }
+  // Learned pins take only experts clearly hotter than their layer's mean
+  // (kAutopinHot times it): on a load-balanced routing every expert is near
+  // the mean, and the LRU with read-ahead keeps more of what is asked for
+  // than pins barely hotter than the rest (docs/streaming.md, measured).
+  const bool learned = o.autopin && !o.pin_all && o.pin_bytes == 0;
+  std::vector<uint64_t> layer_sum(layers_.size(), 0), layer_n(layers_.size(), 0);
+  if (learned)
+    for (const Cand& cd : cands) {
+      layer_sum[static_cast<size_t>(cd.layer)] += cd.usage;
+      ++layer_n[static_cast<size_t>(cd.layer)];
+    }
   for (const Cand& cd : cands) {
     if (pin_budget == 0) break;
     Layer& l = layers_[static_cast<size_t>(cd.layer)];
-    if (o.autopin && !o.pin_all && o.pin_bytes == 0 && cd.usage == 0) break;  // never pin the unused
+    if (learned && cd.usage == 0) break;  // never pin the unused
+    if (learned && static_cast<double>(cd.usage) * static_cast<double>(layer_n[static_cast<size_t>(cd.layer)]) <
+                       kAutopinHot * static_cast<double>(layer_sum[static_cast<size_t>(cd.layer)]))
+      continue;
     if (pinned_bytes_ + l.read_bytes > pin_budget) continue;
     Slot& s = new_slot(l);
     s.pinned = true;

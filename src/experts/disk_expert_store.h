@@ -1,6 +1,7 @@
 // Routed experts read from a container on demand, through a RAM cache: a
 // per-layer LRU whose size follows a RAM budget, plus pinned experts that
-// never leave (chosen explicitly or from the routing usage of earlier runs).
+// never leave (chosen explicitly, or the clearly hot experts of earlier runs'
+// routing usage).
 // Reads go through a ReadEngine (io_uring, or a pread pool): each expert is
 // read in chunks with several reads in flight (O_DIRECT where the filesystem
 // allows), all the misses of one acquire() together, and checked against its
@@ -36,6 +37,10 @@ class DiskExpertStore final : public ExpertStore {
  public:
   DiskExpertStore(const ExpertFiles& files, const ExpertCacheOptions& o);
   ~DiskExpertStore() override;
+  // Learned pins (autopin from usage.json) take an expert only when earlier
+  // runs asked for it at least this many times as often as the mean expert
+  // of its layer.
+  static constexpr double kAutopinHot = 2.0;
   DiskExpertStore(const DiskExpertStore&) = delete;
   DiskExpertStore& operator=(const DiskExpertStore&) = delete;
 

@@ -128,10 +128,13 @@ TEST_P(ContainerPlacement, CacheSizeAndPinningNeverChangeLogits) {
       EXPECT_EQ(a.mtp, r1.mtp);
     }
 
-  // The learning cache: usage saved by one run pins the hottest experts of the next.
+  // The learning cache: usage saved by one run pins the hottest experts of
+  // the next (--pin GB: pinned by usage however balanced the routing;
+  // autopin's hot threshold is ExpertStore.AutopinPinsOnlyClearlyHotExperts).
   ASSERT_TRUE(one.save_usage());
   ExpertCacheOptions half;
   half.ram_bytes = one.total_expert_bytes() / 2;
+  half.pin_bytes = half.ram_bytes / 2;
   DiskExpertStore learned(m->expert_files(), half);
   EXPECT_GT(learned.pinned_bytes(), 0u) << "usage.json should have pinned experts";
   EXPECT_LE(learned.pinned_bytes(), half.ram_bytes);

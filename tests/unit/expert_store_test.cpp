@@ -206,6 +206,40 @@ TEST_F(ExpertStoreTest, AutopinPinsTheHottestExpertsOfEarlierRuns) {
   EXPECT_EQ(off.stats().bytes_read, 0u);
 }
 
+// Learned pins take only clearly hot experts (DiskExpertStore::kAutopinHot
+// times their layer's mean use): a load-balanced routing pins nothing and
+// leaves the whole budget to the LRU, which keeps more on such a model
+// (docs/streaming.md, "Measured: cache policies").
+TEST_F(ExpertStoreTest, AutopinPinsOnlyClearlyHotExperts) {
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  const uint64_t rb = expert_bytes(*m);
+  ExpertCacheOptions o;
+  o.ram_bytes = 6 * rb;
+  o.prefetch = false;
+  // Balanced (the busiest 1.5x the mean, as the trained model's routing): no pins.
+  write_usage(dir, {{1, {10, 12, 8, 15, 10, 9, 11, 5}}, {2, {10, 10, 10, 10, 10, 10, 10, 10}}});
+  {
+    DiskExpertStore s(m->expert_files(), o);
+    EXPECT_EQ(s.pinned_bytes(), 0u) << s.describe();
+  }
+  // Layer 1's expert 3 at exactly twice its layer's mean (80 of 320 over 8
+  // experts) is pinned; layer 2's busiest at 1.9x (19 of 80) is not.
+  write_usage(dir, {{1, {40, 40, 40, 80, 40, 40, 0, 40}}, {2, {19, 9, 8, 9, 9, 9, 9, 8}}});
+  {
+    DiskExpertStore s(m->expert_files(), o);
+    EXPECT_EQ(s.pinned_bytes(), rb) << s.describe();
+    expect_acquire(s, 1, {3}, 1, 0, rb, "layer 1 expert 3 (2x the mean) pinned");
+    expect_acquire(s, 2, {0}, 0, 1, rb, "layer 2 expert 0 (1.9x the mean) not pinned");
+  }
+  // An explicit pin budget (--pin GB) pins by usage however balanced.
+  write_usage(dir, {{2, {10, 10, 10, 10, 10, 10, 10, 11}}});
+  o.pin_bytes = rb;
+  DiskExpertStore s(m->expert_files(), o);
+  EXPECT_EQ(s.pinned_bytes(), rb);
+  expect_acquire(s, 2, {7}, 1, 0, rb, "layer 2 expert 7 pinned by --pin");
+}
+
 // The MTP layer (loaded for --spec mtp and auto) takes no share of the budget
 // and no autopin: it gets its top-k cache slots on top of the budget, so
 // every main layer's slots and pins are those of the store without it, under
