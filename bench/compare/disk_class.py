@@ -12,6 +12,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import time
 
 BLKIO = "/sys/fs/cgroup/blkio"
@@ -108,6 +109,19 @@ def enter_cgroups_argv(procs_files, argv):
     return ["sh", "-c", f'{moves} && exec "$@"', "sh"] + argv
 
 
+def remove_cgroup(path):
+    """rmdir a cgroup child, retrying while its last processes exit."""
+    for _ in range(50):
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            time.sleep(0.2)
+    print(f"warning: could not remove {path}", file=sys.stderr, flush=True)
+
+
 class BlkioCgroup:
     """A cgroup-v1 blkio child with a read_bps throttle on each of `devices` (MAJ:MIN)."""
 
@@ -135,15 +149,7 @@ class BlkioCgroup:
         return total
 
     def close(self):
-        for _ in range(50):
-            try:
-                os.rmdir(self.path)
-                return
-            except FileNotFoundError:
-                return
-            except OSError:
-                time.sleep(0.2)
-        print(f"warning: could not remove {self.path}", flush=True)
+        remove_cgroup(self.path)
 
 
 class RamDisk:

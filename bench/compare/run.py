@@ -194,13 +194,7 @@ class MemCgroup:
             f.write("0")
 
     def close(self):
-        for _ in range(50):
-            try:
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.2)
-        log(f"warning: could not remove {self.path}")
+        DC.remove_cgroup(self.path)
 
 
 def run_json(argv, timeout=3600):
@@ -342,6 +336,9 @@ def main():
                     "(each alternates with llama.cpp Q8_0 mmap)")
     ap.add_argument("--io-depth", type=int, default=16,
                     help="--disk-class: strata's reads in flight (--io-depth), also the probe's queue depth")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="--disk-class: run the probe and both engines under `nice -n N` (e.g. -10 on a machine shared "
+                    "with builds; the same for both engines)")
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
     d = a.data
@@ -519,6 +516,7 @@ def run_disk_classes(a, classes):
     for m in strata_models:
         r = strata_run(a, conts[m], cids, a.capped_gen_tokens, ["--pin", "all", "--ram", "1000", "--membw-mib", "0",
                                                                  "--disk-mib", "0"],
+                       (lambda argv: ["nice", "-n", str(a.nice)] + argv) if a.nice else None,
                        warmup_tokens=a.capped_warmup_tokens)
         results["resident"][m] = r
         log(f"[disk] resident {m}: decode {r['decode_tok_s']:.2f} tok/s (load {r['load_before']:.1f})")
@@ -554,16 +552,25 @@ def disk_class_row(a, ci, cls, m, cont, gguf, cg, ram, cids, io_bench):
             devs = sorted({DC.device_of(cont), DC.device_of(gguf)})
             where = "disk " + ",".join(devs)
         blk = DC.BlkioCgroup(devs, cls * 1e9, f"{ci}-{m}")
-        probe = DC.probe_argv(io_bench, gguf, DC.expert_blob_bytes(cont), a.io_depth, 1 << 20)
-        p = subprocess.run(DC.enter_cgroups_argv([blk.procs], probe), capture_output=True, text=True, timeout=600)
-        if p.returncode != 0:
-            raise RuntimeError(f"{' '.join(probe)} exited {p.returncode}:\n{p.stderr[-2000:]}")
-        gbps, rounds = DC.parse_probe(p.stdout)
-        log(f"[disk {cls:g}] {where}: throttled to {cls:g} GB/s; probe (O_DIRECT random {m} experts, 1 MiB chunks, "
-            f"{a.io_depth} in flight): {gbps:.2f} GB/s (rounds {', '.join(f'{x:.2f}' for x in rounds)})")
+        nice = ["nice", "-n", str(a.nice)] if a.nice else []
+        probe = nice + DC.probe_argv(io_bench, gguf, DC.expert_blob_bytes(cont), a.io_depth, 1 << 20)
+
+        def run_probe(procs):
+            p = subprocess.run(DC.enter_cgroups_argv(procs, probe) if procs else probe, capture_output=True,
+                               text=True, timeout=600)
+            if p.returncode != 0:
+                raise RuntimeError(f"{' '.join(probe)} exited {p.returncode}:\n{p.stderr[-2000:]}")
+            return DC.parse_probe(p.stdout)
+
+        # The device unthrottled (outside the blkio child), then throttled: what the class gets is the latter.
+        free_gbps, free_rounds = run_probe([])
+        gbps, rounds = run_probe([blk.procs])
+        log(f"[disk {cls:g}] {where}: probe (O_DIRECT random {m} experts, 1 MiB chunks, {a.io_depth} in flight): "
+            f"unthrottled {free_gbps:.2f} GB/s (rounds {', '.join(f'{x:.2f}' for x in free_rounds)}); throttled to "
+            f"{cls:g} GB/s: {gbps:.2f} GB/s (rounds {', '.join(f'{x:.2f}' for x in rounds)})")
 
         def wrap(argv):
-            return DC.enter_cgroups_argv([os.path.join(cg.path, "cgroup.procs"), blk.procs], argv)
+            return DC.enter_cgroups_argv([os.path.join(cg.path, "cgroup.procs"), blk.procs], nice + argv)
 
         def counted(fn):
             b0 = blk.read_bytes()
@@ -582,7 +589,8 @@ def disk_class_row(a, ci, cls, m, cont, gguf, cg, ram, cids, io_bench):
                                               warmup_tokens=a.capped_warmup_tokens)),
             before=lambda: drop_cache([cont, gguf]))
         return {"class_gb_s": cls, "model": m, "where": where, "devices": devs, "probe_gb_s": gbps,
-                "probe_rounds": rounds, "probe_argv": probe, "runs": res}
+                "probe_rounds": rounds, "unthrottled_gb_s": free_gbps, "unthrottled_rounds": free_rounds,
+                "probe_argv": probe, "runs": res}
     finally:
         if blk:
             blk.close()
