@@ -41,6 +41,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import struct
 import subprocess
@@ -487,6 +488,8 @@ def run_disk_classes(a, classes):
     O_DIRECT random-read throughput at strata's queue depth and chunk size measured in the same child, and the
     bound of issue 12 (docs/benchmarks.md, "Disk classes")."""
     d = a.data
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks detach the loop device and remove the cgroups.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     conts = {"int8": os.path.join(d, "slice-int8"), "int4": os.path.join(d, "slice-int4")}
     gguf = os.path.join(d, "slice-q8_0.gguf")
     strata_models = [m for m in a.disk_models.split(",") if m]
