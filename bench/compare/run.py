@@ -613,7 +613,7 @@ def disk_rows(results):
         res = results["resident"][row["model"]]["decode_tok_s"]
         b = DC.bound(bpt, row["probe_gb_s"] * 1e9, res)
         out.append({"class": row["class_gb_s"], "model": row["model"], "where": row["where"],
-                    "probe": row["probe_gb_s"], "strata": st, "llama": lt, "ratio": st / lt if lt else float("nan"),
+                    "probe": row["probe_gb_s"], "unthrottled": row.get("unthrottled_gb_s"), "strata": st, "llama": lt, "ratio": st / lt if lt else float("nan"),
                     "bpt": bpt, "hit": statistics.median(x["expert_hit_rate"] for x in dec), "wait_gbs": wait_gbs,
                     "resident": res, "bound": b, "frac": DC.fraction_of_bound(st, b),
                     "strata_reps": [r["decode_tok_s"] for r in s], "llama_reps": [r["decode_tok_s"] for r in l],
@@ -622,12 +622,13 @@ def disk_rows(results):
 
 
 def disk_table(results):
-    lines = ["| disk class | device | probe GB/s | strata | strata tok/s | llama.cpp Q8_0 tok/s | strata / llama.cpp | "
+    lines = ["| disk class | device | probe GB/s: throttled (unthrottled) | strata | strata tok/s | llama.cpp Q8_0 tok/s | strata / llama.cpp | "
              "strata GB read / token | hit rate | strata GB/s while waiting (of probe) | resident tok/s | "
              "bound tok/s (limit) | strata / bound |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in disk_rows(results):
         b = r["bound"]
-        lines.append(f"| {r['class']:g} GB/s | {r['where']} | {r['probe']:.2f} | {r['model']} | "
+        free = f" ({r['unthrottled']:.2f})" if r["unthrottled"] else ""
+        lines.append(f"| {r['class']:g} GB/s | {r['where']} | {r['probe']:.2f}{free} | {r['model']} | "
                      f"{r['strata']:.2f} ({', '.join(f'{x:.2f}' for x in r['strata_reps'])}) | "
                      f"{r['llama']:.2f} ({', '.join(f'{x:.2f}' for x in r['llama_reps'])}) | **{r['ratio']:.2f}×** | "
                      f"{r['bpt'] / 1e9:.3f} | {100 * r['hit']:.0f}% | {r['wait_gbs']:.2f} "
