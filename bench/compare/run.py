@@ -506,8 +506,9 @@ def run_disk_classes(a, classes):
         vocab = json.load(f)["vocab_size"]
     cids = fixed_ids(a.capped_prompt_tokens, vocab, 1)
     gb = gguf_bytes_per_token(gguf)
-    models = {m: (conts[m],) for m in strata_models}
-    sizes, ram, limit = cap_sizes(a, models, strata_models, gb)
+    # The limit and --ram of the capped rows whatever --disk-models picks: from every slice container there is.
+    sized = [m for m in ("int8", "int4") if os.path.exists(conts[m])]
+    sizes, ram, limit = cap_sizes(a, {m: (conts[m],) for m in sized}, sized, gb)
     biggest = max(DC.tree_bytes(conts[m]) for m in strata_models) + DC.tree_bytes(gguf)
     if any(c > a.ram_disk_above for c in classes) and DC.mem_available() < biggest + limit + 2e9:
         sys.exit(f"--disk-class: a RAM-backed class needs {biggest / 1e9:.1f} GB in /dev/shm + the {limit / 1e9:.1f} GB "
