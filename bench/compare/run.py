@@ -3,6 +3,7 @@
 
     /usr/bin/python3 bench/compare/run.py [--data /work/benchdata] [--rounds 3] [--write-docs]
                                           [--context 512,4096,16384,32768 [--context-models int8,int4]]
+    /usr/bin/python3 bench/compare/run.py --disk-class 1.5,3.5,7 [--disk-models int4,int8] [--rounds 1]
     /usr/bin/python3 bench/compare/run.py --pair qwen3-slice [--pair NAME=CONTAINER,GGUF ...] [--no-warm-runs]
                                           [--results FILE]
 
@@ -23,6 +24,15 @@ Runs, alternately and after one warm-up invocation of each, `strata bench` and l
   context   (--context N,...) resident, per N and --context-models: `strata bench --context N` and
             llama.cpp on the same N ids (--ids-file), prefill of N then decode of --context-gen-tokens;
             strata's context line (attention+indexer / experts / other, KV bytes) is kept.
+  disk      (--disk-class 1.5,3.5,7: needs root; runs only these rows) per class and strata container
+            (--disk-models int4,int8): the capped row (the same memory cgroup and --ram) with both engines also
+            in a cgroup-v1 blkio child whose read_bps throttle is the class, on the disk holding DATA or, for
+            classes above --ram-disk-above (2 GB/s), on a RAM-backed loop device (ext4 image in /dev/shm) holding
+            a copy of that row's container and Q8_0 GGUF (removed after the row, whatever happens). Per row: the
+            throttled device's O_DIRECT random-read throughput at strata's queue depth and 1 MiB chunks
+            (build/strata_io_bench in the same child), resident decode of each container (this invocation) and
+            the bound 1 / max(bytes read per token / throughput, 1 / resident tok/s); results in --results
+            (default DATA/compare-disk-results.json).
 Prints a table of medians and strata/llama.cpp ratios; --write-docs writes docs/benchmarks.md and
 docs/benchmarks.png. Every raw result goes to DATA/compare-results.json.
 """
@@ -31,6 +41,7 @@ import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import struct
 import subprocess
@@ -39,6 +50,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.normpath(os.path.join(HERE, "..", ".."))
+sys.path.insert(0, HERE)
+import disk_class as DC  # noqa: E402
 
 
 def log(*a):
@@ -171,8 +184,7 @@ class MemCgroup:
 
     def wrap(self, argv):
         # The child shell moves itself into the cgroup, then becomes the engine.
-        procs = os.path.join(self.path, "cgroup.procs")
-        return ["sh", "-c", f'echo $$ > "{procs}" && exec "$@"', "sh"] + argv
+        return DC.enter_cgroups_argv([os.path.join(self.path, "cgroup.procs")], argv)
 
     def stat(self, key):
         with open(os.path.join(self.path, key)) as f:
@@ -183,13 +195,7 @@ class MemCgroup:
             f.write("0")
 
     def close(self):
-        for _ in range(50):
-            try:
-                os.rmdir(self.path)
-                return
-            except OSError:
-                time.sleep(0.2)
-        log(f"warning: could not remove {self.path}")
+        DC.remove_cgroup(self.path)
 
 
 def run_json(argv, timeout=3600):
@@ -236,6 +242,18 @@ def strata_sizes(a, model):
                          "--no-autopin", "-q", "--ram", "1"])
     cfg = next(l for l in probe if l["bench"] == "config")
     return cfg["resident_bytes"], cfg["expert_pool_bytes"]
+
+
+def cap_sizes(a, models, strata_models, gb):
+    """The capped rows' sizes: ({model: (resident, pool)}, strata --ram bytes, cgroup limit bytes). One memory limit
+    for every capped row and both engines: the larger non-expert bytes + 25% of the larger expert pool (of the
+    strata containers run and the Q8_0 GGUF) + the allowance; strata's expert cache (--ram) is the same number of
+    bytes in each row: 25% of the largest strata pool."""
+    sizes = {m: strata_sizes(a, models[m][0]) for m in strata_models}
+    s_dense = max(d for d, _ in sizes.values())
+    s_pool = max(p for _, p in sizes.values())
+    limit = max(s_dense, gb["non_expert"]) + 0.25 * max(s_pool, gb["expert_pool"]) + a.cap_allowance_gb * 1e9
+    return sizes, 0.25 * s_pool, limit
 
 
 def alternate(a, name, fs, fl, warm=None, before=None):
@@ -308,9 +326,33 @@ def main():
                     help="--pair: leave out the discarded warm-up invocation of each engine (each run still does its "
                     "own unmeasured repetition)")
     ap.add_argument("--results", default="", help="--pair runs' raw results (default DATA/compare-pairs-results.json)")
+    ap.add_argument("--disk-class", default="", metavar="GBPS,...",
+                    help="capped rows per emulated disk class (GB/s, e.g. 1.5,3.5,7): a cgroup-v1 blkio read "
+                    "throttle on the disk holding the data, or on a RAM-backed loop device holding a copy for "
+                    "classes above --ram-disk-above (see above); runs only these rows, results in --results "
+                    "(default DATA/compare-disk-results.json); needs root")
+    ap.add_argument("--ram-disk-above", type=float, default=2.0,
+                    help="--disk-class: classes above this many GB/s run from a RAM-backed loop device")
+    ap.add_argument("--disk-models", default="int4,int8", help="--disk-class: the strata containers of each class "
+                    "(each alternates with llama.cpp Q8_0 mmap)")
+    ap.add_argument("--io-depth", type=int, default=16,
+                    help="--disk-class: strata's reads in flight (--io-depth), also the probe's queue depth")
+    ap.add_argument("--nice", type=int, default=0,
+                    help="--disk-class: run the probe and both engines under `nice -n N` (e.g. -10 on a machine shared "
+                    "with builds; the same for both engines)")
     ap.add_argument("--write-docs", action="store_true")
     a = ap.parse_args()
     d = a.data
+    if a.disk_class:
+        if a.pair or a.write_docs or a.context:
+            sys.exit("--disk-class runs only the disk-class rows: no --pair, --write-docs or --context with it")
+        try:
+            classes = DC.parse_classes(a.disk_class)
+            DC.check_privileges(need_loop=any(c > a.ram_disk_above for c in classes))
+        except DC.DiskClassError as e:
+            sys.exit(f"run.py: {e}")
+        run_disk_classes(a, classes)
+        return
     if a.pair:
         if a.write_docs or a.context:
             sys.exit("--pair runs only the pairs: no --write-docs or --context with it")
@@ -342,16 +384,9 @@ def main():
         results["configs"][key] = {"label": label, "gguf": gb, "runs": res}
     capped = [(k, m) for k, m in (("capped", "int8"), ("capped4", "int4")) if k in only]
     if capped:
-        # One memory limit for every capped row and both engines: the larger non-expert bytes + 25% of the
-        # larger expert pool (of the strata containers run and the Q8_0 GGUF) + the allowance. strata's expert
-        # cache (--ram) is the same number of bytes in each row: 25% of the largest strata pool.
         _, gguf, _ = models["int8"]
         gb = gguf_bytes_per_token(gguf)
-        sizes = {m: strata_sizes(a, models[m][0]) for _, m in capped}
-        s_dense = max(d for d, _ in sizes.values())
-        s_pool = max(p for _, p in sizes.values())
-        ram = 0.25 * s_pool
-        limit = max(s_dense, gb["non_expert"]) + 0.25 * max(s_pool, gb["expert_pool"]) + a.cap_allowance_gb * 1e9
+        sizes, ram, limit = cap_sizes(a, models, [m for _, m in capped], gb)
         cg = MemCgroup(limit)
         log(f"[capped] cgroup {cg.path}: limit {limit / 1e9:.2f} GB; strata --ram {ram / 1e9:.2f} GB")
         try:
@@ -445,6 +480,162 @@ def run_pairs(a, pairs):
         gg = results["configs"][name]["gguf"]
         print(f"{name}: strata {det['bytes'] / 1e9:.3f} GB/token ({det['gb_s']:.1f} GB/s), llama.cpp "
               f"{gg['per_token'] / 1e9:.3f} GB/token; strata decode split: {R.fmt_phases(det['phases'])}")
+
+
+def run_disk_classes(a, classes):
+    """Per disk class and strata model: the capped row (strata vs llama.cpp Q8_0 mmap, alternating, the same memory
+    cgroup as the capped rows) inside a blkio child throttling the data's device to the class, with that device's
+    O_DIRECT random-read throughput at strata's queue depth and chunk size measured in the same child, and the
+    bound of issue 12 (docs/benchmarks.md, "Disk classes")."""
+    d = a.data
+    # SIGTERM unwinds like Ctrl-C, so the finally blocks detach the loop device and remove the cgroups.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    conts = {"int8": os.path.join(d, "slice-int8"), "int4": os.path.join(d, "slice-int4")}
+    gguf = os.path.join(d, "slice-q8_0.gguf")
+    strata_models = [m for m in a.disk_models.split(",") if m]
+    for m in strata_models:
+        if m not in conts:
+            sys.exit(f"--disk-models: unknown {m!r} (int4, int8)")
+    for p in [gguf] + [conts[m] for m in strata_models]:
+        if not os.path.exists(p):
+            sys.exit(f"--disk-class: {p} does not exist (bench/make_data makes it)")
+    io_bench = os.path.join(os.path.dirname(os.path.abspath(a.strata)), "strata_io_bench")
+    if not os.access(io_bench, os.X_OK):
+        sys.exit(f"--disk-class: no {io_bench} (the disk probe; `ninja -C build strata_io_bench`)")
+    with open(os.path.join(d, "slice-bf16", "config.json")) as f:
+        vocab = json.load(f)["vocab_size"]
+    cids = fixed_ids(a.capped_prompt_tokens, vocab, 1)
+    gb = gguf_bytes_per_token(gguf)
+    # The limit and --ram of the capped rows whatever --disk-models picks: from every slice container there is.
+    sized = [m for m in ("int8", "int4") if os.path.exists(conts[m])]
+    sizes, ram, limit = cap_sizes(a, {m: (conts[m],) for m in sized}, sized, gb)
+    biggest = max(DC.tree_bytes(conts[m]) for m in strata_models) + DC.tree_bytes(gguf)
+    if any(c > a.ram_disk_above for c in classes) and DC.mem_available() < biggest + limit + 2e9:
+        sys.exit(f"--disk-class: a RAM-backed class needs {biggest / 1e9:.1f} GB in /dev/shm + the {limit / 1e9:.1f} GB "
+                 f"cap + 2 GB; only {DC.mem_available() / 1e9:.1f} GB available")
+    results = {"machine": machine_info(), "args": vars(a), "limit_bytes": limit, "strata_ram_bytes": ram,
+               "resident": {}, "classes": []}
+    log(f"[disk] memory cgroup limit {limit / 1e9:.2f} GB for both engines; strata --ram {ram / 1e9:.2f} GB")
+    # The compute side of the bound: resident decode (every expert pinned, files page-cached), this invocation.
+    for m in strata_models:
+        r = strata_run(a, conts[m], cids, a.capped_gen_tokens, ["--pin", "all", "--ram", "1000", "--membw-mib", "0",
+                                                                 "--disk-mib", "0"],
+                       (lambda argv: ["nice", "-n", str(a.nice)] + argv) if a.nice else None,
+                       warmup_tokens=a.capped_warmup_tokens)
+        results["resident"][m] = r
+        log(f"[disk] resident {m}: decode {r['decode_tok_s']:.2f} tok/s (load {r['load_before']:.1f})")
+    cg = MemCgroup(limit)
+    try:
+        for ci, cls in enumerate(classes):
+            for m in strata_models:
+                results["classes"].append(disk_class_row(a, ci, cls, m, conts[m], gguf, cg, ram, cids, io_bench))
+                write_json(results, a.results or os.path.join(d, "compare-disk-results.json"))
+    finally:
+        cg.close()
+    out = a.results or os.path.join(d, "compare-disk-results.json")
+    write_json(results, out)
+    print(disk_table(results))
+    loads = [r["load_before"] for row in results["classes"] for e in row["runs"].values() for r in e]
+    print(f"load average (1 min) before each run: {min(loads):.1f}-{max(loads):.1f}; raw results: {out}")
+
+
+def write_json(results, path):
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(path + ".tmp", path)
+
+
+def disk_class_row(a, ci, cls, m, cont, gguf, cg, ram, cids, io_bench):
+    on_ram = cls > a.ram_disk_above
+    rd = blk = None
+    try:
+        if on_ram:
+            rd = DC.RamDisk([cont, gguf], f"{ci}-{m}", log)
+            cont, gguf, devs, where = rd.copies[cont], rd.copies[gguf], [rd.dev], f"RAM-backed {rd.loop}"
+        else:
+            devs = sorted({DC.device_of(cont), DC.device_of(gguf)})
+            where = "disk " + ",".join(devs)
+        blk = DC.BlkioCgroup(devs, cls * 1e9, f"{ci}-{m}")
+        nice = ["nice", "-n", str(a.nice)] if a.nice else []
+        probe = nice + DC.probe_argv(io_bench, gguf, DC.expert_blob_bytes(cont), a.io_depth, 1 << 20)
+
+        def run_probe(procs):
+            p = subprocess.run(DC.enter_cgroups_argv(procs, probe) if procs else probe, capture_output=True,
+                               text=True, timeout=600)
+            if p.returncode != 0:
+                raise RuntimeError(f"{' '.join(probe)} exited {p.returncode}:\n{p.stderr[-2000:]}")
+            return DC.parse_probe(p.stdout)
+
+        # The device unthrottled (outside the blkio child), then throttled: what the class gets is the latter.
+        free_gbps, free_rounds = run_probe([])
+        gbps, rounds = run_probe([blk.procs])
+        log(f"[disk {cls:g}] {where}: probe (O_DIRECT random {m} experts, 1 MiB chunks, {a.io_depth} in flight): "
+            f"unthrottled {free_gbps:.2f} GB/s (rounds {', '.join(f'{x:.2f}' for x in free_rounds)}); throttled to "
+            f"{cls:g} GB/s: {gbps:.2f} GB/s (rounds {', '.join(f'{x:.2f}' for x in rounds)})")
+
+        def wrap(argv):
+            return DC.enter_cgroups_argv([os.path.join(cg.path, "cgroup.procs"), blk.procs], nice + argv)
+
+        def counted(fn):
+            b0 = blk.read_bytes()
+            r = fn()
+            r["device_read_bytes"] = blk.read_bytes() - b0
+            return r
+
+        name = f"disk{cls:g}-{m}"
+        res = alternate(
+            a, name,
+            lambda: counted(lambda: strata_run(
+                a, cont, cids, a.capped_gen_tokens,
+                ["--ram", f"{ram / 1e9:.3f}", "--io-depth", str(a.io_depth), "--membw-mib", "0", "--disk-mib", "0"],
+                wrap, warmup_tokens=a.capped_warmup_tokens)),
+            lambda: counted(lambda: llama_run(a, gguf, cids, a.capped_gen_tokens, wrap,
+                                              warmup_tokens=a.capped_warmup_tokens)),
+            before=lambda: drop_cache([cont, gguf]))
+        return {"class_gb_s": cls, "model": m, "where": where, "devices": devs, "probe_gb_s": gbps,
+                "probe_rounds": rounds, "unthrottled_gb_s": free_gbps, "unthrottled_rounds": free_rounds,
+                "probe_argv": probe, "runs": res}
+    finally:
+        if blk:
+            blk.close()
+        if rd:
+            rd.close()
+
+
+def disk_rows(results):
+    """One dict per (class, model): medians, ratio, bytes per token, the bound and the fraction reached."""
+    out = []
+    for row in results["classes"]:
+        s, l = row["runs"]["strata"], row["runs"]["llama.cpp"]
+        dec = [r["raw"]["decode"] for r in s]
+        st, lt = med(s, "decode_tok_s"), med(l, "decode_tok_s")
+        bpt = statistics.median(x["disk_bytes_per_token"] for x in dec)
+        wait_gbs = statistics.median(x["disk_gb_s_during_wait"] for x in dec)
+        res = results["resident"][row["model"]]["decode_tok_s"]
+        b = DC.bound(bpt, row["probe_gb_s"] * 1e9, res)
+        out.append({"class": row["class_gb_s"], "model": row["model"], "where": row["where"],
+                    "probe": row["probe_gb_s"], "unthrottled": row.get("unthrottled_gb_s"), "strata": st, "llama": lt, "ratio": st / lt if lt else float("nan"),
+                    "bpt": bpt, "hit": statistics.median(x["expert_hit_rate"] for x in dec), "wait_gbs": wait_gbs,
+                    "resident": res, "bound": b, "frac": DC.fraction_of_bound(st, b),
+                    "strata_reps": [r["decode_tok_s"] for r in s], "llama_reps": [r["decode_tok_s"] for r in l],
+                    "llama_read_gb": [r.get("device_read_bytes", 0) / 1e9 for r in l]})
+    return out
+
+
+def disk_table(results):
+    lines = ["| disk class | device | probe GB/s: throttled (unthrottled) | strata | strata tok/s | llama.cpp Q8_0 tok/s | strata / llama.cpp | "
+             "strata GB read / token | hit rate | strata GB/s while waiting (of probe) | resident tok/s | "
+             "bound tok/s (limit) | strata / bound |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in disk_rows(results):
+        b = r["bound"]
+        free = f" ({r['unthrottled']:.2f})" if r["unthrottled"] else ""
+        lines.append(f"| {r['class']:g} GB/s | {r['where']} | {r['probe']:.2f}{free} | {r['model']} | "
+                     f"{r['strata']:.2f} ({', '.join(f'{x:.2f}' for x in r['strata_reps'])}) | "
+                     f"{r['llama']:.2f} ({', '.join(f'{x:.2f}' for x in r['llama_reps'])}) | **{r['ratio']:.2f}×** | "
+                     f"{r['bpt'] / 1e9:.3f} | {100 * r['hit']:.0f}% | {r['wait_gbs']:.2f} "
+                     f"({100 * r['wait_gbs'] / r['probe']:.0f}%) | {r['resident']:.2f} | "
+                     f"{b['bound_tok_s']:.2f} ({b['limited_by']}) | **{100 * r['frac']:.0f}%** |")
+    return "\n".join(lines)
 
 
 def report(results, a):
