@@ -17,7 +17,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import model as _model  # noqa: E402,F401  (puts tests/reference on sys.path)
-from glm_moe_dsa_ref import expected_tensor_names, f32_to_bf16_bits, load_checkpoint, write_safetensors  # noqa: E402
+from glm_moe_dsa_ref import (expected_tensor_names, f32_to_bf16_bits, load_checkpoint, load_raw_tensors,  # noqa: E402
+                             write_safetensors)
 
 CHAT_TEMPLATE = open(os.path.join(HERE, "chat_template.jinja"), encoding="utf-8").read()
 
@@ -43,11 +44,34 @@ def tokenizer_config(tok_json):
     }
 
 
+def check_same_trunk(tensors, ref_dir, mtp_prefix):
+    """Every tensor outside the MTP layer byte-equal (dtype, shape, bits) to ref_dir's; exits naming the first
+    that is not.  Prints how many MTP tensors changed."""
+    ref = load_raw_tensors(ref_dir)
+    if set(ref) != set(tensors):
+        sys.exit(f"--same-trunk-as {ref_dir}: tensor names differ: {sorted(set(ref) ^ set(tensors))[:5]}")
+    changed = 0
+    for k, (dt, arr) in sorted(tensors.items()):
+        rdt, rarr = ref[k]
+        same = dt == rdt and arr.shape == rarr.shape and arr.tobytes() == rarr.tobytes()
+        if k.startswith(mtp_prefix):
+            changed += not same
+        elif not same:
+            sys.exit(f"--same-trunk-as {ref_dir}: {k} differs ({dt} {arr.shape} vs {rdt} {rarr.shape}); "
+                     f"only {mtp_prefix}* may change")
+    n_trunk = sum(not k.startswith(mtp_prefix) for k in tensors)
+    print(f"trunk byte-identical to {ref_dir}: {n_trunk} tensors; MTP tensors changed: "
+          f"{changed} of {len(tensors) - n_trunk}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ckpt", required=True)
     ap.add_argument("--tok", required=True)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--same-trunk-as", default=None,
+                    help="model directory whose tensors must be byte-identical to the export's, except the MTP "
+                         "layer's (model.layers.{num_hidden_layers}.*): checks an MTP-only training run")
     a = ap.parse_args()
     st = torch.load(a.ckpt, map_location="cpu")
     cfg = st["config"]
@@ -62,6 +86,8 @@ def main():
             tensors[k] = ("BF16", f32_to_bf16_bits(v))
     exp = set(expected_tensor_names(cfg))
     assert set(tensors) == exp, (sorted(set(tensors) - exp)[:5], sorted(exp - set(tensors))[:5])
+    if a.same_trunk_as:
+        check_same_trunk(tensors, a.same_trunk_as, f"model.layers.{cfg['num_hidden_layers']}.")
     write_safetensors(os.path.join(a.out, "model.safetensors"), tensors, metadata={"format": "pt"})
     json.dump(cfg, open(os.path.join(a.out, "config.json"), "w"), indent=2)
     gen = {"_from_model_config": True, "do_sample": True, "eos_token_id": cfg["eos_token_id"],
