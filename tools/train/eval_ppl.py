@@ -4,7 +4,8 @@
 The id file is cut into non-overlapping windows of --ctx tokens; each window is one forward from
 position 0 (DSA sparse attention unless --dense); every position except the window's first is scored.
 Also reports teacher-forced top-1 accuracy and, when the model has an MTP layer, the MTP loss / top-1
-accuracy (row i predicts ids[i+2]).  Prints one JSON object.
+accuracy (row i predicts ids[i+2]) and how often the MTP top-1 equals the main model's top-1 for the same
+token (its logits at i+1: what a speculative draft is verified against).  Prints one JSON object.
 
     /usr/bin/python3 tools/train/eval_ppl.py --model models/glm5-strata-tiny --ids models/glm5-strata-tiny/heldout_ids.txt
 ID files: .bin = raw little-endian uint16, .npy, or text with integers separated by commas/whitespace.
@@ -45,7 +46,7 @@ def main():
     if a.max_windows:
         nwin = min(nwin, a.max_windows)
     nll = mnll = 0.0
-    n = mn = hit = mhit = 0
+    n = mn = hit = mhit = magree = 0
     t0 = time.time()
     for w in range(nwin):
         x = ids[w * a.ctx:(w + 1) * a.ctx]
@@ -59,6 +60,7 @@ def main():
             ml = o["mtp_logits"][:-1]  # rows 0..T-3 predict ids[2..T-1]
             mnll += F.cross_entropy(ml, t[2:], reduction="sum").item()
             mhit += (ml.argmax(-1) == t[2:]).sum().item()
+            magree += (ml.argmax(-1) == o["logits"][1:-1].argmax(-1)).sum().item()  # both predict ids[i+2]
             mn += len(x) - 2
         if (w + 1) % 10 == 0:
             print(f"[{w + 1}/{nwin}] ppl so far {math.exp(nll / n):.3f} ({time.time() - t0:.0f}s)", file=sys.stderr)
@@ -66,6 +68,7 @@ def main():
            "dense": a.dense, "loss": nll / n, "ppl": math.exp(nll / n), "top1_acc": hit / n}
     if mn:
         res.update({"mtp_loss": mnll / mn, "mtp_ppl": math.exp(mnll / mn), "mtp_top1_acc": mhit / mn,
+                    "mtp_agree_main_top1": magree / mn,
                     "mtp_scored_tokens": mn})
     print(json.dumps(res, indent=1))
 

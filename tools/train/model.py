@@ -135,7 +135,9 @@ class Attention(nn.Module):
         if has_indexer:
             self.indexer = Indexer(c)
 
-    def forward(self, x, cos, sin, prev_sel, dense, aux):
+    def forward(self, x, cos, sin, prev_sel, dense, aux, mask=None):
+        """mask (optional, bool [T(query), T(key)]): the keys each row may see instead of the causal
+        triangle (the MTP chain's rows, see GlmMoeDsaForCausalLM.mtp_chain)."""
         c = self.c
         B, T, _ = x.shape
         H, dn, dr, dv, R = c.num_heads, c.qk_nope_head_dim, c.qk_rope_head_dim, c.v_head_dim, c.kv_lora_rank
@@ -150,7 +152,7 @@ class Attention(nn.Module):
         k_nope, v = kvu[..., :dn], kvu[..., dn:]
         S = (torch.einsum("bshd,bthd->bhst", q[..., :dn], k_nope)
              + torch.einsum("bshd,btd->bhst", q_pe, k_pe)) * ((dn + dr) ** -0.5)
-        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril() if mask is None else mask
         sel = prev_sel
         if hasattr(self, "indexer"):
             kk = min(c.index_topk, T)
@@ -201,8 +203,8 @@ class DecoderLayer(nn.Module):
             self.shared_head = nn.Module()
             self.shared_head.norm = RMSNorm(c.hidden_size, c.rms_norm_eps)
 
-    def forward(self, h, cos, sin, prev_sel, dense, aux):
-        a, sel = self.self_attn(self.input_layernorm(h), cos, sin, prev_sel, dense, aux)
+    def forward(self, h, cos, sin, prev_sel, dense, aux, mask=None):
+        a, sel = self.self_attn(self.input_layernorm(h), cos, sin, prev_sel, dense, aux, mask)
         h = h + a
         x = self.post_attention_layernorm(h)
         f = self.mlp(x, aux) if self.is_moe else self.mlp(x)
@@ -243,29 +245,65 @@ class GlmMoeDsaForCausalLM(nn.Module):
                     s = std / math.sqrt(2 * (c.num_hidden_layers + 1))
                 nn.init.normal_(p, 0.0, s)
 
-    def forward(self, ids, dense=False, mtp=True, aux=None):
+    def forward(self, ids, dense=False, mtp=True, aux=None, frozen_trunk=False, mtp_depth=1):
         """ids [B,T] long.  Returns (logits [B,T,V], hn [B,T,d], mtp_logits [B,T-1,V] or None);
-        row i of mtp_logits predicts ids[:, i+2]."""
+        row i of mtp_logits predicts ids[:, i+2].  frozen_trunk: the main model (embedding, layers,
+        final norm, lm_head) runs without autograd and without aux, so aux only collects the MTP
+        layer's load and indexer KL (MTP-only training).  mtp_depth > 1: aux["mtp_chain"] holds the
+        logits of every depth of the chained MTP layer (mtp_chain)."""
         c = self.c
         B, T = ids.shape
         cos, sin = rope_tables(c.rope_theta, c.qk_rope_head_dim, torch.arange(T))
-        h = self.model.embed_tokens(ids)
-        sel = None
-        for L in range(c.num_hidden_layers):
-            h, sel = self.model.layers[L](h, cos, sin, sel, dense, aux)
-        hn = self.model.norm(h)
-        logits = self.lm_head(hn)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and not frozen_trunk):
+            trunk_aux = None if frozen_trunk else aux
+            h = self.model.embed_tokens(ids)
+            sel = None
+            for L in range(c.num_hidden_layers):
+                h, sel = self.model.layers[L](h, cos, sin, sel, dense, trunk_aux)
+            hn = self.model.norm(h)
+            logits = self.lm_head(hn)
         mtp_logits = None
         if mtp and c.num_nextn_predict_layers > 0 and T >= 2:
-            lay = self.model.layers[c.num_hidden_layers]
-            e = lay.enorm(self.model.embed_tokens(ids[:, 1:]))
-            u = lay.eh_proj(torch.cat((e, lay.hnorm(hn[:, :-1])), -1))
-            g, _ = lay(u, cos[:T - 1], sin[:T - 1], None, dense, aux)
-            mtp_logits = self.lm_head(lay.shared_head.norm(g))
+            chain = self.mtp_chain(ids, hn, cos, sin, dense, aux, mtp_depth)
+            mtp_logits = chain[0]
+            if aux is not None and mtp_depth > 1:
+                aux["mtp_chain"] = chain
         return logits, hn, mtp_logits
+
+    def mtp_chain(self, ids, hn, cos, sin, dense, aux, depth):
+        """The MTP layer chained on its own output, exactly as a speculative drafter runs it.  The chain
+        that starts at position r: depth 1 feeds the main model's hn[r] with token ids[r+1] at position r;
+        depth m feeds depth m-1's output (after shared_head.norm) with token ids[r+m] at position r+m-1
+        and predicts ids[r+m+1].  Its attention sees what the drafter's MTP cache holds then: the depth-1
+        rows of positions <= r and the chain's own rows of depths 2..m.  Returns one logits tensor per
+        depth; depth m's row r is the chain that starts at r (rows 0 .. T-1-m)."""
+        T = ids.shape[1]
+        lay = self.model.layers[self.c.num_hidden_layers]
+        h_in = hn[:, :-1]
+        us, out = [], []
+        for d in range(depth):
+            if T - 1 - d < 1:
+                break
+            e = lay.enorm(self.model.embed_tokens(ids[:, 1 + d:]))
+            us.append(lay.eh_proj(torch.cat((e, lay.hnorm(h_in)), -1)))
+            lens = [u.shape[1] for u in us]
+            dep = torch.cat([torch.full((n,), m + 1) for m, n in enumerate(lens)])
+            row = torch.cat([torch.arange(n) for n in lens])
+            pos = row + dep - 1
+            mask = (((dep[None] == 1) & (row[None] <= row[:, None]))
+                    | ((dep[None] >= 2) & (dep[None] <= dep[:, None]) & (row[None] == row[:, None])))
+            g, _ = lay(torch.cat(us, 1), cos[pos], sin[pos], None, dense, aux, mask)
+            s = lay.shared_head.norm(g[:, -lens[-1]:])
+            out.append(self.lm_head(s))
+            h_in = s[:, :-1]
+        return out
 
     def moe_layers(self):
         return [l.mlp for l in self.model.layers if l.is_moe]
+
+    def mtp_prefix(self):
+        """Name prefix of the MTP layer's parameters (model.layers.{num_hidden_layers}.)."""
+        return f"model.layers.{self.c.num_hidden_layers}."
 
 
 def make_config(vocab_size, eos_ids, pad_id, **over):

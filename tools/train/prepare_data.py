@@ -19,6 +19,9 @@ def main():
     ap.add_argument("--tok", required=True)
     ap.add_argument("--data", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "data"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--max-train-docs", type=int, default=0,
+                    help="encode only the first N shuffled training documents (0 = all): train.bin is then a prefix "
+                         "of the full file, enough for a short MTP-only phase")
     a = ap.parse_args()
     tok = Tokenizer(a.tok)
     eot = tok.special["<|endoftext|>"]
@@ -26,6 +29,8 @@ def main():
         docs = list(read_docs(os.path.join(a.data, split + ".txt")))
         if split == "train":
             random.Random(a.seed).shuffle(docs)
+            if a.max_train_docs:
+                docs = docs[:a.max_train_docs]
         t0 = time.time()
         out = open(os.path.join(a.data, split + ".bin"), "wb")
         n_tok = n_bytes = 0

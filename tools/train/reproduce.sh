@@ -25,3 +25,17 @@ OMP_WAIT_POLICY=PASSIVE nice -n 19 /usr/bin/python3 tools/train/train.py --out $
 /usr/bin/python3 tools/train/eval_routing.py --model models/$NAME --ids tools/train/data/heldout.bin
 /usr/bin/python3 tools/train/compare_strata.py --model models/$NAME --ids tools/train/data/heldout.bin
 /usr/bin/python3 tools/train/plot_curve.py --metrics $RUN/metrics.jsonl --out models/$NAME/training_curve.png
+# 6. MTP-only distillation (the released MTP layer): only model.layers.6.* trains, towards the main
+#    model's own next-token distribution over the MTP chain (depths 1-2), on text mixed 1:1 with
+#    windows of the model's own greedy output; the trunk stays byte-identical (export --same-trunk-as).
+#    The released run was stopped by hand after its step-44 checkpoint (19.1 min): add --max_steps 44.
+/usr/bin/python3 tools/train/self_generate.py --strata build/strata --model models/$NAME --data tools/train/data \
+    --n 256 --out tools/train/data/selfgen.bin
+mkdir -p $RUN-mtp
+cp -r models/$NAME $RUN-mtp/base
+OMP_WAIT_POLICY=PASSIVE nice -n 19 /usr/bin/python3 tools/train/train.py --out $RUN-mtp --init $RUN-mtp/base \
+    --mtp_only --distill 1 --mtp_weight 0 --dense_frac 0 --ctx2 256 --b2 2 --idx_rows 1 --lr 1.5e-3 --warmup 3 \
+    --mtp_depth 2 --selfgen tools/train/data/selfgen.bin --selfgen_eval 8 --minutes 25 --max_steps 44 \
+    --ckpt_every_s 180 --eval_every_s 100000 >> $RUN-mtp/train.log 2>&1
+/usr/bin/python3 tools/train/export.py --ckpt $RUN-mtp/ckpt.pt --tok tools/train/runs/tok4k/tokenizer.json \
+    --out models/$NAME --same-trunk-as $RUN-mtp/base
