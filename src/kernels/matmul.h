@@ -34,7 +34,7 @@ struct ComputeOptions {
   bool multi_row = true;
   // true: int8 calls of 2+ rows and >= 2048 columns take the packed,
   // blocked kernel (prefill GEMM) where the path has one, instead of the
-  // multi-row kernel: the same results bit for bit, 1.6-2.4x faster on
+  // multi-row kernel: the same results bit for bit, 1.7-2.7x faster on
   // prefill shapes (docs/kernels.md). false: the multi-row kernel (benchmarks).
   bool packed = true;
 };

@@ -397,20 +397,20 @@ void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
 //
 // The same arithmetic as qgemm8_dword_tile, blocked for reuse (GEMM-style
 // blocking over rows, weight rows and superblocks). Activation rows go in
-// blocks whose chunk of kPackK superblocks fits L2 (~512 KiB); for each
-// block, NW = 4 weight rows are transposed dword-major chunk by chunk into a
-// pack of kPackK superblocks (per superblock and weight row: the 8 vectors
-// T[k], the starting sums -128 * sum(w) and the 16 block scales; 10 KiB, in
-// L1), and the block's rows run past the pack NR = 3 at a time. A tile keeps
-// NW x NR integer and NW x NR float accumulators in registers (24 + 4 + 1 of
-// 32 zmm): each vpdpbusd's activation vector is used NW times and each weight
+// blocks whose chunk of kPackK superblocks fits L2 (~512 KiB: 126 rows);
+// for each block, NW = 4 weight rows are transposed dword-major chunk by
+// chunk into a pack of kPackK superblocks (per superblock and weight row: the
+// 8 vectors T[k], the starting sums -128 * sum(w) and the 16 block scales;
+// 20 KiB, in L1), and the block's rows run past the pack NR = 3 at a time.
+// A tile keeps NW x NR integer and NW x NR float accumulators in registers
+// (24 + 4 + 1 of 32 zmm): each vpdpbusd's activation vector is used NW times and each weight
 // vector NR times; the float accumulators go through memory only between
 // chunks. Every output's float accumulator takes one fma per superblock in
 // superblock order (d = s_w * s_x, fma(float(isum), d, acc) masked to the
 // row's blocks), exactly the dword kernel's, then tree16: the scalar
 // reference's floats bit for bit, whichever tile, chunk and block computed it.
 constexpr int kPackW = 4, kPackR = 3;
-constexpr int64_t kPackK = 4;     // superblocks per chunk (2048 columns)
+constexpr int64_t kPackK = 8;     // superblocks per chunk (4096 columns)
 constexpr int kPackVecs = 10;     // per superblock and weight row: T[0..7], init, scales
 constexpr int64_t kPackMaxRows = 256;  // rows per block at most (the float accumulators' buffer)
 

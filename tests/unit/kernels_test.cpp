@@ -244,8 +244,8 @@ std::vector<float> run_matmul_with(const Weight& w, const std::vector<float>& x,
 }
 
 TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
-  // The packed int8 kernel (prefill: weight tiles of 4 rows packed 4
-  // superblocks at a time per block of up to 255 activation rows, 4 x 3
+  // The packed int8 kernel (prefill: weight tiles of 4 rows packed 8
+  // superblocks at a time per block of up to 126 activation rows, 4 x 3
   // register tiles, float accumulators kept across chunks) against the
   // multi-row kernel and the scalar reference, == on every element: rows
   // M = 1..20 (matmul packs from 12 on) and past tiles and row blocks up to
@@ -270,7 +270,7 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
   for (const Case& c : cases) {
     const Weight w = make_int_weight(8, c.group, c.n, c.k, rng);
     for (int64_t m : ms) {
-      // Keeps the test fast: row blocks (255 rows) are crossed at 600 rows.
+      // Keeps the test fast: row blocks (126 rows) are crossed from 128 rows on.
       if ((c.k > 2100 && m > 128 && !(c.k == 6001 && m == 600)) || (c.k > 6001 && m > 91)) continue;
       auto x = random_floats(rng, m * c.k);
       for (int64_t i = 0; i < m * c.k; i += 17) x[static_cast<size_t>(i)] *= 40.0f;  // outliers
