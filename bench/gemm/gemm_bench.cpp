@@ -1,7 +1,8 @@
 // The int8 dot-product peak of this CPU and the int8 GEMM's fraction of it
 // on prefill shapes (docs/kernels.md). JSON lines on stdout:
 //
-//   build/strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--peak-only]
+//   build/strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] [--peak-only]
+//   (--m ROWS: every shape with that many activation rows instead of its own)
 //
 // {"bench":"vnni_peak",...}: vpdpbusd (512-bit) on independent accumulator
 //   chains, register operands only, per thread count (1 and 2 threads run
@@ -195,6 +196,7 @@ Weight make_int8(int64_t n, int64_t k, std::mt19937& rng) {
 
 int run(int argc, char** argv) {
   int reps = 5, threads = 1;
+  int64_t rows = 0;  // --m: every shape's activation rows instead of its own (0: the shape's)
   std::string which = "all", name;  // name: one shape only (e.g. expert_gate)
   bool peak_only = false;
   for (int i = 1; i < argc; ++i) {
@@ -205,13 +207,15 @@ int run(int argc, char** argv) {
       threads = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--shapes" && i + 1 < argc) {
       which = argv[++i];
+    } else if (a == "--m" && i + 1 < argc) {
+      rows = std::max(1, std::atoi(argv[++i]));
     } else if (a == "--name" && i + 1 < argc) {
       name = argv[++i];
     } else if (a == "--peak-only") {
       peak_only = true;
     } else {
       std::fprintf(stderr,
-                   "usage: strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--peak-only]\n");
+                   "usage: strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] [--peak-only]\n");
       return 2;
     }
   }
@@ -228,7 +232,8 @@ int run(int argc, char** argv) {
     no.packed = true;
     const Compute cold(pool.get(), oo), cnew(pool.get(), no);
     std::mt19937 rng(3);
-    for (const Shape& s : kShapes) {
+    for (Shape s : kShapes) {
+      if (rows > 0) s.m = rows;
       if ((which != "all" && which != s.model) || (!name.empty() && name != s.name)) continue;
       const Weight w = make_int8(s.n, s.k, rng);
       std::vector<float> x(static_cast<size_t>(s.m * s.k));

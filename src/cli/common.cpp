@@ -36,9 +36,9 @@ void EngineFlags::add(CLI::App* cmd) {
                   "Kernel path: auto (the best this CPU runs), scalar, avx2, avx512, avx512vnni (docs/kernels.md)")
       ->capture_default_str()
       ->group(kGroupModel);
-  cmd->add_flag("--packed-gemm", packed_gemm,
-                "Experimental: int8 calls of several rows and >= 2048 columns (prefill) on the packed, blocked kernel "
-                "(avx512vnni): the same results bit for bit; measured slower than the default here (docs/kernels.md)")
+  cmd->add_flag("--packed-gemm,!--no-packed-gemm", packed_gemm,
+                "int8 calls of several rows and >= 2048 columns (prefill) on the packed, blocked kernel (avx512vnni; "
+                "default) or, with --no-packed-gemm, the multi-row one: the same results bit for bit (docs/kernels.md)")
       ->group(kGroupModel);
   cmd->add_option("--attn", attn, "Attention form: absorbed (decode form) or naive (prefill form)")
       ->check(CLI::IsMember({"absorbed", "naive"}))

@@ -47,7 +47,7 @@ struct EngineFlags {
   std::string cache = "lru";  // the cache policy: lru | lfu
   bool stats = false, stats_json = false;
   std::string kernels = "auto";  // auto | scalar | avx2 | avx512 | avx512vnni
-  bool packed_gemm = false;      // int8 prefill on the packed kernel (experimental, opt-in; docs/kernels.md)
+  bool packed_gemm = true;       // int8 prefill on the packed kernel (--no-packed-gemm: the multi-row one; docs/kernels.md)
   bool quiet = false;            // no start-up lines (kernel path, expert cache)
   std::string spec = "off";      // speculative decoding: off | auto | mtp | ngram (kSpecGenerating: run, chat, generate, serve)
   int spec_k = 4;                // most drafts per step

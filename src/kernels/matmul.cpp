@@ -119,10 +119,10 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
       qw.row_bytes = quant_row_bytes(b4 ? QuantBits::Int4 : QuantBits::Int8, in);
       qw.group = W.group;
       qw.ngroups = quant_groups(in, W.group);
-      // The packed kernel (opt-in: ComputeOptions::packed) from 4 superblocks
-      // per row on (it was slowest at <= 512 columns: docs/kernels.md).
-      // Either gives the same floats.
-      const bool packed = multi && kt.gemm_q8_packed && c.packed() && in >= 4 * kQSuper;
+      // The packed kernel (ComputeOptions::packed, the default) from 12 rows
+      // on: below that its per-call weight packing costs more than the
+      // register blocking gains (docs/kernels.md). Either gives the same floats.
+      const bool packed = multi && kt.gemm_q8_packed && c.packed() && nrows >= 12;
       const auto gemm = b4                                      ? kt.gemm_q4
                         : packed                                  ? kt.gemm_q8_packed
                         : multi                                   ? kt.gemm_q8_multi

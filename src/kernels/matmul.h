@@ -34,9 +34,9 @@ struct ComputeOptions {
   bool multi_row = true;
   // true: int8 calls of 2+ rows and >= 2048 columns take the packed,
   // blocked kernel (prefill GEMM) where the path has one, instead of the
-  // multi-row kernel: the same results bit for bit. Off by default: measured
-  // slower than the multi-row kernel on this machine (docs/kernels.md).
-  bool packed = false;
+  // multi-row kernel: the same results bit for bit, 1.7-2.7x faster on
+  // prefill shapes (docs/kernels.md). false: the multi-row kernel (benchmarks).
+  bool packed = true;
 };
 
 // What every matmul runs with, fixed when an engine (or a test) sets it up:

@@ -395,27 +395,32 @@ void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
 
 // ---- int8, prefill-sized calls: packed weights, register-blocked tiles ----
 //
-// The same arithmetic as qgemm8_dword_tile, blocked for reuse. Activation
-// rows go in blocks of about 512 KiB (L2); for each block, NW = 4 weight rows
-// are transposed dword-major once into a pack (per superblock and row: the 8
-// vectors T[k], the starting sums -128 * sum(w) and the 16 block scales) and
-// the block's rows run past the pack NR = 6 at a time. A tile holds NW x NR
-// integer accumulators (24 of 32 zmm registers): each vpdpbusd's activation
-// vector is used NW times and each weight vector NR times. The float
-// accumulators (16 lanes per output, one fma per block in superblock order,
-// exactly the dword kernel's) live in a small array in L1. So every output
-// gets the scalar reference's floats bit for bit, whichever tile and block
-// computed it.
-constexpr int kPackW = 4, kPackR = 6;
-constexpr int64_t kPackMaxSuper = 64;  // rows up to 32768 columns; wider ones take the dword kernel
-constexpr int kPackVecs = 10;          // per superblock and weight row: T[0..7], init, scales
+// The same arithmetic as qgemm8_dword_tile, blocked for reuse (GEMM-style
+// blocking over rows, weight rows and superblocks). Activation rows go in
+// blocks whose chunk of kPackK superblocks fits L2 (~512 KiB: 126 rows);
+// for each block, NW = 4 weight rows are transposed dword-major chunk by
+// chunk into a pack of kPackK superblocks (per superblock and weight row: the
+// 8 vectors T[k], the starting sums -128 * sum(w) and the 16 block scales;
+// 20 KiB, in L1), and the block's rows run past the pack NR = 3 at a time.
+// A tile keeps NW x NR integer and NW x NR float accumulators in registers
+// (24 + 4 + 1 of 32 zmm): each vpdpbusd's activation vector is used NW times and each weight
+// vector NR times; the float accumulators go through memory only between
+// chunks. Every output's float accumulator takes one fma per superblock in
+// superblock order (d = s_w * s_x, fma(float(isum), d, acc) masked to the
+// row's blocks), exactly the dword kernel's, then tree16: the scalar
+// reference's floats bit for bit, whichever tile, chunk and block computed it.
+constexpr int kPackW = 4, kPackR = 3;
+constexpr int64_t kPackK = 8;     // superblocks per chunk (4096 columns)
+constexpr int kPackVecs = 10;     // per superblock and weight row: T[0..7], init, scales
+constexpr int64_t kPackMaxRows = 256;  // rows per block at most (the float accumulators' buffer)
 
+// Superblocks [sb0, sb0 + kc) of weight rows [o, o + NW) into pk.
 template <int NW>
-void pack_q8(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int64_t o, int64_t nsuper,
+void pack_q8(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int64_t o, int64_t sb0, int64_t kc,
              int64_t nblocks, __m512i* pk) {
   const __m512i ones = _mm512_set1_epi8(1);
-  for (int64_t sb = 0; sb < nsuper; ++sb) {
-    const int64_t b0 = sb * 16, nb = nblocks - b0, off = sb * kQSuper;
+  for (int64_t j = 0; j < kc; ++j) {
+    const int64_t sb = sb0 + j, b0 = sb * 16, nb = nblocks - b0, off = sb * kQSuper;
     const bool full = off + kQSuper <= w.row_bytes;
     for (int i = 0; i < NW; ++i) {
       const uint8_t* wrow = w.q + (o + i) * w.row_bytes;
@@ -426,7 +431,7 @@ void pack_q8(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int
       tr.run(t);
       __m512i wsum = _mm512_setzero_si512();
       for (int k = 0; k < 8; ++k) wsum = _mm512_dpbusd_epi32(wsum, ones, t[k]);
-      __m512i* p = pk + (sb * NW + i) * kPackVecs;
+      __m512i* p = pk + (j * NW + i) * kPackVecs;
       for (int k = 0; k < 8; ++k) _mm512_store_si512(p + k, t[k]);
       _mm512_store_si512(p + 8, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(wsum, 7)));
       _mm512_store_si512(p + 9, _mm512_castps_si512(wsc.get(w.s + (o + i) * w.ngroups, w.ngroups, b0, nb)));
@@ -434,22 +439,26 @@ void pack_q8(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int
   }
 }
 
-// Weight rows [o, o + NW) (packed in pk) against activation rows [r0, r0 + NR);
-// y points at output (r0, o).
+// Weight rows [o, o + NW) (superblocks [sb0, sb0 + kc) packed in pk) against
+// activation rows [r0, r0 + NR). fa: the tile's float accumulators between
+// chunks ([NR][NW][16]); first: start them at zero; last: finish into y,
+// which points at output (r0, o).
 template <int NW, int NR>
-void qgemm8_packed_tile(const __m512i* pk, int64_t nsuper, const QActs& a, int64_t r0, float* y, int64_t ldy) {
-  alignas(64) float facc[NW * NR * 16];
-  for (int j = 0; j < NW * NR; ++j) _mm512_store_ps(facc + 16 * j, _mm512_setzero_ps());
-  const uint8_t* xq = a.q + r0 * a.qstride;
-  const float* xs = a.scale + r0 * a.bstride;
-  for (int64_t sb = 0; sb < nsuper; ++sb) {
-    const __m512i* p = pk + sb * NW * kPackVecs;
+void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc, const QActs& a, int64_t r0, float* fa, bool first,
+                        bool last, float* y, int64_t ldy) {
+  __m512 f[NW][NR];
+  for (int r = 0; r < NR; ++r)
+    for (int i = 0; i < NW; ++i) f[i][r] = first ? _mm512_setzero_ps() : _mm512_load_ps(fa + 16 * (r * NW + i));
+  const uint8_t* xq = a.q + r0 * a.qstride + sb0 * kQSuper;
+  const float* xs = a.scale + r0 * a.bstride + sb0 * 16;
+  for (int64_t j = 0; j < kc; ++j) {
+    const __m512i* p = pk + j * NW * kPackVecs;
     __m512i acc[NW][NR];
     for (int i = 0; i < NW; ++i) {
       const __m512i init = _mm512_load_si512(p + i * kPackVecs + 8);
       for (int r = 0; r < NR; ++r) acc[i][r] = init;
     }
-    const uint8_t* xb = xq + sb * kQSuper;
+    const uint8_t* xb = xq + j * kQSuper;
     for (int k = 0; k < 8; ++k) {
       __m512i wv[NW];
       for (int i = 0; i < NW; ++i) wv[i] = _mm512_load_si512(p + i * kPackVecs + k);
@@ -458,39 +467,46 @@ void qgemm8_packed_tile(const __m512i* pk, int64_t nsuper, const QActs& a, int64
         for (int i = 0; i < NW; ++i) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], xv, wv[i]);
       }
     }
-    const __mmask16 bm = lanes16(a.nblocks - sb * 16);
+    const __mmask16 bm = lanes16(a.nblocks - (sb0 + j) * 16);
     for (int r = 0; r < NR; ++r) {
-      const __m512 sx = _mm512_loadu_ps(xs + r * a.bstride + sb * 16);
+      const __m512 sx = _mm512_loadu_ps(xs + r * a.bstride + j * 16);
       for (int i = 0; i < NW; ++i) {
         const __m512 d = _mm512_mul_ps(_mm512_castsi512_ps(_mm512_load_si512(p + i * kPackVecs + 9)), sx);
-        float* f = facc + 16 * (i * NR + r);
-        _mm512_store_ps(f, _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(acc[i][r]), d, _mm512_load_ps(f), bm));
+        f[i][r] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(acc[i][r]), d, f[i][r], bm);
       }
     }
   }
   for (int r = 0; r < NR; ++r)
-    for (int i = 0; i < NW; ++i) y[r * ldy + i] = tree16(_mm512_load_ps(facc + 16 * (i * NR + r)));
+    for (int i = 0; i < NW; ++i) {
+      if (last)
+        y[r * ldy + i] = tree16(f[i][r]);
+      else
+        _mm512_store_ps(fa + 16 * (r * NW + i), f[i][r]);
+    }
 }
 
 void k_gemm_q8_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   static const DwordTranspose transpose;
   const int64_t nsuper = a.bstride / 16;
-  if (nsuper > kPackMaxSuper) {  // the pack would not fit its stack buffer
-    k_gemm_q8_dword(w, a, y, ldy);
-    return;
-  }
   const WScales wsc = make_wscales(w);
-  alignas(64) __m512i pk[kPackW * kPackMaxSuper * kPackVecs];
-  int64_t rb = (512 << 10) / (a.qstride > 0 ? a.qstride : 1) / kPackR * kPackR;
-  if (rb < kPackR) rb = kPackR;
+  alignas(64) __m512i pk[kPackW * kPackK * kPackVecs];
+  alignas(64) float fa[kPackMaxRows * kPackW * 16];
+  // Rows per block: the block's chunk (kPackK superblocks a row) ~512 KiB.
+  int64_t rb = (512 << 10) / (kPackK * kQSuper) / kPackR * kPackR;
+  if (rb > kPackMaxRows / kPackR * kPackR) rb = kPackMaxRows / kPackR * kPackR;
   for (int64_t r0 = 0; r0 < a.nrows; r0 += rb) {
     const int64_t r1 = a.nrows - r0 < rb ? a.nrows : r0 + rb;
     row_tiles<kPackW>(0, w.rows, [&](auto nw, int64_t o) {
       constexpr int NW = decltype(nw)::n;
-      pack_q8<NW>(w, wsc, transpose, o, nsuper, a.nblocks, pk);
-      row_tiles<kPackR>(r0, r1, [&](auto nr, int64_t r) {
-        qgemm8_packed_tile<NW, nr.n>(pk, nsuper, a, r, y + r * ldy + o, ldy);
-      });
+      for (int64_t sb0 = 0; sb0 < nsuper; sb0 += kPackK) {
+        const int64_t kc = nsuper - sb0 < kPackK ? nsuper - sb0 : kPackK;
+        const bool first = sb0 == 0, last = sb0 + kc == nsuper;
+        pack_q8<NW>(w, wsc, transpose, o, sb0, kc, a.nblocks, pk);
+        row_tiles<kPackR>(r0, r1, [&](auto nr, int64_t r) {
+          qgemm8_packed_tile<NW, nr.n>(pk, sb0, kc, a, r, fa + (r - r0) * NW * 16, first, last, y + r * ldy + o,
+                                       ldy);
+        });
+      }
     });
   }
 }

@@ -244,13 +244,14 @@ std::vector<float> run_matmul_with(const Weight& w, const std::vector<float>& x,
 }
 
 TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
-  // The packed int8 kernel (prefill: weight tiles of 4 rows packed once per
-  // block of activation rows, 4 x 6 register tiles) against the multi-row
-  // kernel it replaces and the scalar reference, == on every element: rows
-  // M = 1..20 and past tiles and L2 row blocks up to 600, weight rows not a
-  // multiple of the tile, columns not a multiple of a superblock, group
-  // sizes of every scale-gathering case, 1-3 threads; and rows wider than
-  // the pack (the dword kernel's fallback).
+  // The packed int8 kernel (prefill: weight tiles of 4 rows packed 8
+  // superblocks at a time per block of up to 126 activation rows, 4 x 3
+  // register tiles, float accumulators kept across chunks) against the
+  // multi-row kernel and the scalar reference, == on every element: rows
+  // M = 1..20 (matmul packs from 12 on) and past tiles and row blocks up to
+  // 600, weight rows not a multiple of the tile, columns from under one
+  // superblock to many chunks, partial superblocks and chunks, group sizes of
+  // every scale-gathering case, 1-3 threads.
   std::vector<KernelPath> packed;
   for (KernelPath p : supported_paths())
     if (kernel_table(p).gemm_q8_packed) packed.push_back(p);
@@ -263,13 +264,13 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
   struct Case {
     int64_t n, k, group;
   };
-  // matmul takes the packed kernel from 2048 columns on (4 superblocks).
-  const Case cases[] = {{1, 2048, 0}, {4, 2100, 32}, {7, 3000, 96}, {9, 6001, 128}, {5, 12300, 512}, {3, 33000, 64}};
+  const Case cases[] = {{5, 128, 32},   {6, 300, 0},     {3, 512, 64},    {2, 1000, 32},   {1, 2048, 0},
+                        {4, 2100, 32},  {7, 3000, 96},   {9, 6001, 128},  {5, 12300, 512}, {3, 33000, 64}};
   int compared = 0;
   for (const Case& c : cases) {
     const Weight w = make_int_weight(8, c.group, c.n, c.k, rng);
     for (int64_t m : ms) {
-      // Keeps the test fast: L2 row blocks are crossed at 6001 columns (84 rows) and 12300 (36).
+      // Keeps the test fast: row blocks (126 rows) are crossed from 128 rows on.
       if ((c.k > 2100 && m > 128 && !(c.k == 6001 && m == 600)) || (c.k > 6001 && m > 91)) continue;
       auto x = random_floats(rng, m * c.k);
       for (int64_t i = 0; i < m * c.k; i += 17) x[static_cast<size_t>(i)] *= 40.0f;  // outliers
