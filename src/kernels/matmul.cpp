@@ -110,15 +110,7 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
       const ActLayout layout = b4 ? kt.q4_layout : multi ? kt.q8_multi_layout : kt.q8_layout;
       const QActs a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q.data(), scale.data(),
                                                                  sum8.data());
-      QWeight qw;
-      qw.q = W.q();
-      qw.s = W.s();
-      qw.rows = out;
-      qw.cols = in;
-      qw.bits = b4 ? 4 : 8;
-      qw.row_bytes = quant_row_bytes(b4 ? QuantBits::Int4 : QuantBits::Int8, in);
-      qw.group = W.group;
-      qw.ngroups = quant_groups(in, W.group);
+      const QWeight qw = qweight_rows(W, 0, out);
       // The packed kernel (ComputeOptions::packed, the default) from 12 rows
       // on: below that its per-call weight packing costs more than the
       // register blocking gains (docs/kernels.md). Either gives the same floats.
@@ -151,6 +143,20 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
       kt.gemm_f32(buf.data(), n, in, x, nrows, y + o, out);
     }
   });
+}
+
+QWeight qweight_rows(const Weight& W, int64_t r0, int64_t n) {
+  const bool b4 = W.format == WeightFormat::INT4;
+  QWeight qw;
+  qw.cols = W.cols;
+  qw.bits = b4 ? 4 : 8;
+  qw.row_bytes = quant_row_bytes(b4 ? QuantBits::Int4 : QuantBits::Int8, W.cols);
+  qw.group = W.group;
+  qw.ngroups = quant_groups(W.cols, W.group);
+  qw.q = W.q() + r0 * qw.row_bytes;
+  qw.s = W.s() + r0 * qw.ngroups;
+  qw.rows = n;
+  return qw;
 }
 
 }  // namespace strata

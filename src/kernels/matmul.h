@@ -82,6 +82,9 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
 // The same with scratch of its own (tests and tools; allocates per call).
 void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y);
 
+// Rows [r0, r0 + n) of an INT8/INT4 weight as the integer kernels see them.
+QWeight qweight_rows(const Weight& W, int64_t r0, int64_t n);
+
 // Fixed-order dot product (16 lanes, lane i % 16 accumulating with fused
 // multiply-adds, then a fixed tree): the order every caller relies on.
 // Every path computes the same float; this is the scalar reference's.

@@ -69,6 +69,23 @@ struct QWeight {
   int bits = 8;  // 8 or 4
 };
 
+// ---- Integer weight rows against f32 activations, dequantized in registers ----
+// For the absorbed MLA attention's kv_b (W_UK, W_UV): the products of the
+// model's dequantized weights, without writing the rows out as f32. Element
+// c of weight row o is deq(o, c) = float(q[o][c]) * s[o][group of c]: one
+// f32 multiply, exactly the value Weight::row_f32 returns. Any group (0 or
+// not a multiple of 32 too; a SIMD path may hand odd groups to the scalar
+// reference). Scalar references below; every path equals them bit for bit.
+//
+// deq_axpy: y[r * ldy + c] = the sum over o < w.rows, in order, of
+// a[r * lda + o] * deq(o, c), each step one fma starting from 0:
+//   acc = 0; for o: acc = fma(a[r * lda + o], deq(o, c), acc)
+// for r < nrows, c < w.cols (y overwritten).
+void deq_axpy_ref(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y, int64_t ldy);
+// deq_gemm: y[r * ldy + o] = dot16(deq(o, :), x row r), x rows w.cols
+// apart, for o < w.rows, r < nrows: gemm_f32 over the dequantized rows.
+void deq_gemm_ref(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy);
+
 struct KernelTable {
   KernelPath path;
   // dot16(a, b) over n elements.
@@ -92,6 +109,11 @@ struct KernelTable {
   // tiles, register-blocked rows x columns), on q8_multi_layout's
   // activations; the same results bit for bit.
   void (*gemm_q8_packed)(const QWeight& w, const QActs& a, float* y, int64_t ldy) = nullptr;
+  // The dequantizing kernels above (the scalar references unless a path
+  // sets its own).
+  void (*deq_axpy)(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y,
+                   int64_t ldy) = deq_axpy_ref;
+  void (*deq_gemm)(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy) = deq_gemm_ref;
 };
 
 // The table of a path; the path must be supported (kernel_path_supported).

@@ -13,6 +13,7 @@ namespace strata {
 namespace {
 #define STRATA_VNNI 1
 #include "kernels/qgemm_avx512_impl.h"
+#include "kernels/qdeq_avx512_impl.h"
 #undef STRATA_VNNI
 }  // namespace
 
@@ -20,9 +21,14 @@ namespace {
 
 // Generic code from here: the table may be built on any CPU.
 const KernelTable& kernel_table_avx512vnni() {
-  static const KernelTable t{
-      KernelPath::Avx512Vnni, k_dot_f32, k_gemm_f32, k_gemm_bf16, k_gemm_q8, k_gemm_q4, ActLayout::Offset128,
-      ActLayout::SplitNibble, k_gemm_q8_dword, ActLayout::Offset128Dword, k_quantize_acts, k_gemm_q8_packed};
+  static const KernelTable t = [] {
+    KernelTable k{
+        KernelPath::Avx512Vnni, k_dot_f32, k_gemm_f32, k_gemm_bf16, k_gemm_q8, k_gemm_q4, ActLayout::Offset128,
+        ActLayout::SplitNibble, k_gemm_q8_dword, ActLayout::Offset128Dword, k_quantize_acts, k_gemm_q8_packed};
+    k.deq_axpy = k_deq_axpy;
+    k.deq_gemm = k_deq_gemm;
+    return k;
+  }();
   return t;
 }
 

@@ -84,7 +84,30 @@ void gemm_q(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   }
 }
 
+// deq(o, c) of qgemm.h: the value Weight::row_f32 gives (one multiply).
+float deq_value(const QWeight& w, int64_t o, int64_t c) {
+  const float s = w.s[o * w.ngroups + (w.group > 0 ? c / w.group : 0)];
+  return static_cast<float>(weight_value(w, w.q + o * w.row_bytes, c)) * s;
+}
+
 }  // namespace
+
+void deq_axpy_ref(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y, int64_t ldy) {
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t c = 0; c < w.cols; ++c) {
+      float acc = 0.0f;
+      for (int64_t o = 0; o < w.rows; ++o) acc = std::fma(a[r * lda + o], deq_value(w, o, c), acc);
+      y[r * ldy + c] = acc;
+    }
+}
+
+void deq_gemm_ref(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  std::vector<float> row(static_cast<size_t>(w.cols));
+  for (int64_t o = 0; o < w.rows; ++o) {
+    for (int64_t c = 0; c < w.cols; ++c) row[static_cast<size_t>(c)] = deq_value(w, o, c);
+    gemm_f32(row.data(), 1, w.cols, x, nrows, y + o, ldy);
+  }
+}
 
 int64_t qacts_qstride(int64_t cols) { return (cols + kQSuper - 1) / kQSuper * kQSuper; }
 int64_t qacts_bstride(int64_t cols) { return qacts_qstride(cols) / kQBlock; }

@@ -23,22 +23,35 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   float* o = ws_.o.data();
   const KernelTable& kt = compute_.kernels();
 
-  // q_abs[r,h,:] = sum_d q_nope[r,h,d] * kv_b[h*hs + d, :]
+  // q_abs[r,h,:] = sum_d q_nope[r,h,d] * kv_b[h*hs + d, :], one fma per d in
+  // d order. int8/int4 kv_b: deq_axpy, the rows dequantized in registers
+  // (the same floats as expanding them with row_f32); other formats: rows
+  // expanded to f32 and the same fma chain written out (the fma the
+  // -march=native build always contracted `+= a * w` to; a build without FMA
+  // instructions now computes it too).
+  const bool qkvb = aw.kv_b.format == WeightFormat::INT8 || aw.kv_b.format == WeightFormat::INT4;
   float* qabs = grow(ws_.qabs, static_cast<size_t>(n * H * kvl));
   float* olat = grow(ws_.olat, static_cast<size_t>(n * H * kvl));
-  std::fill(qabs, qabs + n * H * kvl, 0.0f);
-  pool_.parallel_parts(H, [&](int part, int64_t h0, int64_t h1) {
-    float* wrow = grow(ws_.parts[static_cast<size_t>(part)].wrow, static_cast<size_t>(kvl));
-    for (int64_t h = h0; h < h1; ++h)
-      for (int64_t d = 0; d < nope; ++d) {
-        aw.kv_b.row_f32(h * hs + d, wrow);
-        for (int64_t r = 0; r < n; ++r) {
-          const float a = q[(r * H + h) * qk + d];
-          float* dst = qabs + (r * H + h) * kvl;
-          for (int64_t i = 0; i < kvl; ++i) dst[i] += a * wrow[i];
+  if (qkvb) {
+    pool_.parallel_parts(H, [&](int, int64_t h0, int64_t h1) {
+      for (int64_t h = h0; h < h1; ++h)
+        kt.deq_axpy(qweight_rows(aw.kv_b, h * hs, nope), q + h * qk, H * qk, n, qabs + h * kvl, H * kvl);
+    });
+  } else {
+    std::fill(qabs, qabs + n * H * kvl, 0.0f);
+    pool_.parallel_parts(H, [&](int part, int64_t h0, int64_t h1) {
+      float* wrow = grow(ws_.parts[static_cast<size_t>(part)].wrow, static_cast<size_t>(kvl));
+      for (int64_t h = h0; h < h1; ++h)
+        for (int64_t d = 0; d < nope; ++d) {
+          aw.kv_b.row_f32(h * hs + d, wrow);
+          for (int64_t r = 0; r < n; ++r) {
+            const float a = q[(r * H + h) * qk + d];
+            float* dst = qabs + (r * H + h) * kvl;
+            for (int64_t i = 0; i < kvl; ++i) dst[i] = std::fma(a, wrow[i], dst[i]);
+          }
         }
-      }
-  });
+    });
+  }
 
   // Prefill (several rows): one task per row, and where the row attends to
   // every causal key, the scores of all its heads as two f32 GEMMs over the
@@ -93,16 +106,21 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     });
   }
 
-  // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows as f32
-  // against the rows' latents as one gemm_f32 (the same floats as a dot16 each).
+  // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows against
+  // the rows' latents as one deq_gemm (int8/int4, dequantized in registers)
+  // or gemm_f32 over the rows expanded to f32: the same floats either way.
   pool_.parallel_parts(H, [&](int part, int64_t h0, int64_t h1) {
     Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
-    float* wv = grow(ps.wv, static_cast<size_t>(vd * kvl));
+    float* wv = qkvb ? nullptr : grow(ps.wv, static_cast<size_t>(vd * kvl));
     float* xh = grow(ps.xh, static_cast<size_t>(n * kvl));
     for (int64_t h = h0; h < h1; ++h) {
-      for (int64_t d = 0; d < vd; ++d) aw.kv_b.row_f32(h * hs + nope + d, wv + d * kvl);
       for (int64_t r = 0; r < n; ++r) std::copy_n(olat + (r * H + h) * kvl, kvl, xh + r * kvl);
-      kt.gemm_f32(wv, vd, kvl, xh, n, o + h * vd, H * vd);
+      if (qkvb) {
+        kt.deq_gemm(qweight_rows(aw.kv_b, h * hs + nope, vd), xh, n, o + h * vd, H * vd);
+      } else {
+        for (int64_t d = 0; d < vd; ++d) aw.kv_b.row_f32(h * hs + nope + d, wv + d * kvl);
+        kt.gemm_f32(wv, vd, kvl, xh, n, o + h * vd, H * vd);
+      }
     }
   });
 }

@@ -618,4 +618,156 @@ TEST(KernelThreadPool, ChunksAreContiguousAndIndependentOfTiming) {
 }
 
 }  // namespace
+
+// ---- deq_axpy / deq_gemm: int8/int4 rows dequantized in registers ----
+
+namespace {
+
+// The references of qgemm.h written from Weight::row_f32 alone: deq_axpy as
+// one explicit fma per weight row in row order, deq_gemm as dot16 (the
+// scalar gemm_f32) over the expanded rows.
+void deq_reference(const Weight& w, const std::vector<float>& a, int64_t lda, const std::vector<float>& x,
+                   int64_t nrows, std::vector<float>& axpy, int64_t ldy, std::vector<float>& gemm) {
+  std::vector<float> rowsf(static_cast<size_t>(w.rows * w.cols));
+  for (int64_t o = 0; o < w.rows; ++o) w.row_f32(o, rowsf.data() + o * w.cols);
+  for (int64_t r = 0; r < nrows; ++r)
+    for (int64_t c = 0; c < w.cols; ++c) {
+      float acc = 0.0f;
+      for (int64_t o = 0; o < w.rows; ++o) acc = std::fma(a[r * lda + o], rowsf[o * w.cols + c], acc);
+      axpy[r * ldy + c] = acc;
+    }
+  kernel_table(KernelPath::Scalar).gemm_f32(rowsf.data(), w.rows, w.cols, x.data(), nrows, gemm.data(), w.rows);
+}
+
+}  // namespace
+
+TEST(KernelDeq, RowsDequantizedInRegistersEqualRowF32OnEveryPath) {
+  // Every path's deq_axpy and deq_gemm against references built from
+  // row_f32: odd widths (vector tails, int4 rows ending mid-byte), groups 0,
+  // multiples of 16 and of 32, odd groups (the scalar fallback; int4 groups
+  // starting mid-byte), 1-9 activation rows (every row tile), strided a and
+  // y (deq_axpy must leave the gaps alone), zero and large scales.
+  std::mt19937 rng(1616);
+  int cases = 0;
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 16, 32, 48, 64, 5})
+      for (int64_t cols : {1, 15, 16, 17, 33, 64, 100, 129, 512, 515})
+        for (int64_t nrows : {1, 2, 3, 4, 5, 9}) {
+          const int64_t rows = 1 + static_cast<int64_t>(rng() % 7);
+          Weight w = make_int_weight(bits, group, rows, cols, rng);
+          w.scales[0] = 3.0e30f;  // products near the float range
+          const int64_t lda = rows + 3, ldy = cols + 5;
+          auto a = random_floats(rng, nrows * lda);
+          const auto x = random_floats(rng, nrows * cols);
+          std::vector<float> want_axpy(static_cast<size_t>(nrows * ldy), -7.0f),
+              want_gemm(static_cast<size_t>(nrows * rows));
+          deq_reference(w, a, lda, x, nrows, want_axpy, ldy, want_gemm);
+          const QWeight qw = qweight_rows(w, 0, rows);
+          for (KernelPath p : supported_paths()) {
+            const KernelTable& kt = kernel_table(p);
+            std::vector<float> axpy(want_axpy.size(), -7.0f), gemm(want_gemm.size(), -1.0f);
+            kt.deq_axpy(qw, a.data(), lda, nrows, axpy.data(), ldy);
+            kt.deq_gemm(qw, x.data(), nrows, gemm.data(), rows);
+            EXPECT_TRUE(all_same(want_axpy, axpy)) << "deq_axpy int" << bits << " group " << group << " cols "
+                                                   << cols << " rows " << rows << " nrows " << nrows << " "
+                                                   << kernel_path_name(p);
+            EXPECT_TRUE(all_same(want_gemm, gemm)) << "deq_gemm int" << bits << " group " << group << " cols "
+                                                   << cols << " rows " << rows << " nrows " << nrows << " "
+                                                   << kernel_path_name(p);
+          }
+          ++cases;
+        }
+  EXPECT_EQ(cases, 2 * 6 * 10 * 6);
+}
+
+TEST(KernelDeq, SubrangeOfRowsReadsOnlyThoseRows) {
+  // qweight_rows(W, r0, n): the absorbed attention's per-head W_UK / W_UV
+  // blocks of kv_b. Rows r0 .. r0 + n of a larger weight equal the same rows
+  // cut out as a weight of their own.
+  std::mt19937 rng(17);
+  for (int bits : {8, 4}) {
+    const Weight w = make_int_weight(bits, 32, 12, 96, rng);
+    Weight part = w;
+    const QuantBits b = bits == 8 ? QuantBits::Int8 : QuantBits::Int4;
+    const int64_t rb = quant_row_bytes(b, 96), ng = quant_groups(96, 32);
+    part.rows = 5;
+    part.data.assign(w.data.begin() + 4 * rb, w.data.begin() + 9 * rb);
+    part.scales.assign(w.scales.begin() + 4 * ng, w.scales.begin() + 9 * ng);
+    const auto a = random_floats(rng, 2 * 5), x = random_floats(rng, 2 * 96);
+    for (KernelPath p : supported_paths()) {
+      const KernelTable& kt = kernel_table(p);
+      std::vector<float> y1(2 * 96), y2(2 * 96), g1(2 * 5), g2(2 * 5);
+      kt.deq_axpy(qweight_rows(w, 4, 5), a.data(), 5, 2, y1.data(), 96);
+      kt.deq_axpy(qweight_rows(part, 0, 5), a.data(), 5, 2, y2.data(), 96);
+      kt.deq_gemm(qweight_rows(w, 4, 5), x.data(), 2, g1.data(), 5);
+      kt.deq_gemm(qweight_rows(part, 0, 5), x.data(), 2, g2.data(), 5);
+      EXPECT_TRUE(all_same(y2, y1)) << kernel_path_name(p);
+      EXPECT_TRUE(all_same(g2, g1)) << kernel_path_name(p);
+    }
+  }
+}
+
+TEST(KernelDeq, AbsorbedAttentionWithIntKvBEqualsItsF32Copy) {
+  // The absorbed (decode) attention on an int8/int4 kv_b, whose W_UK / W_UV
+  // rows go through deq_axpy / deq_gemm, gives the logits of the same model
+  // with kv_b stored as f32 holding row_f32's values (rows expanded, then
+  // the f32 axpy and gemm_f32): ==, on every path, decoding a token at a
+  // time and in a 3-row step, over 2 threads.
+  const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-bf16";
+  if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "fixture missing";
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 8, 4};
+  const auto logits_of = [&](const Model& m, KernelPath p) {
+    ComputeOptions o;
+    o.path = p;
+    ThreadPool pool(2);
+    ResidentExpertStore store(m.weights.experts);
+    ModelRunner runner(m, store, pool, o);
+    Session s(m.config, static_cast<int64_t>(ids.size()), false);
+    const int64_t V = m.config.vocab_size;
+    std::vector<float> all(ids.size() * static_cast<size_t>(V));
+    for (size_t i = 0; i < ids.size();) {
+      const size_t step = i == 2 ? 3 : 1;  // positions 2-4 as one 3-row step
+      std::vector<Row> rows;
+      for (size_t k = i; k < i + step; ++k) rows.push_back({&s, static_cast<int32_t>(k), ids[k], true});
+      runner.forward(rows, {}, all.data() + i * static_cast<size_t>(V), nullptr);
+      i += step;
+    }
+    return all;
+  };
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32}) {
+      auto qm = load_model(dir), fm = load_model(dir);
+      for (size_t l = 0; l < qm->weights.layers.size(); ++l) {
+        Weight& kq = qm->weights.layers[l].attn.kv_b;
+        Weight& kf = fm->weights.layers[l].attn.kv_b;
+        ASSERT_EQ(kq.format, WeightFormat::BF16);
+        const QuantBits b = bits == 8 ? QuantBits::Int8 : QuantBits::Int4;
+        const int64_t R = kq.rows, C = kq.cols, rb = quant_row_bytes(b, C), ng = quant_groups(C, group);
+        std::vector<float> row(static_cast<size_t>(C));
+        std::vector<uint8_t> q(static_cast<size_t>(R * rb));
+        std::vector<float> s(static_cast<size_t>(R * ng));
+        for (int64_t r = 0; r < R; ++r) {
+          kq.row_f32(r, row.data());
+          quantize_row(b, group, row.data(), C, q.data() + r * rb, s.data() + r * ng);
+        }
+        kq.view_data = kf.view_data = nullptr;
+        kq.view_scales = kf.view_scales = nullptr;
+        kq.view_bytes = kf.view_bytes = 0;
+        kq.format = bits == 8 ? WeightFormat::INT8 : WeightFormat::INT4;
+        kq.group = group;
+        kq.data = q;
+        kq.scales = s;
+        kf.format = WeightFormat::F32;
+        kf.data.resize(static_cast<size_t>(R * C) * 4);
+        for (int64_t r = 0; r < R; ++r) {
+          kq.row_f32(r, row.data());
+          std::memcpy(kf.data.data() + r * C * 4, row.data(), static_cast<size_t>(C) * 4);
+        }
+      }
+      for (KernelPath p : supported_paths())
+        EXPECT_TRUE(all_same(logits_of(*fm, p), logits_of(*qm, p)))
+            << "int" << bits << " group " << group << " " << kernel_path_name(p);
+    }
+}
+
 }  // namespace strata

@@ -1,0 +1,145 @@
+// deq_axpy / deq_gemm (qgemm.h) for AVX-512: int8/int4 weight rows
+// dequantized in registers, 16 values a vector, never written out. Included
+// by qgemm_avx512.cpp and qgemm_avx512vnni.cpp right after
+// qgemm_avx512_impl.h (its rules apply: no standard header, inside the
+// file's anonymous namespace and target pragma).
+//
+// Numerics: the scalar references' bit for bit. A value is
+// cvt(int) * scale (one vmulps, as Weight::row_f32's one multiply); deq_axpy
+// keeps each output's fma chain over the weight rows in row order, deq_gemm
+// is fgemm_tile's dot16 with the weight vector dequantized instead of loaded.
+// Groups that are not 0 or a multiple of 16 (vectors would straddle two
+// scales) go to the scalar reference.
+
+// Lanes [0, n) of a 16-lane vector, n clamped to [0, 16].
+inline __mmask16 deq_lanes(int64_t n) { return n <= 0 ? __mmask16(0) : lanes16(n); }
+
+// Values c .. c + 15 of a weight row (c % 16 == 0), those in DeqMask's
+// lanes (0 elsewhere; nothing read past them), times the scale sv.
+struct DeqMask {
+  __mmask16 lanes, bytes;  // values; int8 bytes = values, int4 bytes = (values + 1) / 2
+  static DeqMask full(int BITS) { return {0xffff, BITS == 8 ? __mmask16(0xffff) : __mmask16(0x00ff)}; }
+  static DeqMask of(int BITS, int64_t n) {
+    DeqMask m;
+    m.lanes = deq_lanes(n);
+    m.bytes = BITS == 8 ? m.lanes : deq_lanes((n + 1) / 2);
+    return m;
+  }
+};
+
+// FULL: all 16 (plain loads; masked byte loads are slower on Zen 4).
+template <int BITS, bool FULL>
+inline __m512 deq16(const uint8_t* wrow, int64_t c, DeqMask m, __m512 sv) {
+  __m512i v;
+  if constexpr (BITS == 8) {
+    const __m128i b = FULL ? _mm_loadu_si128(reinterpret_cast<const __m128i*>(wrow + c))
+                           : _mm_maskz_loadu_epi8(m.bytes, wrow + c);
+    v = _mm512_cvtepi8_epi32(b);
+  } else {
+    // Byte i holds values 2i (low nibble) and 2i + 1 (high): each byte to
+    // two lanes, then the nibble shifted to the top and back (sign-extended).
+    const __m128i b = FULL ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wrow + c / 2))
+                           : _mm_maskz_loadu_epi8(m.bytes, wrow + c / 2);
+    const __m128i dup = _mm_shuffle_epi8(b, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
+    const __m512i sh = _mm512_setr_epi32(28, 24, 28, 24, 28, 24, 28, 24, 28, 24, 28, 24, 28, 24, 28, 24);
+    v = _mm512_srai_epi32(_mm512_sllv_epi32(_mm512_cvtepu8_epi32(dup), sh), 28);
+  }
+  return _mm512_mul_ps(_mm512_cvtepi32_ps(v), sv);
+}
+
+inline bool deq_simd_group(const QWeight& w) { return w.group == 0 || w.group % 16 == 0; }
+
+// deq_axpy over activation rows [r0, r0 + NR) and columns [c0, c0 + 16 NV)
+// (those below w.cols; FULL: all of them): NR x NV accumulators across
+// every weight row.
+template <int BITS, int NR, int NV, bool FULL>
+void deq_axpy_tile(const QWeight& w, const float* a, int64_t lda, int64_t r0, int64_t c0, float* y, int64_t ldy) {
+  int64_t gi[NV];
+  DeqMask m[NV];
+  for (int v = 0; v < NV; ++v) {
+    const int64_t c = c0 + 16 * v;
+    gi[v] = w.group > 0 ? c / w.group : 0;
+    m[v] = FULL ? DeqMask::full(BITS) : DeqMask::of(BITS, w.cols - c);
+  }
+  __m512 acc[NR][NV];
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t o = 0; o < w.rows; ++o) {
+    const uint8_t* wrow = w.q + o * w.row_bytes;
+    const float* ws = w.s + o * w.ngroups;
+    __m512 wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = deq16<BITS, FULL>(wrow, c0 + 16 * v, m[v], _mm512_set1_ps(ws[gi[v]]));
+    for (int r = 0; r < NR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[(r0 + r) * lda + o]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v)
+      _mm512_mask_storeu_ps(y + (r0 + r) * ldy + c0 + 16 * v, m[v].lanes, acc[r][v]);
+}
+
+template <int BITS>
+void deq_axpy(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y, int64_t ldy) {
+  row_tiles<4>(0, nrows, [&](auto nr, int64_t r) {
+    constexpr int NV = nr.n <= 2 ? 8 : 4;  // 16 accumulators at most
+    int64_t c0 = 0;
+    for (; c0 + 16 * NV <= w.cols; c0 += 16 * NV) deq_axpy_tile<BITS, nr.n, NV, true>(w, a, lda, r, c0, y, ldy);
+    if (c0 < w.cols) deq_axpy_tile<BITS, nr.n, NV, false>(w, a, lda, r, c0, y, ldy);
+  });
+}
+
+void k_deq_axpy(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y, int64_t ldy) {
+  if (!deq_simd_group(w)) return deq_axpy_ref(w, a, lda, nrows, y, ldy);
+  if (w.bits == 4) return deq_axpy<4>(w, a, lda, nrows, y, ldy);
+  deq_axpy<8>(w, a, lda, nrows, y, ldy);
+}
+
+// deq_gemm of weight rows [o, o + NW) against activation rows [r, r + NR).
+template <int BITS, int NW, int NR>
+void deq_gemm_tile(const QWeight& w, int64_t o0, const float* x, float* y, int64_t ldy) {
+  const int64_t cols = w.cols;
+  __m512 acc[NW][NR];
+  for (int o = 0; o < NW; ++o)
+    for (int r = 0; r < NR; ++r) acc[o][r] = _mm512_setzero_ps();
+  const uint8_t* wr[NW];
+  const float* ws[NW];
+  for (int o = 0; o < NW; ++o) wr[o] = w.q + (o0 + o) * w.row_bytes, ws[o] = w.s + (o0 + o) * w.ngroups;
+  int64_t i = 0, gi = 0, k = 0;  // k: columns of group gi before i
+  const auto next_group = [&] {
+    k += 16;
+    if (k == w.group) k = 0, ++gi;
+  };
+  for (; i + 16 <= cols; i += 16, next_group()) {
+    __m512 wv[NW];
+    for (int o = 0; o < NW; ++o) wv[o] = deq16<BITS, true>(wr[o], i, DeqMask::full(BITS), _mm512_set1_ps(ws[o][gi]));
+    for (int r = 0; r < NR; ++r) {
+      const __m512 xv = _mm512_loadu_ps(x + r * cols + i);
+      for (int o = 0; o < NW; ++o) acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+    }
+  }
+  if (i < cols) {
+    const DeqMask m = DeqMask::of(BITS, cols - i);
+    __m512 wv[NW];
+    for (int o = 0; o < NW; ++o) wv[o] = deq16<BITS, false>(wr[o], i, m, _mm512_set1_ps(ws[o][gi]));
+    for (int r = 0; r < NR; ++r) {
+      const __m512 xv = _mm512_maskz_loadu_ps(m.lanes, x + r * cols + i);
+      for (int o = 0; o < NW; ++o) acc[o][r] = _mm512_mask3_fmadd_ps(wv[o], xv, acc[o][r], m.lanes);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int o = 0; o < NW; ++o) y[r * ldy + o0 + o] = tree16(acc[o][r]);
+}
+
+template <int BITS>
+void deq_gemm(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  gemm_tiles<4, 4>(w.rows, nrows, row_block(w.cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
+    deq_gemm_tile<BITS, tw.n, tr.n>(w, o, x + r * w.cols, y + r * ldy, ldy);
+  });
+}
+
+void k_deq_gemm(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  if (!deq_simd_group(w)) return deq_gemm_ref(w, x, nrows, y, ldy);
+  if (w.bits == 4) return deq_gemm<4>(w, x, nrows, y, ldy);
+  deq_gemm<8>(w, x, nrows, y, ldy);
+}
