@@ -119,8 +119,8 @@ void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) 
   const int64_t I = w.gate.rows;
   float* g = grow(ws_.mlp_g, static_cast<size_t>(n * I));
   float* u = grow(ws_.mlp_u, static_cast<size_t>(n * I));
-  mm(w.gate, x, n, g);
-  mm(w.up, x, n, u);
+  const MatmulTask gate_up[] = {{&w.gate, x, n, g}, {&w.up, x, n, u}};  // one pool job, the same floats
+  matmul_batch(compute_, gate_up, ws_.mmb);
   for (int64_t i = 0; i < n * I; ++i) g[i] = silu(g[i]) * u[i];
   mm(w.down, g, n, y);
 }
