@@ -16,6 +16,7 @@ class CountingExpertStore final : public ExpertStore {
   void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
   void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
   size_t next() override { return inner_.next(); }
+  size_t ready() const override { return inner_.ready(); }
   void release(int64_t layer) override { inner_.release(layer); }
   int64_t max_batch(int64_t layer) const override { return inner_.max_batch(layer); }
   bool wants_prefetch() const override { return inner_.wants_prefetch(); }

@@ -888,6 +888,19 @@ void DiskExpertStore::fail_pending(const std::string& error) {
   fail("{}", msg);
 }
 
+size_t DiskExpertStore::ready() const {
+  if (pend_left_ == 0 || pend_l_->map) return pend_left_;
+  size_t n = 0;
+  std::lock_guard<std::mutex> lk(mu_);
+  for (const Pending& p : pend_) {
+    if (p.served) continue;
+    if (p.from == From::Slot ? !p.slot->loading && p.slot->error.empty()
+                             : demand_.loads[p.load].done && demand_.loads[p.load].error.empty())
+      ++n;
+  }
+  return n;
+}
+
 size_t DiskExpertStore::next() {
   if (pend_left_ == 0) fail("expert store: next() called more often than experts were asked for");
   Layer& l = *pend_l_;

@@ -47,6 +47,7 @@ class DiskExpertStore final : public ExpertStore {
   void acquire(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
   void begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) override;
   size_t next() override;
+  size_t ready() const override;
   void release(int64_t layer) override;
   int64_t max_batch(int64_t layer) const override;
   bool wants_prefetch() const override { return prefetch_; }

@@ -79,6 +79,10 @@ class ExpertStore {
     served_ = 0;
   }
   virtual size_t next() { return served_++; }
+  // How many more next() calls would return without waiting now (a lower
+  // bound; it may exceed those left: the caller clamps). The default serves
+  // from memory: all of them.
+  virtual size_t ready() const { return SIZE_MAX; }
   // The most experts of `layer` one acquire() may ask for; the MoE splits the
   // union into chunks of this size (each expert is still read once).
   virtual int64_t max_batch(int64_t layer) const { return INT64_MAX; }

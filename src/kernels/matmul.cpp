@@ -56,6 +56,44 @@ void run_parts(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
     body(0, 0, n);
 }
 
+// Quantizes x and picks the kernel for an int8/int4 W; false when W has no
+// integer kernel (a group that is not a multiple of 32, f32 activations).
+bool plan_int(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y, MatmulScratch& scratch,
+              IntMatmul& p) {
+  const int64_t out = W.rows, in = W.cols;
+  if (W.format != WeightFormat::INT8 && W.format != WeightFormat::INT4) return false;
+  if (W.group != 0 && W.group % kQBlock != 0) return false;
+  if (c.acts() == IntActivations::F32) return false;
+  const KernelTable& kt = c.kernels();
+  const bool b4 = W.format == WeightFormat::INT4;
+  std::vector<uint8_t>& q = scratch.q;
+  std::vector<float>& scale = scratch.scale;
+  std::vector<int32_t>& sum8 = scratch.sum8;
+  const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)), bn = static_cast<size_t>(nrows * qacts_bstride(in));
+  if (q.size() < qn) q.resize(qn);
+  if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
+  const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && c.multi_row();
+  const ActLayout layout = b4 ? kt.q4_layout : multi ? kt.q8_multi_layout : kt.q8_layout;
+  p.a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q.data(), scale.data(), sum8.data());
+  p.w = qweight_rows(W, 0, out);
+  // The packed kernel (ComputeOptions::packed, the default) from 12 rows
+  // on: below that its per-call weight packing costs more than the
+  // register blocking gains (docs/kernels.md). Either gives the same floats.
+  const bool packed = multi && kt.gemm_q8_packed && c.packed() && nrows >= 12;
+  p.gemm = b4 ? kt.gemm_q4 : packed ? kt.gemm_q8_packed : multi ? kt.gemm_q8_multi : kt.gemm_q8;
+  p.y = y;
+  return true;
+}
+
+// Output rows [o0, o1) of a planned integer matmul.
+void run_int_rows(const IntMatmul& p, int64_t o0, int64_t o1) {
+  QWeight part = p.w;
+  part.q += o0 * p.w.row_bytes;
+  part.s += o0 * p.w.ngroups;
+  part.rows = o1 - o0;
+  p.gemm(part, p.a, p.y + o0, p.w.rows);
+}
+
 }  // namespace
 
 Compute::Compute(ThreadPool* pool, const ComputeOptions& o)
@@ -96,36 +134,9 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
     }
     case WeightFormat::INT8:
     case WeightFormat::INT4: {
-      if (W.group != 0 && W.group % kQBlock != 0) break;  // no integer kernel: expand below
-      if (c.acts() == IntActivations::F32) break;
-      const bool b4 = W.format == WeightFormat::INT4;
-      std::vector<uint8_t>& q = scratch.q;
-      std::vector<float>& scale = scratch.scale;
-      std::vector<int32_t>& sum8 = scratch.sum8;
-      const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)),
-                   bn = static_cast<size_t>(nrows * qacts_bstride(in));
-      if (q.size() < qn) q.resize(qn);
-      if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
-      const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && c.multi_row();
-      const ActLayout layout = b4 ? kt.q4_layout : multi ? kt.q8_multi_layout : kt.q8_layout;
-      const QActs a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q.data(), scale.data(),
-                                                                 sum8.data());
-      const QWeight qw = qweight_rows(W, 0, out);
-      // The packed kernel (ComputeOptions::packed, the default) from 12 rows
-      // on: below that its per-call weight packing costs more than the
-      // register blocking gains (docs/kernels.md). Either gives the same floats.
-      const bool packed = multi && kt.gemm_q8_packed && c.packed() && nrows >= 12;
-      const auto gemm = b4                                      ? kt.gemm_q4
-                        : packed                                  ? kt.gemm_q8_packed
-                        : multi                                   ? kt.gemm_q8_multi
-                                                                  : kt.gemm_q8;
-      run(pool, par, out, [&](int64_t o0, int64_t o1) {
-        QWeight part = qw;
-        part.q += o0 * qw.row_bytes;
-        part.s += o0 * qw.ngroups;
-        part.rows = o1 - o0;
-        gemm(part, a, y + o0, out);
-      });
+      IntMatmul p;
+      if (!plan_int(c, W, x, nrows, y, scratch, p)) break;  // no integer kernel: expand below
+      run(pool, par, out, [&](int64_t o0, int64_t o1) { run_int_rows(p, o0, o1); });
       return;
     }
     case WeightFormat::FP8_BLOCK: break;
@@ -157,6 +168,49 @@ QWeight qweight_rows(const Weight& W, int64_t r0, int64_t n) {
   qw.s = W.s() + r0 * qw.ngroups;
   qw.rows = n;
   return qw;
+}
+
+}  // namespace strata
+
+namespace strata {
+
+void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBatchScratch& scratch) {
+  const size_t nt = tasks.size();
+  if (scratch.each.size() < nt) scratch.each.resize(nt);
+  std::vector<IntMatmul>& plans = scratch.plans;
+  std::vector<int64_t>& first = scratch.first;
+  plans.clear();
+  first.clear();
+  first.push_back(0);
+  for (size_t i = 0; i < nt; ++i) {
+    const MatmulTask& t = tasks[i];
+    if (t.nrows <= 0 || t.w->rows <= 0) continue;
+    IntMatmul p;
+    if (!plan_int(c, *t.w, t.x, t.nrows, t.y, scratch.each[i], p)) {
+      matmul(c, *t.w, t.x, t.nrows, t.y, scratch.each[i]);
+      continue;
+    }
+    plans.push_back(p);
+    first.push_back(first.back() + t.w->rows);
+  }
+  const int64_t total = first.back();
+  if (total == 0) return;
+  // Output rows [b, e) of the joint range, task by task.
+  const auto body = [&](int64_t b, int64_t e) {
+    size_t i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), b) - first.begin()) - 1;
+    for (; b < e; ++i) {
+      const int64_t o1 = std::min(e, first[i + 1]);
+      run_int_rows(plans[i], b - first[i], o1 - first[i]);
+      b = o1;
+    }
+  };
+  ThreadPool* pool = c.pool();
+  int64_t madds = 0;
+  for (size_t i = 0; i < plans.size(); ++i) madds += plans[i].w.rows * plans[i].w.cols * plans[i].a.nrows;
+  if (pool && pool->size() > 1 && madds > kMatmulParallelMadds)
+    pool->parallel_for(total, body);
+  else
+    body(0, total);
 }
 
 }  // namespace strata

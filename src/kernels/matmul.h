@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "kernels/cpu_features.h"
@@ -84,6 +85,38 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
 
 // Rows [r0, r0 + n) of an INT8/INT4 weight as the integer kernels see them.
 QWeight qweight_rows(const Weight& W, int64_t r0, int64_t n);
+
+// One matmul of a batch (matmul_batch): y = W x over nrows rows.
+struct MatmulTask {
+  const Weight* w;
+  const float* x;
+  int64_t nrows;
+  float* y;
+};
+
+// An integer matmul made ready to run: its weight, its quantized activations
+// and the kernel, any contiguous range of output rows at a time.
+struct IntMatmul {
+  QWeight w;
+  QActs a;
+  void (*gemm)(const QWeight& w, const QActs& a, float* y, int64_t ldy) = nullptr;
+  float* y = nullptr;
+};
+
+// matmul_batch's scratch: per task its quantized activations and plan.
+struct MatmulBatchScratch {
+  std::vector<MatmulScratch> each;
+  std::vector<IntMatmul> plans;
+  std::vector<int64_t> first;  // [tasks + 1]: each task's first output row in the joint range
+};
+
+// Several independent matmuls as one pool job over the output rows of all of
+// them (a layer's experts at decode: one wake-up of the pool instead of one
+// per matrix). Every y is the same, bit for bit, as matmul() computes it:
+// the same activation quantization and kernel per task, and a kernel's row
+// computes the same floats in any row range. Tasks without an integer
+// kernel run one by one through matmul().
+void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBatchScratch& scratch);
 
 // Fixed-order dot product (16 lanes, lane i % 16 accumulating with fused
 // multiply-adds, then a fixed tree): the order every caller relies on.

@@ -34,12 +34,12 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
   for (int64_t r = 0; r < n; ++r) rope_angles(rows[r].pos, c.rope_theta, rd, rc + r * half, rsn + r * half);
 
   float* q = grow(ws_.q, static_cast<size_t>(n * H * hd));
-  mm(aw.q, xn, n, q);
   float* kv = grow(ws_.kv, static_cast<size_t>(2 * n * kvw));
   float* k = kv;
   float* v = kv + n * kvw;
-  mm(aw.k, xn, n, k);
-  mm(aw.v, xn, n, v);
+  // q, k and v as one pool job (the same floats as three matmuls).
+  const MatmulTask qkv[] = {{&aw.q, xn, n, q}, {&aw.k, xn, n, k}, {&aw.v, xn, n, v}};
+  matmul_batch(compute_, qkv, ws_.mmb);
   if (c.attention_bias) {
     for (int64_t r = 0; r < n; ++r) {
       for (int64_t i = 0; i < H * hd; ++i) q[r * H * hd + i] += aw.q_bias[static_cast<size_t>(i)];

@@ -119,8 +119,8 @@ void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) 
   const int64_t I = w.gate.rows;
   float* g = grow(ws_.mlp_g, static_cast<size_t>(n * I));
   float* u = grow(ws_.mlp_u, static_cast<size_t>(n * I));
-  mm(w.gate, x, n, g);
-  mm(w.up, x, n, u);
+  const MatmulTask gate_up[] = {{&w.gate, x, n, g}, {&w.up, x, n, u}};  // one pool job, the same floats
+  matmul_batch(compute_, gate_up, ws_.mmb);
   for (int64_t i = 0; i < n * I; ++i) g[i] = silu(g[i]) * u[i];
   mm(w.down, g, n, y);
 }
@@ -222,12 +222,18 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   // so a forward never allocates after one of at least as many rows,
   // whichever experts its rows happen to share (a decode step after the
   // prompt's forward allocates nothing, however speculation groups rows).
-  grow(ws_.xs, static_cast<size_t>(n * D));
-  grow(ws_.ys, static_cast<size_t>(n * D));
-  grow(ws_.mlp_g, static_cast<size_t>(n * c.moe_intermediate_size));
-  grow(ws_.mlp_u, static_cast<size_t>(n * c.moe_intermediate_size));
-  ws_.expert_slot.reserve(static_cast<size_t>(n));
+  // Batches of up to kJointRows rows compute a chunk's experts jointly: their
+  // rows packed one expert after another, n * K of them at most.
+  const bool joint = n <= kJointRows;
+  const int64_t packed_rows = std::max(n, std::min(n, kJointRows) * K);
+  grow(ws_.xs, static_cast<size_t>(packed_rows * D));
+  grow(ws_.ys, static_cast<size_t>(packed_rows * D));
+  grow(ws_.mlp_g, static_cast<size_t>(packed_rows * c.moe_intermediate_size));
+  grow(ws_.mlp_u, static_cast<size_t>(packed_rows * c.moe_intermediate_size));
+  ws_.expert_slot.reserve(static_cast<size_t>(packed_rows));
+  ws_.expert_rows.reserve(static_cast<size_t>(n * K));
   ws_.experts.reserve(static_cast<size_t>(n * K));
+  ws_.mm_tasks.reserve(static_cast<size_t>(2 * n * K));
   // Experts over MPI: other processes compute theirs while we compute ours.
   const bool exchanging = peers_ && start_peers(L, n, x, idx);
   // The work that needs none of this layer's routed experts runs once,
@@ -272,6 +278,17 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
       store_.begin(L, std::span<const int32_t>(uni.data() + c0, c1 - c0), ws_.experts);
     }
     if (!independent_done) independent();
+    if (joint) {
+      // In waves: every expert ready now (all of them when resident), then
+      // each as its read lands.
+      for (size_t left = c1 - c0; left > 0;) {
+        const size_t wave = std::max<size_t>(1, std::min(left, store_.ready()));
+        compute_joint(n, K, x, c0, wave, slot);
+        left -= wave;
+      }
+      store_.release(L);
+      continue;
+    }
     // Each expert as soon as its bytes are ready (resident ones first, then
     // as reads land): it writes only its own rows of `slot`, and the sum
     // below runs in a fixed order, so the order changes no result.
@@ -319,6 +336,62 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   // last, as it always was: the float order of the sum does not change.
   if (lw.has_shared)
     for (int64_t i = 0; i < n * D; ++i) y[i] += shared[i];
+}
+
+void ModelRunner::compute_joint(int64_t n, int64_t K, const float* x, size_t c0, size_t wave, float* slot) {
+  const int64_t D = m_.config.hidden_size;
+  const std::vector<int32_t>& uni = ws_.expert_union;
+  std::vector<int32_t>& slots = ws_.expert_slot;
+  std::vector<int32_t>& rows = ws_.expert_rows;  // per expert of the chunk, in next() order: its row count
+  std::vector<size_t>& order = ws_.expert_order;
+  const int32_t* idx = ws_.topk_idx.data();
+  order.clear();
+  {
+    ScopedTimer t{stats_.expert_wait_ns};
+    for (size_t k = 0; k < wave; ++k) order.push_back(store_.next());
+  }
+  ScopedTimer t{stats_.expert_ns};
+  slots.clear();
+  rows.clear();
+  for (size_t i : order) {
+    const size_t before = slots.size();
+    for (int64_t j = 0; j < n * K; ++j)
+      if (idx[j] == uni[c0 + i]) slots.push_back(static_cast<int32_t>(j));
+    rows.push_back(static_cast<int32_t>(slots.size() - before));
+  }
+  const int64_t m = static_cast<int64_t>(slots.size());
+  float* xs = ws_.xs.data();
+  float* ys = ws_.ys.data();
+  for (int64_t j = 0; j < m; ++j) std::memcpy(xs + j * D, x + (slots[j] / K) * D, D * sizeof(float));
+  // gate and up of every expert as one job, then down of every expert: the
+  // same floats per row as mlp() on each expert alone.
+  std::vector<MatmulTask>& tasks = ws_.mm_tasks;
+  const auto each = [&](auto&& fn) {
+    int64_t r0 = 0, a0 = 0;
+    for (size_t e = 0; e < order.size(); ++e) {
+      const MlpWeights& w = *ws_.experts[order[e]];
+      fn(w, r0, a0, static_cast<int64_t>(rows[e]));
+      r0 += rows[e];
+      a0 += rows[e] * w.gate.rows;
+    }
+  };
+  tasks.clear();
+  each([&](const MlpWeights& w, int64_t r0, int64_t a0, int64_t mr) {
+    tasks.push_back({&w.gate, xs + r0 * D, mr, ws_.mlp_g.data() + a0});
+    tasks.push_back({&w.up, xs + r0 * D, mr, ws_.mlp_u.data() + a0});
+  });
+  matmul_batch(compute_, tasks, ws_.mmb);
+  each([&](const MlpWeights& w, int64_t, int64_t a0, int64_t mr) {
+    float* g = ws_.mlp_g.data() + a0;
+    const float* u = ws_.mlp_u.data() + a0;
+    for (int64_t i = 0; i < mr * w.gate.rows; ++i) g[i] = silu(g[i]) * u[i];
+  });
+  tasks.clear();
+  each([&](const MlpWeights& w, int64_t r0, int64_t a0, int64_t mr) {
+    tasks.push_back({&w.down, ws_.mlp_g.data() + a0, mr, ys + r0 * D});
+  });
+  matmul_batch(compute_, tasks, ws_.mmb);
+  for (int64_t j = 0; j < m; ++j) std::memcpy(slot + slots[j] * D, ys + j * D, D * sizeof(float));
 }
 
 bool ModelRunner::start_peers(int64_t L, int64_t n, const float* x, const int32_t* idx) {

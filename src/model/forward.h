@@ -75,7 +75,10 @@ struct Workspace {
   std::vector<float> pred_w;                 // [n, K]
   std::vector<int32_t> pred_union;           // the predicted union, sorted
   std::vector<int32_t> expert_union;         // the batch's routed experts, sorted
-  std::vector<int32_t> expert_slot;          // (row, k) slots routed to one expert
+  std::vector<int32_t> expert_slot;          // (row, k) slots routed to one expert (joint: to each, expert after expert)
+  std::vector<int32_t> expert_rows;          // joint experts: each one's row count, in expert_order
+  std::vector<size_t> expert_order;          // joint experts: the chunk's experts in the order next() served them
+  std::vector<MatmulTask> mm_tasks;          // joint experts: one matmul_batch's tasks
   std::vector<const MlpWeights*> experts;    // what the store handed out for one chunk
   std::vector<float> xs, ys;                 // [m, D]: one expert's input rows, its output
   std::vector<float> slot_out;               // [n, K, D]: each (row, k) expert output, then [n, D]: the shared expert's
@@ -88,6 +91,7 @@ struct Workspace {
 
   std::vector<std::pair<Session*, int32_t>> seen;  // check_rows: (session, position) of every row
   MatmulScratch mm;                                // every matmul's quantized activations
+  MatmulBatchScratch mmb;                          // every matmul_batch's
 
   // Per pool part (ThreadPool::parallel_parts): attention scratch.
   struct Part {
@@ -199,6 +203,14 @@ class ModelRunner {
   void mm(const Weight& w, const float* x, int64_t n, float* y) { matmul(compute_, w, x, n, y, ws_.mm); }
   void mlp(const MlpWeights& w, const float* x, int64_t n, float* y);
   void moe(int64_t L, int64_t n, const float* x, float* y);
+  // Batches of at most this many rows on resident experts compute a chunk's
+  // experts jointly (compute_joint): two pool jobs per layer instead of
+  // three per expert, the same floats.
+  static constexpr int64_t kJointRows = 16;
+  // The next `wave` experts the store serves of the chunk that starts at
+  // union index c0: every (row, k) slot of them into `slot`, gate/up of all
+  // of them as one matmul_batch, down as one.
+  void compute_joint(int64_t n, int64_t K, const float* x, size_t c0, size_t wave, float* slot);
   // Moves the union's experts other processes own out of ws_.expert_union,
   // packs their rows and starts the exchange; returns whether it started one.
   bool start_peers(int64_t L, int64_t n, const float* x, const int32_t* idx);

@@ -476,6 +476,45 @@ TEST(KernelMatmul, RowsAreBatchThreadAndPathInvariant) {
   }
 }
 
+TEST(KernelMatmul, BatchOfTasksIsEachMatmulBitForBit) {
+  // matmul_batch (a layer's experts, q/k/v as one pool job): every task's y
+  // is what matmul() gives it alone, whatever the path, thread count, row
+  // count (1: single-row kernel, 3: multi-row) and format (bf16 and the
+  // 48-column int4 group have no integer kernel: run one by one).
+  std::mt19937 rng(11);
+  std::vector<Weight> ws;
+  ws.push_back(make_int_weight(8, 32, 37, 300, rng));
+  ws.push_back(make_int_weight(8, 0, 5, 300, rng));
+  ws.push_back(make_float_weight(WeightFormat::BF16, 9, 300, rng));
+  ws.push_back(make_int_weight(4, 32, 64, 300, rng));
+  ws.push_back(make_int_weight(4, 48, 7, 300, rng));
+  ws.push_back(make_int_weight(8, 64, 130, 300, rng));
+  ThreadPool two(2), three(3);
+  for (int64_t nrows : {1, 3}) {
+    std::vector<std::vector<float>> xs;
+    for (size_t i = 0; i < ws.size(); ++i) xs.push_back(random_floats(rng, nrows * 300));
+    for (KernelPath p : supported_paths()) {
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two, &three}) {
+        ComputeOptions o;
+        o.path = p;
+        const Compute c(pool, o);
+        std::vector<std::vector<float>> ys(ws.size());
+        std::vector<MatmulTask> tasks;
+        for (size_t i = 0; i < ws.size(); ++i) {
+          ys[i].assign(static_cast<size_t>(nrows * ws[i].rows), -1.0f);
+          tasks.push_back({&ws[i], xs[i].data(), nrows, ys[i].data()});
+        }
+        MatmulBatchScratch scratch;
+        matmul_batch(c, tasks, scratch);
+        matmul_batch(c, tasks, scratch);  // reused scratch: the same again
+        for (size_t i = 0; i < ws.size(); ++i)
+          EXPECT_TRUE(all_same(run_matmul(ws[i], xs[i], nrows, p, pool), ys[i]))
+              << kernel_path_name(p) << " task " << i << " rows " << nrows << " threads " << (pool ? pool->size() : 1);
+      }
+    }
+  }
+}
+
 TEST(KernelMatmul, Int4HeadShapedMatchesTheDequantizedCodesOnEveryPath) {
   // An lm_head-shaped int4 weight (--head-bits 4: thousands of rows, split
   // across threads, a row count that fills no tile): every path, 1-3 threads
