@@ -56,25 +56,24 @@ void run_parts(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
     body(0, 0, n);
 }
 
-// Quantizes x and picks the kernel for an int8/int4 W; false when W has no
-// integer kernel (a group that is not a multiple of 32, f32 activations).
-bool plan_int(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y, MatmulScratch& scratch,
-              IntMatmul& p) {
-  const int64_t out = W.rows, in = W.cols;
+// Whether W has an integer kernel (int8/int4 in groups of 32, integer
+// activations).
+bool has_int_kernel(const Compute& c, const Weight& W) {
   if (W.format != WeightFormat::INT8 && W.format != WeightFormat::INT4) return false;
   if (W.group != 0 && W.group % kQBlock != 0) return false;
-  if (c.acts() == IntActivations::F32) return false;
+  return c.acts() != IntActivations::F32;
+}
+
+// Quantizes x into q/scale/sum8 (room for nrows rows of W.cols columns) and
+// picks the kernel for an int8/int4 W that has_int_kernel().
+void plan_int(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y, uint8_t* q, float* scale,
+              int32_t* sum8, IntMatmul& p) {
+  const int64_t out = W.rows, in = W.cols;
   const KernelTable& kt = c.kernels();
   const bool b4 = W.format == WeightFormat::INT4;
-  std::vector<uint8_t>& q = scratch.q;
-  std::vector<float>& scale = scratch.scale;
-  std::vector<int32_t>& sum8 = scratch.sum8;
-  const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)), bn = static_cast<size_t>(nrows * qacts_bstride(in));
-  if (q.size() < qn) q.resize(qn);
-  if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
   const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && c.multi_row();
   const ActLayout layout = b4 ? kt.q4_layout : multi ? kt.q8_multi_layout : kt.q8_layout;
-  p.a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q.data(), scale.data(), sum8.data());
+  p.a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q, scale, sum8);
   p.w = qweight_rows(W, 0, out);
   // The packed kernel (ComputeOptions::packed, the default) from 12 rows
   // on: below that its per-call weight packing costs more than the
@@ -82,7 +81,6 @@ bool plan_int(const Compute& c, const Weight& W, const float* x, int64_t nrows, 
   const bool packed = multi && kt.gemm_q8_packed && c.packed() && nrows >= 12;
   p.gemm = b4 ? kt.gemm_q4 : packed ? kt.gemm_q8_packed : multi ? kt.gemm_q8_multi : kt.gemm_q8;
   p.y = y;
-  return true;
 }
 
 // Output rows [o0, o1) of a planned integer matmul.
@@ -134,8 +132,13 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
     }
     case WeightFormat::INT8:
     case WeightFormat::INT4: {
+      if (!has_int_kernel(c, W)) break;  // no integer kernel: expand below
+      const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)),
+                   bn = static_cast<size_t>(nrows * qacts_bstride(in));
+      if (scratch.q.size() < qn) scratch.q.resize(qn);
+      if (scratch.scale.size() < bn) scratch.scale.resize(bn), scratch.sum8.resize(bn);
       IntMatmul p;
-      if (!plan_int(c, W, x, nrows, y, scratch, p)) break;  // no integer kernel: expand below
+      plan_int(c, W, x, nrows, y, scratch.q.data(), scratch.scale.data(), scratch.sum8.data(), p);
       run(pool, par, out, [&](int64_t o0, int64_t o1) { run_int_rows(p, o0, o1); });
       return;
     }
@@ -174,22 +177,41 @@ QWeight qweight_rows(const Weight& W, int64_t r0, int64_t n) {
 
 namespace strata {
 
+void MatmulBatchScratch::reserve(size_t tasks, int64_t rows, int64_t cols) {
+  const size_t qn = static_cast<size_t>(rows * qacts_qstride(cols)), bn = static_cast<size_t>(rows * qacts_bstride(cols));
+  if (q.size() < qn) q.resize(qn);
+  if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
+  plans.reserve(tasks);
+  first.reserve(tasks + 1);
+}
+
 void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBatchScratch& scratch) {
-  const size_t nt = tasks.size();
-  if (scratch.each.size() < nt) scratch.each.resize(nt);
+  // Every integer task's activations, one after another in one buffer.
+  size_t qn = 0, bn = 0;
+  for (const MatmulTask& t : tasks)
+    if (t.nrows > 0 && t.w->rows > 0 && has_int_kernel(c, *t.w)) {
+      qn += static_cast<size_t>(t.nrows * qacts_qstride(t.w->cols));
+      bn += static_cast<size_t>(t.nrows * qacts_bstride(t.w->cols));
+    }
+  if (scratch.q.size() < qn) scratch.q.resize(qn);
+  if (scratch.scale.size() < bn) scratch.scale.resize(bn), scratch.sum8.resize(bn);
   std::vector<IntMatmul>& plans = scratch.plans;
   std::vector<int64_t>& first = scratch.first;
   plans.clear();
   first.clear();
   first.push_back(0);
-  for (size_t i = 0; i < nt; ++i) {
-    const MatmulTask& t = tasks[i];
+  qn = bn = 0;
+  for (const MatmulTask& t : tasks) {
     if (t.nrows <= 0 || t.w->rows <= 0) continue;
-    IntMatmul p;
-    if (!plan_int(c, *t.w, t.x, t.nrows, t.y, scratch.each[i], p)) {
-      matmul(c, *t.w, t.x, t.nrows, t.y, scratch.each[i]);
+    if (!has_int_kernel(c, *t.w)) {
+      matmul(c, *t.w, t.x, t.nrows, t.y, scratch.fallback);
       continue;
     }
+    IntMatmul p;
+    plan_int(c, *t.w, t.x, t.nrows, t.y, scratch.q.data() + qn, scratch.scale.data() + bn, scratch.sum8.data() + bn,
+             p);
+    qn += static_cast<size_t>(t.nrows * qacts_qstride(t.w->cols));
+    bn += static_cast<size_t>(t.nrows * qacts_bstride(t.w->cols));
     plans.push_back(p);
     first.push_back(first.back() + t.w->rows);
   }

@@ -103,11 +103,19 @@ struct IntMatmul {
   float* y = nullptr;
 };
 
-// matmul_batch's scratch: per task its quantized activations and plan.
+// matmul_batch's scratch: every task's quantized activations in one buffer
+// (grown only when a batch needs more than any before it), the plans, and
+// matmul()'s scratch for tasks without an integer kernel.
 struct MatmulBatchScratch {
-  std::vector<MatmulScratch> each;
+  std::vector<uint8_t> q;
+  std::vector<float> scale;
+  std::vector<int32_t> sum8;
   std::vector<IntMatmul> plans;
   std::vector<int64_t> first;  // [tasks + 1]: each task's first output row in the joint range
+  MatmulScratch fallback;
+  // Room for `tasks` tasks whose activations total `rows` rows of `cols`
+  // columns, so that batches within it allocate nothing.
+  void reserve(size_t tasks, int64_t rows, int64_t cols);
 };
 
 // Several independent matmuls as one pool job over the output rows of all of

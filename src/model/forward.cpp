@@ -234,6 +234,9 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   ws_.expert_rows.reserve(static_cast<size_t>(n * K));
   ws_.experts.reserve(static_cast<size_t>(n * K));
   ws_.mm_tasks.reserve(static_cast<size_t>(2 * n * K));
+  // The joint experts' batches: gate and up of every packed row, then down.
+  ws_.mmb.reserve(static_cast<size_t>(2 * n * K), 2 * packed_rows, D);
+  ws_.mmb.reserve(static_cast<size_t>(2 * n * K), packed_rows, c.moe_intermediate_size);
   // Experts over MPI: other processes compute theirs while we compute ours.
   const bool exchanging = peers_ && start_peers(L, n, x, idx);
   // The work that needs none of this layer's routed experts runs once,
