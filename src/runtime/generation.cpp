@@ -238,8 +238,9 @@ void Sequence::plan() {
     // with streamed experts the MTP layer's expert reads: answers stop keeping
     // it once the engine's last Speculator::kMtpIdleDrop plans, over answers,
     // did not choose the chain, so that steps drafting nothing soon cost what
-    // steps of --spec off cost, short answers included.
-    if (spec_->mtp_plan(mtp_depth_ > 0)) {
+    // steps of --spec off cost, short answers included; at once where the
+    // measured costs say no chain can pay (SpecPlan::mtp_hopeless).
+    if (spec_->mtp_plan(mtp_depth_ > 0) || (pl.mtp_hopeless && mtp_depth_ == 0)) {
       mtp_on_ = false;
       spec_->mtp_dropped();
     } else if (mtp_depth_ == 0 && mtp && n_forced_ == 0 && ++plans_ % kMtpShadowEvery == 0) {

@@ -230,7 +230,16 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
     const double v = value(forced, DraftSource::Ngram, l);
     if (v > best_v) best_v = v, best = {DraftSource::Ngram, l};
   }
-  if (mtp)
+  // An upper bound on what MTP state can give, once a decode forward (of
+  // any width) and an MTP forward were measured: every draft accepted, charged its chain and
+  // one MTP forward a step to keep the state in sync (at least that).
+  bool hopeless = mtp && room > 0 && forward_ns(base_) > 0 && cost(mtp_cost_, base_, 0, false) > 0;
+  if (hopeless) {
+    const double plain_v = best_v, r = rel_mtp();
+    for (int m = 1; m <= room && hopeless; ++m)
+      hopeless = (1.0 + forced + m) / (rel_main(forced + m) + static_cast<double>(forced + m) * r) <= plain_v;
+  }
+  if (mtp && !hopeless)
     for (int m = 1; m <= room; ++m) {
       const double v = value(forced, DraftSource::Mtp, m);
       if (v > best_v) best_v = v, best = {DraftSource::Mtp, m};
@@ -242,10 +251,10 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
   if (best.count > 0) {
     probe_gap_ = kExplore;
     next_probe_ = plans_ + kExplore;
-  } else if (ngram > 0 || (mtp && room > 0)) {
+  } else if (ngram > 0 || (mtp && !hopeless && room > 0)) {
     const bool due = plans_ >= next_probe_;
     if (due || main_[wider].n < kMeasureFirst) {
-      const bool ng = ngram > 0 && (!mtp || acceptance(DraftSource::Ngram) >= acceptance(DraftSource::Mtp));
+      const bool ng = ngram > 0 && (!mtp || hopeless || acceptance(DraftSource::Ngram) >= acceptance(DraftSource::Mtp));
       best = {ng ? DraftSource::Ngram : DraftSource::Mtp, 1};
     }
     if (due) {
@@ -254,6 +263,7 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
     }
   }
   if (best.source == DraftSource::Mtp && best.count > 0) mtp_backoff_ = 1;
+  best.mtp_hopeless = hopeless;
   return chosen(best);
 }
 

@@ -106,6 +106,10 @@ size_t ngram_lookup(std::span<const int32_t> a, std::span<const int32_t> b, int 
 struct SpecPlan {
   DraftSource source = DraftSource::Ngram;  // after the forced tokens
   int count = 0;                            // drafts of `source` to verify (MTP: the chain's depth)
+  // Auto: by the measured costs, keeping MTP state cannot pay even if every
+  // draft of the chain were accepted (its MTP rows, one sync forward a step
+  // included, cost more than the chain gains over the best plan without it).
+  bool mtp_hopeless = false;
 };
 
 // One engine's speculation state: options, counters and (auto) the

@@ -959,6 +959,45 @@ TEST(Speculation, AutoDropsMtpStateOverShortAnswers) {
   for (int i = 0; i < 3; ++i) EXPECT_TRUE(f.start_mtp());
 }
 
+// Feeds a speculator decode forwards of 1..5 rows (defined below).
+void feed_forwards(Speculator& s, double per_row, double bytes_per_row, double ns_per_byte);
+
+// SpecPlan::mtp_hopeless: the MTP state is dropped at once where even a
+// chain whose every draft is accepted cannot pay for its MTP rows. Streamed
+// experts at a slow disk (every verified row reads as many bytes again, the
+// MTP forward costs 60% of a decode forward): hopeless, and the plan probes
+// nothing with MTP. Resident (extra rows 10% each, MTP forward 20%): not
+// hopeless, and the chain is chosen. Nothing measured yet: not hopeless (the
+// priors alone never drop the state).
+TEST(Speculation, AutoDropsMtpStateAtOnceWhereNoChainCanPay) {
+  SpecOptions o;
+  o.mode = SpecMode::Auto;
+  {
+    Speculator s(o, true, 0.1);
+    const SpecPlan p = s.plan(0, 0, 4, true);
+    EXPECT_FALSE(p.mtp_hopeless) << "no forward measured yet";
+  }
+  {
+    Speculator s(o, true, 0.1);
+    feed_forwards(s, 0.1, 4e6, 10.0);  // one row: 1 ms compute + 40 ms of reads
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.6 * 41e6));
+    for (int i = 0; i < 20; ++i) {
+      const SpecPlan p = s.plan(0, 0, 4, true);
+      ASSERT_TRUE(p.mtp_hopeless) << "plan " << i;
+      ASSERT_FALSE(p.source == DraftSource::Mtp && p.count > 0) << "plan " << i << ": no MTP probe";
+    }
+  }
+  {
+    Speculator s(o, true, 0.1);
+    feed_forwards(s, 0.1, 0.0, 0.0);
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.2e6));
+    const SpecPlan p = s.plan(0, 0, 4, true);
+    EXPECT_FALSE(p.mtp_hopeless);
+    EXPECT_EQ(p.source, DraftSource::Mtp);
+    EXPECT_GT(p.count, 0);
+  }
+}
+
 // Feeds a speculator steps of 4 n-gram drafts whose i-th draft is accepted,
 // given the ones before it were, with probability acc[i] (a fixed stream).
 void feed_position_acceptance(Speculator& s, const std::array<double, 4>& acc, int steps) {
