@@ -58,7 +58,9 @@ void deq_axpy_tile(const QWeight& w, const float* a, int64_t lda, int64_t r0, in
   DeqMask m[NV];
   for (int v = 0; v < NV; ++v) {
     const int64_t c = c0 + 16 * v;
-    gi[v] = w.group > 0 ? c / w.group : 0;
+    // A vector wholly past the last column reads group 0's scale (its lanes
+    // are all masked off), never a scale past the row's last group.
+    gi[v] = w.group > 0 && c < w.cols ? c / w.group : 0;
     m[v] = FULL ? DeqMask::full(BITS) : DeqMask::of(BITS, w.cols - c);
   }
   __m512 acc[NR][NV];
