@@ -72,14 +72,18 @@ void plan_int(const Compute& c, const Weight& W, const float* x, int64_t nrows, 
   const KernelTable& kt = c.kernels();
   const bool b4 = W.format == WeightFormat::INT4;
   const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && c.multi_row();
-  const ActLayout layout = b4 ? kt.q4_layout : multi ? kt.q8_multi_layout : kt.q8_layout;
-  p.a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q, scale, sum8);
-  p.w = qweight_rows(W, 0, out);
   // The packed kernel (ComputeOptions::packed, the default) from 12 rows
   // on: below that its per-call weight packing costs more than the
   // register blocking gains (docs/kernels.md). Either gives the same floats.
-  const bool packed = multi && kt.gemm_q8_packed && c.packed() && nrows >= 12;
-  p.gemm = b4 ? kt.gemm_q4 : packed ? kt.gemm_q8_packed : multi ? kt.gemm_q8_multi : kt.gemm_q8;
+  const bool packed = c.packed() && c.multi_row() && nrows >= 12 &&
+                      (b4 ? kt.gemm_q4_packed != nullptr : multi && kt.gemm_q8_packed != nullptr);
+  const ActLayout layout = packed || multi ? kt.q8_multi_layout : b4 ? kt.q4_layout : kt.q8_layout;
+  p.a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q, scale, sum8);
+  p.w = qweight_rows(W, 0, out);
+  p.gemm = packed ? (b4 ? kt.gemm_q4_packed : kt.gemm_q8_packed)
+           : b4   ? kt.gemm_q4
+           : multi ? kt.gemm_q8_multi
+                   : kt.gemm_q8;
   p.y = y;
 }
 

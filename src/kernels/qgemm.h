@@ -109,6 +109,10 @@ struct KernelTable {
   // tiles, register-blocked rows x columns), on q8_multi_layout's
   // activations; the same results bit for bit.
   void (*gemm_q8_packed)(const QWeight& w, const QActs& a, float* y, int64_t ldy) = nullptr;
+  // Optional: the same for int4 weights (unpacked to int8 values while
+  // packing), also on q8_multi_layout's activations; the same results bit
+  // for bit as gemm_q4.
+  void (*gemm_q4_packed)(const QWeight& w, const QActs& a, float* y, int64_t ldy) = nullptr;
   // The dequantizing kernels above (the scalar references unless a path
   // sets its own).
   void (*deq_axpy)(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y,

@@ -393,7 +393,7 @@ void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
 }
 
 
-// ---- int8, prefill-sized calls: packed weights, register-blocked tiles ----
+// ---- int8 and int4, prefill-sized calls: packed weights, register-blocked tiles ----
 //
 // The same arithmetic as qgemm8_dword_tile, blocked for reuse (GEMM-style
 // blocking over rows, weight rows and superblocks). Activation rows go in
@@ -414,20 +414,43 @@ constexpr int64_t kPackK = 8;     // superblocks per chunk (4096 columns)
 constexpr int kPackVecs = 10;     // per superblock and weight row: T[0..7], init, scales
 constexpr int64_t kPackMaxRows = 256;  // rows per block at most (the float accumulators' buffer)
 
-// Superblocks [sb0, sb0 + kc) of weight rows [o, o + NW) into pk.
-template <int NW>
-void pack_q8(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int64_t o, int64_t sb0, int64_t kc,
-             int64_t nblocks, __m512i* pk) {
+// 64 columns of an int4 row as 64 int8 values in column order (what an int8
+// row holds): p points at their 32 bytes, of which only `avail` are in the
+// row (the rest read as zero weights). Byte i becomes the 16-bit lane
+// (low nibble) | (high nibble << 8), i.e. bytes 2i and 2i + 1 = columns 2i
+// and 2i + 1; (n ^ 8) - 8 sign-extends each nibble.
+inline __m512i unpack_q4_64(const uint8_t* p, int64_t avail) {
+  const __m256i b = avail >= 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+                  : avail <= 0  ? _mm256_setzero_si256()
+                                : _mm256_maskz_loadu_epi8(__mmask32((uint32_t{1} << avail) - 1u), p);
+  const __m512i w = _mm512_cvtepu8_epi16(b);
+  const __m512i u = _mm512_or_si512(_mm512_and_si512(w, _mm512_set1_epi16(0x000f)),
+                                    _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x0f00)));
+  const __m512i e = _mm512_set1_epi8(8);
+  return _mm512_sub_epi8(_mm512_xor_si512(u, e), e);
+}
+
+// Superblocks [sb0, sb0 + kc) of weight rows [o, o + NW) into pk. int4 rows
+// are unpacked to int8 values first, so both widths share the tiles below
+// (the integer block sums, hence the floats, are the same either way).
+template <int BITS, int NW>
+void pack_q(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int64_t o, int64_t sb0, int64_t kc,
+            int64_t nblocks, __m512i* pk) {
   const __m512i ones = _mm512_set1_epi8(1);
+  constexpr int64_t kSuperBytes = kQSuper * BITS / 8, kVecBytes = 64 * BITS / 8;
   for (int64_t j = 0; j < kc; ++j) {
-    const int64_t sb = sb0 + j, b0 = sb * 16, nb = nblocks - b0, off = sb * kQSuper;
-    const bool full = off + kQSuper <= w.row_bytes;
+    const int64_t sb = sb0 + j, b0 = sb * 16, nb = nblocks - b0, off = sb * kSuperBytes;
+    const bool full = off + kSuperBytes <= w.row_bytes;
     for (int i = 0; i < NW; ++i) {
       const uint8_t* wrow = w.q + (o + i) * w.row_bytes;
       __m512i t[8];
-      for (int k = 0; k < 8; ++k)
-        t[k] = full ? _mm512_loadu_si512(wrow + off + 64 * k)
-                    : _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - off - 64 * k), wrow + off + 64 * k);
+      for (int k = 0; k < 8; ++k) {
+        const int64_t at = off + kVecBytes * k;
+        if constexpr (BITS == 4)
+          t[k] = unpack_q4_64(wrow + at, full ? kVecBytes : w.row_bytes - at);
+        else
+          t[k] = full ? _mm512_loadu_si512(wrow + at) : _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - at), wrow + at);
+      }
       tr.run(t);
       __m512i wsum = _mm512_setzero_si512();
       for (int k = 0; k < 8; ++k) wsum = _mm512_dpbusd_epi32(wsum, ones, t[k]);
@@ -485,7 +508,8 @@ void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc, const QActs&
     }
 }
 
-void k_gemm_q8_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
+template <int BITS>
+void gemm_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   static const DwordTranspose transpose;
   const int64_t nsuper = a.bstride / 16;
   const WScales wsc = make_wscales(w);
@@ -501,7 +525,7 @@ void k_gemm_q8_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
       for (int64_t sb0 = 0; sb0 < nsuper; sb0 += kPackK) {
         const int64_t kc = nsuper - sb0 < kPackK ? nsuper - sb0 : kPackK;
         const bool first = sb0 == 0, last = sb0 + kc == nsuper;
-        pack_q8<NW>(w, wsc, transpose, o, sb0, kc, a.nblocks, pk);
+        pack_q<BITS, NW>(w, wsc, transpose, o, sb0, kc, a.nblocks, pk);
         row_tiles<kPackR>(r0, r1, [&](auto nr, int64_t r) {
           qgemm8_packed_tile<NW, nr.n>(pk, sb0, kc, a, r, fa + (r - r0) * NW * 16, first, last, y + r * ldy + o,
                                        ldy);
@@ -510,6 +534,9 @@ void k_gemm_q8_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
     });
   }
 }
+
+void k_gemm_q8_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) { gemm_packed<8>(w, a, y, ldy); }
+void k_gemm_q4_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) { gemm_packed<4>(w, a, y, ldy); }
 
 #endif  // STRATA_VNNI
 

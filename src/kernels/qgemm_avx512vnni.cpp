@@ -25,6 +25,7 @@ const KernelTable& kernel_table_avx512vnni() {
     KernelTable k{
         KernelPath::Avx512Vnni, k_dot_f32, k_gemm_f32, k_gemm_bf16, k_gemm_q8, k_gemm_q4, ActLayout::Offset128,
         ActLayout::SplitNibble, k_gemm_q8_dword, ActLayout::Offset128Dword, k_quantize_acts, k_gemm_q8_packed};
+    k.gemm_q4_packed = k_gemm_q4_packed;
     k.deq_axpy = k_deq_axpy;
     k.deq_gemm = k_deq_gemm;
     return k;

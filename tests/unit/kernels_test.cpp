@@ -244,18 +244,22 @@ std::vector<float> run_matmul_with(const Weight& w, const std::vector<float>& x,
 }
 
 TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
-  // The packed int8 kernel (prefill: weight tiles of 4 rows packed 8
-  // superblocks at a time per block of up to 126 activation rows, 4 x 3
-  // register tiles, float accumulators kept across chunks) against the
-  // multi-row kernel and the scalar reference, == on every element: rows
+  // The packed int8 and int4 kernels (prefill: weight tiles of 4 rows packed
+  // 8 superblocks at a time per block of up to 126 activation rows, int4
+  // rows unpacked to int8 values while packing, 4 x 3 register tiles, float
+  // accumulators kept across chunks) against the unpacked kernels (int8:
+  // multi-row; int4: the SplitNibble one) and the scalar reference, == on
+  // every element, odd int4 widths (a row ending mid-byte) included: rows
   // M = 1..20 (matmul packs from 12 on) and past tiles and row blocks up to
   // 600, weight rows not a multiple of the tile, columns from under one
   // superblock to many chunks, partial superblocks and chunks, group sizes of
   // every scale-gathering case, 1-3 threads.
-  std::vector<KernelPath> packed;
-  for (KernelPath p : supported_paths())
-    if (kernel_table(p).gemm_q8_packed) packed.push_back(p);
-  if (packed.empty()) GTEST_SKIP() << "no path with a packed int8 kernel on this CPU";
+  std::vector<KernelPath> packed8, packed4;
+  for (KernelPath p : supported_paths()) {
+    if (kernel_table(p).gemm_q8_packed) packed8.push_back(p);
+    if (kernel_table(p).gemm_q4_packed) packed4.push_back(p);
+  }
+  if (packed8.empty() && packed4.empty()) GTEST_SKIP() << "no path with a packed int8/int4 kernel on this CPU";
   std::mt19937 rng(16);
   ThreadPool two(2), three(3);
   std::vector<int64_t> ms;
@@ -267,8 +271,10 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
   const Case cases[] = {{5, 128, 32},   {6, 300, 0},     {3, 512, 64},    {2, 1000, 32},   {1, 2048, 0},
                         {4, 2100, 32},  {7, 3000, 96},   {9, 6001, 128},  {5, 12300, 512}, {3, 33000, 64}};
   int compared = 0;
+  for (int bits : {8, 4})
   for (const Case& c : cases) {
-    const Weight w = make_int_weight(8, c.group, c.n, c.k, rng);
+    const std::vector<KernelPath>& packed = bits == 8 ? packed8 : packed4;
+    const Weight w = make_int_weight(bits, c.group, c.n, c.k, rng);
     for (int64_t m : ms) {
       // Keeps the test fast: row blocks (126 rows) are crossed from 128 rows on.
       if ((c.k > 2100 && m > 128 && !(c.k == 6001 && m == 600)) || (c.k > 6001 && m > 91)) continue;
@@ -281,7 +287,8 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
         off.packed = false;
         const auto want = run_matmul_with(w, x, m, off);
         ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on)))
-            << kernel_path_name(p) << " n " << c.n << " k " << c.k << " group " << c.group << " m " << m;
+            << kernel_path_name(p) << " int" << bits << " n " << c.n << " k " << c.k << " group " << c.group
+            << " m " << m;
         ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on, &two))) << "2 threads, m " << m << " k " << c.k;
         if (m % 5 == 0) {
           ASSERT_TRUE(all_same(want, run_matmul_with(w, x, m, on, &three))) << "3 threads, m " << m << " k " << c.k;
@@ -295,7 +302,7 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
       }
     }
   }
-  EXPECT_GT(compared, 100);
+  EXPECT_GT(compared, 200);
 }
 
 TEST(KernelQGemm, SimdActivationQuantizerWritesTheScalarBytes) {
