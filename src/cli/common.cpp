@@ -37,8 +37,9 @@ void EngineFlags::add(CLI::App* cmd) {
       ->capture_default_str()
       ->group(kGroupModel);
   cmd->add_flag("--packed-gemm,!--no-packed-gemm", packed_gemm,
-                "int8 calls of several rows and >= 2048 columns (prefill) on the packed, blocked kernel (avx512vnni; "
-                "default) or, with --no-packed-gemm, the multi-row one: the same results bit for bit (docs/kernels.md)")
+                "int8 and int4 calls of >= 12 rows (prefill, batch-union expert matmuls) on the packed, blocked "
+                "kernel (avx512vnni; default) or, with --no-packed-gemm, the unpacked ones: the same results bit for "
+                "bit (docs/kernels.md)")
       ->group(kGroupModel);
   cmd->add_option("--attn", attn, "Attention form: absorbed (decode form) or naive (prefill form)")
       ->check(CLI::IsMember({"absorbed", "naive"}))
