@@ -208,7 +208,7 @@ KvPerToken kv_per_token(const Session& s, int64_t layers) {
   KvPerToken k;
   k.layers = layers;
   const auto cap = static_cast<uint64_t>(s.capacity());
-  auto per = [&](const std::vector<float>& v) { return v.size() * sizeof(float) / cap; };
+  auto per = [&](const AlignedFloats& v) { return v.size() * sizeof(float) / cap; };
   for (int64_t l = 0; l < layers; ++l) {
     const LayerCache& c = s.layer(l);
     k.latent += per(c.latent);

@@ -86,6 +86,29 @@ void deq_axpy_ref(const QWeight& w, const float* a, int64_t lda, int64_t nrows, 
 // apart, for o < w.rows, r < nrows: gemm_f32 over the dequantized rows.
 void deq_gemm_ref(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy);
 
+// ---- Attention over a key set (the absorbed MLA: one query row, all heads) ----
+// Rows of a f32 matrix picked by index: row j is base + idx[j] * ld, or
+// base + j * ld where idx is null (every key in order).
+struct FRows {
+  const float* base = nullptr;
+  const int32_t* idx = nullptr;
+  int64_t ld = 0;
+  const float* row(int64_t j) const { return base + (idx ? static_cast<int64_t>(idx[j]) : j) * ld; }
+  // The rows from j0 on.
+  FRows from(int64_t j0) const { return idx ? FRows{base, idx + j0, ld} : FRows{base + j0 * ld, nullptr, ld}; }
+};
+// gemm_f32_rows: gemm_f32 over picked rows, y[r * ldy + j] = dot16(w.row(j),
+// x row r) for j < nw, r < nrows (x rows `cols` apart): the scores of every
+// head (x rows) against every key of a set.
+void gemm_f32_rows_ref(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy);
+// wsum_f32: y[h * ldy + c] = the sum over j < K, in order, of
+// p[h * ldp + j] * v.row(j)[c], each step one fma starting from 0:
+//   acc = 0; for j: acc = fma(p[h * ldp + j], v.row(j)[c], acc)
+// for h < nh, c0 <= c < c1: the softmax-weighted sum of the keys' values for
+// every head, any column range (a thread's share) giving the same floats.
+void wsum_f32_ref(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                  int64_t ldy);
+
 struct KernelTable {
   KernelPath path;
   // dot16(a, b) over n elements.
@@ -118,6 +141,12 @@ struct KernelTable {
   void (*deq_axpy)(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y,
                    int64_t ldy) = deq_axpy_ref;
   void (*deq_gemm)(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy) = deq_gemm_ref;
+  // The key-set kernels above (the scalar references unless a path sets its
+  // own).
+  void (*gemm_f32_rows)(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
+                        int64_t ldy) = gemm_f32_rows_ref;
+  void (*wsum_f32)(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                   int64_t ldy) = wsum_f32_ref;
 };
 
 // The table of a path; the path must be supported (kernel_path_supported).

@@ -59,11 +59,9 @@ inline __m512 load_w_tail(const void* w, int64_t i, __mmask16 m) {
   }
 }
 
-template <bool BF16, int NW, int NR>
-void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t ldy) {
-  using T = std::conditional_t<BF16, uint16_t, float>;
-  const T* wr[NW];
-  for (int o = 0; o < NW; ++o) wr[o] = static_cast<const T*>(w) + o * cols;
+// Weight rows wr[0 .. NW) against activation rows x[0 .. NR) (`cols` apart).
+template <bool BF16, int NW, int NR, class T>
+void fgemm_tile(const T* const* wr, int64_t cols, const float* x, float* y, int64_t ldy) {
   __m512 acc[NW][NR];
   for (int o = 0; o < NW; ++o)
     for (int r = 0; r < NR; ++r) acc[o][r] = _mm512_setzero_ps();
@@ -94,7 +92,9 @@ void fgemm(const void* w, int64_t nw, int64_t cols, const float* x, int64_t nrow
   using T = std::conditional_t<BF16, uint16_t, float>;
   const T* wt = static_cast<const T*>(w);
   gemm_tiles<4, 4>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
-    fgemm_tile<BF16, tw.n, tr.n>(wt + o * cols, cols, x + r * cols, y + r * ldy + o, ldy);
+    const T* wr[tw.n];
+    for (int i = 0; i < tw.n; ++i) wr[i] = wt + (o + i) * cols;
+    fgemm_tile<BF16, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + o, ldy);
   });
 }
 
@@ -103,6 +103,60 @@ void k_gemm_f32(const float* w, int64_t nw, int64_t cols, const float* x, int64_
 }
 void k_gemm_bf16(const uint16_t* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
   fgemm<true>(w, nw, cols, x, nrows, y, ldy);
+}
+
+// gemm_f32 over picked rows (qgemm.h): the same tiles, row pointers looked up.
+void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  gemm_tiles<4, 4>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
+    const float* wr[tw.n];
+    for (int i = 0; i < tw.n; ++i) wr[i] = w.row(o + i);
+    fgemm_tile<false, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + o, ldy);
+  });
+}
+
+// wsum_f32 (qgemm.h) over heads [h0, h0 + NH) and columns [c, c + 16 NV):
+// NH x NV accumulators, each one fma per key in key order. FULL: all 16 NV
+// columns; else m: the lanes of the last vector that are columns (the rest
+// read as 0, never stored).
+template <int NH, int NV, bool FULL>
+void wsum_tile(const float* p, int64_t ldp, FRows v, int64_t K, int64_t c, __mmask16 m, float* y, int64_t ldy) {
+  __m512 acc[NH][NV];
+  for (int h = 0; h < NH; ++h)
+    for (int k = 0; k < NV; ++k) acc[h][k] = _mm512_setzero_ps();
+  for (int64_t j = 0; j < K; ++j) {
+    const float* vr = v.row(j) + c;
+    __m512 vv[NV];
+    for (int k = 0; k < NV; ++k)
+      vv[k] = FULL || k + 1 < NV ? _mm512_loadu_ps(vr + 16 * k) : _mm512_maskz_loadu_ps(m, vr + 16 * k);
+    for (int h = 0; h < NH; ++h) {
+      const __m512 pb = _mm512_set1_ps(p[h * ldp + j]);
+      for (int k = 0; k < NV; ++k) acc[h][k] = _mm512_fmadd_ps(pb, vv[k], acc[h][k]);
+    }
+  }
+  for (int h = 0; h < NH; ++h)
+    for (int k = 0; k < NV; ++k) {
+      if (FULL || k + 1 < NV)
+        _mm512_storeu_ps(y + h * ldy + c + 16 * k, acc[h][k]);
+      else
+        _mm512_mask_storeu_ps(y + h * ldy + c + 16 * k, m, acc[h][k]);
+    }
+}
+
+// Column tiles of 32 (the last of 16 or fewer), heads 8 at a time within a
+// column tile.
+void k_wsum_f32(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                int64_t ldy) {
+  const auto heads = [&](auto nv, auto full, int64_t c, __mmask16 m) {
+    int64_t h = 0;
+    for (; h + 8 <= nh; h += 8) wsum_tile<8, nv.n, full.n>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
+    for (; h < nh; ++h) wsum_tile<1, nv.n, full.n>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
+  };
+  int64_t c = c0;
+  for (; c + 32 <= c1; c += 32) heads(Extent<2>{}, Extent<1>{}, c, 0xffff);
+  if (c1 - c > 16)
+    heads(Extent<2>{}, Extent<0>{}, c, lanes16(c1 - c - 16));
+  else if (c1 > c)
+    heads(Extent<1>{}, Extent<0>{}, c, lanes16(c1 - c));
 }
 
 // ---- int8 / int4 weights ----
@@ -467,7 +521,7 @@ void pack_q(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int6
 // chunks ([NR][NW][16]); first: start them at zero; last: finish into y,
 // which points at output (r0, o).
 template <int NW, int NR>
-void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc, const QActs& a, int64_t r0, float* fa, bool first,
+[[gnu::always_inline]] inline void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc, const QActs& a, int64_t r0, float* fa, bool first,
                         bool last, float* y, int64_t ldy) {
   __m512 f[NW][NR];
   for (int r = 0; r < NR; ++r)

@@ -28,6 +28,8 @@ const KernelTable& kernel_table_avx512vnni() {
     k.gemm_q4_packed = k_gemm_q4_packed;
     k.deq_axpy = k_deq_axpy;
     k.deq_gemm = k_deq_gemm;
+    k.gemm_f32_rows = k_gemm_f32_rows;
+    k.wsum_f32 = k_wsum_f32;
     return k;
   }();
   return t;

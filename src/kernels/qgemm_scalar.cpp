@@ -109,6 +109,20 @@ void deq_gemm_ref(const QWeight& w, const float* x, int64_t nrows, float* y, int
   }
 }
 
+void gemm_f32_rows_ref(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  for (int64_t j = 0; j < nw; ++j) gemm_f32(w.row(j), 1, cols, x, nrows, y + j, ldy);
+}
+
+void wsum_f32_ref(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                  int64_t ldy) {
+  for (int64_t h = 0; h < nh; ++h)
+    for (int64_t c = c0; c < c1; ++c) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j) acc = std::fma(p[h * ldp + j], v.row(j)[c], acc);
+      y[h * ldy + c] = acc;
+    }
+}
+
 int64_t qacts_qstride(int64_t cols) { return (cols + kQSuper - 1) / kQSuper * kQSuper; }
 int64_t qacts_bstride(int64_t cols) { return qacts_qstride(cols) / kQBlock; }
 

@@ -53,14 +53,17 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     });
   }
 
-  // Prefill (several rows): one task per row, and where the row attends to
-  // every causal key, the scores of all its heads as two f32 GEMMs over the
-  // cache (each key read once for all heads). gemm_f32 is dot16 of a key row
-  // and a query row, exactly what score_keys computes: the same floats
-  // either way. Decode (few rows): one task per (row, head).
+  // Per row, every head at once over the row's keys (each key read once for
+  // all heads): scores = two gemm_f32_rows over the picked latent and rope
+  // rows (dot16 of a key row and a query row, the scores score_keys
+  // computes), a softmax per head, then the weighted sum of the latents
+  // (wsum_f32: per output one fma per key in key order, softmax_sum's
+  // chain). Prefill (several rows): one task per row. Decode (few rows): the
+  // row's keys, heads and latent columns split over the pool in turn. The
+  // same floats either way, in any split.
   const bool by_row = n >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
-  // A part's scores buffer: all heads of the most keys a row can ever attend
-  // (DSA: index_topk; else its session's capacity), and at least one
+  // A scores buffer: all heads of the most keys a row can ever attend (DSA:
+  // index_topk; else its session's capacity), and at least one
   // capacity-long row: one size for both paths, so a context that grows by a
   // key per step, or a step that takes the other path, never reallocates it.
   const auto score_room = [&](const Row& row, int64_t keys) {
@@ -68,42 +71,63 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     const int64_t most = std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap);
     return static_cast<size_t>(std::max(H * most, cap));
   };
+  // Row r's picked latent and rope rows, and its rope queries packed [H, rd].
+  const auto key_rows = [&](int64_t r, const KeySet& ks, FRows& lat, FRows& rope) {
+    const LayerCache& cache = rows[r].seq->layer(L);
+    const int32_t* idx = ks.sel ? ks.sel->data() : nullptr;
+    lat = FRows{cache.latent.data(), idx, kvl};
+    rope = FRows{cache.rope_key.data(), idx, rd};
+  };
+  const auto pack_rope = [&](int64_t r, float* qp) {
+    for (int64_t h = 0; h < H; ++h) std::copy_n(q + (r * H + h) * qk + nope, rd, qp + h * rd);
+  };
+  // Keys [j0, j1) of a row's scores s[H, K]: (latent part + rope part) * scale.
+  const auto scores = [&](FRows lat, FRows rope, const float* qp, int64_t r, int64_t K, int64_t j0, int64_t j1,
+                          float* s, float* s2) {
+    kt.gemm_f32_rows(lat.from(j0), j1 - j0, kvl, qabs + r * H * kvl, H, s + j0, K);
+    kt.gemm_f32_rows(rope.from(j0), j1 - j0, rd, qp, H, s2 + j0, K);
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t j = j0; j < j1; ++j) s[h * K + j] = (s[h * K + j] + s2[h * K + j]) * scale;
+  };
   if (by_row) {
     pool_.parallel_parts(n, [&](int part, int64_t b, int64_t e) {
       Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
       for (int64_t r = b; r < e; ++r) {
-        const LayerCache& cache = rows[r].seq->layer(L);
         const KeySet ks = keys_of(ws_, rows, r);
         const int64_t K = ks.size();
-        const KeyRows lat{cache.latent.data(), kvl, kvl}, rope{cache.rope_key.data(), rd, rd};
+        FRows lat, rope;
+        key_rows(r, ks, lat, rope);
         float* s = grow(ps.scores, score_room(rows[r], K));
-        if (!ks.sel) {
-          float* s2 = grow(ps.scores2, score_room(rows[r], K));
-          float* qp = grow(ps.qrope, static_cast<size_t>(H * rd));
-          for (int64_t h = 0; h < H; ++h) std::copy_n(q + (r * H + h) * qk + nope, rd, qp + h * rd);
-          kt.gemm_f32(cache.latent.data(), K, kvl, qabs + r * H * kvl, H, s, K);
-          kt.gemm_f32(cache.rope_key.data(), K, rd, qp, H, s2, K);
-          for (int64_t i = 0; i < H * K; ++i) s[i] = (s[i] + s2[i]) * scale;
-        } else {
-          for (int64_t h = 0; h < H; ++h)
-            score_keys(compute_, ks, qabs + (r * H + h) * kvl, lat, q + (r * H + h) * qk + nope, rope, scale, s + h * K);
-        }
-        for (int64_t h = 0; h < H; ++h) softmax_sum(s + h * K, ks, lat, olat + (r * H + h) * kvl);
+        float* s2 = grow(ps.scores2, score_room(rows[r], K));
+        float* qp = grow(ps.qrope, static_cast<size_t>(H * rd));
+        pack_rope(r, qp);
+        scores(lat, rope, qp, r, K, 0, K, s, s2);
+        for (int64_t h = 0; h < H; ++h) softmax(s + h * K, K);
+        kt.wsum_f32(s, K, H, lat, K, 0, kvl, olat + r * H * kvl, kvl);
       }
     });
   } else {
-    pool_.parallel_parts(n * H, [&](int part, int64_t b, int64_t e) {
-      Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
-      for (int64_t rh = b; rh < e; ++rh) {
-        const int64_t r = rh / H;
-        const LayerCache& cache = rows[r].seq->layer(L);
-        const KeySet ks = keys_of(ws_, rows, r);
-        const KeyRows lat{cache.latent.data(), kvl, kvl}, rope{cache.rope_key.data(), rd, rd};
-        float* s = grow(ps.scores, score_room(rows[r], ks.size()));
-        score_keys(compute_, ks, qabs + rh * kvl, lat, q + rh * qk + nope, rope, scale, s);
-        softmax_sum(s, ks, lat, olat + rh * kvl);
-      }
-    });
+    // One row at a time, its buffers part 0's (each pool part writes its own
+    // keys, heads or columns of them).
+    Workspace::Part& p0 = ws_.parts[0];
+    for (int64_t r = 0; r < n; ++r) {
+      const KeySet ks = keys_of(ws_, rows, r);
+      const int64_t K = ks.size();
+      FRows lat, rope;
+      key_rows(r, ks, lat, rope);
+      float* s = grow(p0.scores, score_room(rows[r], K));
+      float* s2 = grow(p0.scores2, score_room(rows[r], K));
+      float* qp = grow(p0.qrope, static_cast<size_t>(H * rd));
+      pack_rope(r, qp);
+      pool_.parallel_parts(K, [&](int, int64_t j0, int64_t j1) { scores(lat, rope, qp, r, K, j0, j1, s, s2); });
+      pool_.parallel_parts(H, [&](int, int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h) softmax(s + h * K, K);
+      });
+      // Latent columns in whole vectors of 16 per part.
+      pool_.parallel_parts((kvl + 15) / 16, [&](int, int64_t v0, int64_t v1) {
+        kt.wsum_f32(s, K, H, lat, K, v0 * 16, std::min(kvl, v1 * 16), olat + r * H * kvl, kvl);
+      });
+    }
   }
 
   // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows against

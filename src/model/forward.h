@@ -52,7 +52,7 @@ struct Workspace {
   std::vector<float> kv;                  // [n, kv_lora_rank + qk_rope_head_dim] (GQA: k then v, [n, kv_heads * head_dim] each)
   std::vector<float> o;                   // [n, H * v_head_dim]: per-head outputs (GQA: [n, H * head_dim])
   std::vector<float> attn_out;            // [n, D]
-  std::vector<float> qabs, olat;          // absorbed form: [n, H, kv_lora_rank]
+  AlignedFloats qabs, olat;               // absorbed form: [n, H, kv_lora_rank] (cache-line aligned)
   std::vector<float> expanded;            // naive form: [keys, H * (qk_nope_head_dim + v_head_dim)]
   std::vector<Session*> sessions;         // naive form: the batch's distinct sessions
   // DSA indexer.

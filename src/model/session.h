@@ -7,15 +7,18 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/config.h"
 
 namespace strata {
 
+// Each on a cache line (core/aligned.h): rows a multiple of 16 floats wide
+// are then read by whole-line vector loads.
 struct LayerCache {
-  std::vector<float> latent;     // [capacity, kv_lora_rank]
-  std::vector<float> rope_key;   // [capacity, qk_rope_head_dim]
-  std::vector<float> index_key;  // [capacity, index_head_dim], full-indexer layers only
-  std::vector<float> k, v;       // GQA: [capacity, num_key_value_heads * head_dim] each
+  AlignedFloats latent;     // [capacity, kv_lora_rank]
+  AlignedFloats rope_key;   // [capacity, qk_rope_head_dim]
+  AlignedFloats index_key;  // [capacity, index_head_dim], full-indexer layers only
+  AlignedFloats k, v;       // GQA: [capacity, num_key_value_heads * head_dim] each
 };
 
 class Session {

@@ -7,8 +7,8 @@ namespace strata {
 
 // Grows `v` to at least n elements (never shrinks) and returns its data: a
 // buffer sized by the largest batch seen, allocated once.
-template <typename T>
-T* grow(std::vector<T>& v, size_t n) {
+template <typename T, typename A>
+T* grow(std::vector<T, A>& v, size_t n) {
   if (v.size() < n) v.resize(n);
   return v.data();
 }
@@ -16,8 +16,8 @@ T* grow(std::vector<T>& v, size_t n) {
 // A per-key buffer of one row (scores, key order): sized to the row's
 // session capacity the first time, so a context that grows by one key per
 // decode step never reallocates it. `keys` <= capacity.
-template <typename T>
-T* grow_keys(std::vector<T>& v, size_t keys, size_t capacity) {
+template <typename T, typename A>
+T* grow_keys(std::vector<T, A>& v, size_t keys, size_t capacity) {
   return grow(v, keys > capacity ? keys : capacity);
 }
 

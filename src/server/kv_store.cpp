@@ -212,7 +212,7 @@ void KvStore::pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) c
   auto* out = reinterpret_cast<float*>(rec + kRecHead);
   for (size_t l = 0; l < layer_widths_.size(); ++l) {
     const LayerCache& lc = s.layer(static_cast<int64_t>(l));
-    const std::array<const std::vector<float>*, 5> parts{&lc.latent, &lc.rope_key, &lc.index_key, &lc.k, &lc.v};
+    const std::array<const AlignedFloats*, 5> parts{&lc.latent, &lc.rope_key, &lc.index_key, &lc.k, &lc.v};
     for (size_t i = 0; i < parts.size(); ++i) {
       const int64_t w = layer_widths_[l][i];
       if (w > 0) out = std::copy_n(parts[i]->data() + pos * w, w, out);
@@ -258,7 +258,7 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
       const int64_t pos = static_cast<int64_t>(done + ok);
       for (size_t l = 0; l < layer_widths_.size(); ++l) {
         LayerCache& lc = s.layer(static_cast<int64_t>(l));
-        const std::array<std::vector<float>*, 5> parts{&lc.latent, &lc.rope_key, &lc.index_key, &lc.k, &lc.v};
+        const std::array<AlignedFloats*, 5> parts{&lc.latent, &lc.rope_key, &lc.index_key, &lc.k, &lc.v};
         for (size_t i = 0; i < parts.size(); ++i) {
           const int64_t w = layer_widths_[l][i];
           if (w <= 0) continue;

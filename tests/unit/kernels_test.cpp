@@ -665,6 +665,81 @@ TEST(KernelThreadPool, ChunksAreContiguousAndIndependentOfTiming) {
 
 }  // namespace
 
+// ---- gemm_f32_rows / wsum_f32: attention over a picked key set ----
+
+TEST(KernelKeySet, ScoresAndWeightedSumsEqualTheReferencesOnEveryPath) {
+  // Every path's gemm_f32_rows against dot16 of the picked rows, and
+  // wsum_f32 against an explicit fma chain in key order: key sets in order
+  // (idx null) and picked (repeats, descending, far apart), odd widths (the
+  // 16- and 32-column tails), head counts across the 8-head tile, column
+  // ranges that start and end anywhere (a thread's share: the columns
+  // outside it and the gaps between y rows stay untouched), values near the
+  // float range, and K = 0 (the sums are 0).
+  std::mt19937 rng(2216);
+  int cases = 0;
+  for (int64_t cols : {1, 15, 16, 17, 31, 33, 64, 100, 512, 576})
+    for (int64_t K : {0, 1, 3, 4, 7, 37})
+      for (bool picked : {false, true})
+        for (int64_t nh : {1, 3, 8, 9, 17}) {
+          const int64_t nkeys = 50, ld = cols + 3;
+          auto keys = random_floats(rng, nkeys * ld);
+          keys[static_cast<size_t>(ld)] = 3.0e30f;
+          std::vector<int32_t> idx(static_cast<size_t>(K));
+          for (auto& i : idx) i = static_cast<int32_t>(rng() % nkeys);
+          const FRows v{keys.data(), picked ? idx.data() : nullptr, ld};
+          const auto x = random_floats(rng, nh * cols);
+          const auto p = random_floats(rng, nh * (K + 2));
+          const int64_t ldp = K + 2, ldy = cols + 5;
+          const int64_t c0 = cols > 2 ? static_cast<int64_t>(rng() % (cols / 2)) : 0;
+          const int64_t c1 = cols - (cols > 4 ? static_cast<int64_t>(rng() % (cols / 4)) : 0);
+          std::vector<float> want_s(static_cast<size_t>(nh * (K + 1)), -3.0f), want_y(static_cast<size_t>(nh * ldy), -7.0f);
+          for (int64_t r = 0; r < nh; ++r)
+            for (int64_t j = 0; j < K; ++j)
+              want_s[static_cast<size_t>(r * (K + 1) + j)] = dot_f32(v.row(j), x.data() + r * cols, cols);
+          for (int64_t h = 0; h < nh; ++h)
+            for (int64_t c = c0; c < c1; ++c) {
+              float acc = 0.0f;
+              for (int64_t j = 0; j < K; ++j) acc = std::fma(p[static_cast<size_t>(h * ldp + j)], v.row(j)[c], acc);
+              want_y[static_cast<size_t>(h * ldy + c)] = acc;
+            }
+          for (KernelPath path : supported_paths()) {
+            const KernelTable& kt = kernel_table(path);
+            std::vector<float> s(want_s.size(), -3.0f), y(want_y.size(), -7.0f);
+            kt.gemm_f32_rows(v, K, cols, x.data(), nh, s.data(), K + 1);
+            kt.wsum_f32(p.data(), ldp, nh, v, K, c0, c1, y.data(), ldy);
+            EXPECT_TRUE(all_same(want_s, s)) << "gemm_f32_rows cols " << cols << " K " << K << " picked " << picked
+                                             << " heads " << nh << " " << kernel_path_name(path);
+            EXPECT_TRUE(all_same(want_y, y)) << "wsum_f32 cols " << cols << " [" << c0 << ", " << c1 << ") K " << K
+                                             << " picked " << picked << " heads " << nh << " "
+                                             << kernel_path_name(path);
+          }
+          ++cases;
+        }
+  EXPECT_EQ(cases, 10 * 6 * 2 * 5);
+}
+
+TEST(KernelKeySet, KeysFromAnOffsetEqualTheWholeSetsTail) {
+  // FRows::from(j0): a thread's share of the keys. Its scores equal the
+  // whole set's columns j0.. both with and without an index list.
+  std::mt19937 rng(7);
+  const int64_t cols = 40, nkeys = 20;
+  const auto keys = random_floats(rng, nkeys * cols);
+  std::vector<int32_t> idx = {3, 19, 0, 7, 7, 12, 5, 1, 18, 2};
+  const auto x = random_floats(rng, 3 * cols);
+  for (bool picked : {false, true}) {
+    const FRows v{keys.data(), picked ? idx.data() : nullptr, cols};
+    const int64_t K = 10;
+    for (KernelPath path : supported_paths()) {
+      const KernelTable& kt = kernel_table(path);
+      std::vector<float> whole(3 * K), part(3 * K, 0.0f);
+      kt.gemm_f32_rows(v, K, cols, x.data(), 3, whole.data(), K);
+      kt.gemm_f32_rows(v, 4, cols, x.data(), 3, part.data(), K);
+      kt.gemm_f32_rows(v.from(4), K - 4, cols, x.data(), 3, part.data() + 4, K);
+      EXPECT_TRUE(all_same(whole, part)) << "picked " << picked << " " << kernel_path_name(path);
+    }
+  }
+}
+
 // ---- deq_axpy / deq_gemm: int8/int4 rows dequantized in registers ----
 
 namespace {

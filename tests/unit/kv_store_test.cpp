@@ -66,7 +66,7 @@ std::unique_ptr<Session> filled(int64_t n, uint32_t seed) {
 bool same_prefix(const Session& a, const Session& b, int64_t n) {
   for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
     const LayerCache &x = a.layer(l), &y = b.layer(l);
-    const auto eq = [&](const std::vector<float>& u, const std::vector<float>& v) {
+    const auto eq = [&](const AlignedFloats& u, const AlignedFloats& v) {
       if (u.size() != v.size()) return false;
       if (u.empty()) return true;
       const size_t per = u.size() / static_cast<size_t>(a.capacity());

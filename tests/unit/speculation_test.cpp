@@ -380,7 +380,7 @@ TEST(Speculation, KvAfterRollbackEqualsNeverDrafted) {
     for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
       const LayerCache& x = a.layer(l);
       const LayerCache& y = b.layer(l);
-      auto same = [&](const std::vector<float>& u, const std::vector<float>& v, int64_t width) {
+      auto same = [&](const AlignedFloats& u, const AlignedFloats& v, int64_t width) {
         const size_t n = static_cast<size_t>(a.n_past * width);
         return std::equal(u.begin(), u.begin() + static_cast<std::ptrdiff_t>(n), v.begin());
       };
