@@ -15,6 +15,8 @@ namespace strata {
 
 namespace {
 constexpr float kIndexerNormEps = 1e-6f;
+// Keys per block of indexer scores (a block's per-head dots stay in L1/L2).
+constexpr int64_t kIndexKeyBlock = 256;
 }  // namespace
 
 void select_top_keys(const float* scores, int64_t n, int64_t k, int32_t* order, std::vector<int32_t>& out) {
@@ -77,32 +79,60 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
   const float qscale = 1.0f / std::sqrt(static_cast<float>(Di));
   const float* iq = ws_.idx_q.data();
   const float* iwt = ws_.idx_w.data();
-  pool_.parallel_parts(n, [&](int part, int64_t b, int64_t e) {
-    Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
-    for (int64_t r = b; r < e; ++r) {
-      const int64_t nkeys = rows[r].pos + 1;
-      const size_t cap = static_cast<size_t>(rows[r].seq->capacity());
-      // Capacity-long from the first row on, so the step whose context first
-      // passes index_topk allocates nothing either.
-      float* s = opts.dense_attention ? nullptr : grow_keys(ps.iscore, static_cast<size_t>(nkeys), cap);
-      int32_t* ord = opts.dense_attention ? nullptr : grow_keys(ps.order, static_cast<size_t>(nkeys), cap);
-      if (opts.dense_attention || nkeys <= c.index_topk) {
-        ws_.select_all[static_cast<size_t>(r)] = 1;
-        continue;
-      }
-      ws_.select_all[static_cast<size_t>(r)] = 0;
-      const float* keys = rows[r].seq->layer(L).index_key.data();
-      for (int64_t t = 0; t < nkeys; ++t) {
+  // Row r's scores of keys [t0, t1) into s[t0 .. t1): per block of keys,
+  // every head's dots as one gemm_f32_rows (dot16 of a query and a key row,
+  // what Compute::dot computes), then the weighted relu sum over the heads in
+  // head order.
+  const auto score = [&](int64_t r, int64_t t0, int64_t t1, float* s, Workspace::Part& ps) {
+    const float* keys = rows[r].seq->layer(L).index_key.data();
+    float* d = grow(ps.idot, static_cast<size_t>(Hi * kIndexKeyBlock));
+    for (int64_t b0 = t0; b0 < t1; b0 += kIndexKeyBlock) {
+      const int64_t nb = std::min(kIndexKeyBlock, t1 - b0);
+      compute_.kernels().gemm_f32_rows(FRows{keys + b0 * Di, nullptr, Di}, nb, Di, iq + r * Hi * Di, Hi, d, nb);
+      for (int64_t j = 0; j < nb; ++j) {
         float acc = 0.0f;
-        for (int64_t h = 0; h < Hi; ++h) {
-          const float d = compute_.dot(iq + (r * Hi + h) * Di, keys + t * Di, Di) * qscale;
-          acc += iwt[r * Hi + h] * std::max(d, 0.0f);
-        }
-        s[t] = acc;
+        for (int64_t h = 0; h < Hi; ++h) acc += iwt[r * Hi + h] * std::max(d[h * nb + j] * qscale, 0.0f);
+        s[b0 + j] = acc;
       }
-      select_top_keys(s, nkeys, c.index_topk, ord, ws_.selection[static_cast<size_t>(r)]);
     }
-  });
+  };
+  // Whether row r keeps every causal key (no scores needed).
+  const auto keeps_all = [&](int64_t r) { return opts.dense_attention || rows[r].pos + 1 <= c.index_topk; };
+  // Prefill (several rows): one task per row. Decode (fewer rows than pool
+  // parts): a row's keys split over the pool, its buffers part 0's. The same
+  // floats either way.
+  if (n >= static_cast<int64_t>(pool_.size())) {
+    pool_.parallel_parts(n, [&](int part, int64_t b, int64_t e) {
+      Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t nkeys = rows[r].pos + 1;
+        const size_t cap = static_cast<size_t>(rows[r].seq->capacity());
+        // Capacity-long from the first row on, so the step whose context first
+        // passes index_topk allocates nothing either.
+        float* s = opts.dense_attention ? nullptr : grow_keys(ps.iscore, static_cast<size_t>(nkeys), cap);
+        int32_t* ord = opts.dense_attention ? nullptr : grow_keys(ps.order, static_cast<size_t>(nkeys), cap);
+        ws_.select_all[static_cast<size_t>(r)] = keeps_all(r) ? 1 : 0;
+        if (keeps_all(r)) continue;
+        score(r, 0, nkeys, s, ps);
+        select_top_keys(s, nkeys, c.index_topk, ord, ws_.selection[static_cast<size_t>(r)]);
+      }
+    });
+    return;
+  }
+  Workspace::Part& p0 = ws_.parts[0];
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t nkeys = rows[r].pos + 1;
+    const size_t cap = static_cast<size_t>(rows[r].seq->capacity());
+    float* s = opts.dense_attention ? nullptr : grow_keys(p0.iscore, static_cast<size_t>(nkeys), cap);
+    int32_t* ord = opts.dense_attention ? nullptr : grow_keys(p0.order, static_cast<size_t>(nkeys), cap);
+    for (auto& ps : ws_.parts) grow(ps.idot, static_cast<size_t>(Hi * kIndexKeyBlock));
+    ws_.select_all[static_cast<size_t>(r)] = keeps_all(r) ? 1 : 0;
+    if (keeps_all(r)) continue;
+    pool_.parallel_parts(nkeys, [&](int part, int64_t t0, int64_t t1) {
+      score(r, t0, t1, s, ws_.parts[static_cast<size_t>(part)]);
+    });
+    select_top_keys(s, nkeys, c.index_topk, ord, ws_.selection[static_cast<size_t>(r)]);
+  }
 }
 
 }  // namespace strata
