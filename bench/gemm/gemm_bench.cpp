@@ -2,6 +2,7 @@
 // on prefill shapes (docs/kernels.md). JSON lines on stdout:
 //
 //   build/strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] [--peak-only]
+//   build/strata_gemm_bench --attention [--reps N]
 //   (--m ROWS: every shape with that many activation rows instead of its own)
 //
 // {"bench":"vnni_peak",...}: vpdpbusd (512-bit) on independent accumulator
@@ -16,6 +17,15 @@
 //   reps of wall and process-CPU seconds, their ratios, GOPS per CPU-second
 //   as a fraction of the 1-thread peak per CPU-second, and whether the two
 //   outputs are equal bit for bit.
+// {"bench":"attention",...} (--attention): the absorbed MLA's work for one
+//   query row on the GLM-5.2 slice's shape (64 heads, kv_lora_rank 512)
+//   over K keys of a cache (every key, or K picked from 4096 as DSA does),
+//   one thread, the best kernel path: the per-head loops the engine ran
+//   before ("old": a dot_f32 per head and key, then per head
+//   out += p * latent over the keys) against the key-set kernels ("new":
+//   gemm_f32_rows, every head against each key at once, and wsum_f32);
+//   medians of CPU time, GFMA per CPU-second, and whether the outputs are
+//   equal bit for bit.
 // {"bench":"load",...}: /proc/loadavg before and after (the machine may be
 //   shared: prefer the ratios).
 #include <algorithm>
@@ -24,6 +34,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -31,11 +42,13 @@
 #include <ctime>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "core/weight.h"
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
+#include "kernels/qgemm.h"
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -194,11 +207,76 @@ Weight make_int8(int64_t n, int64_t k, std::mt19937& rng) {
   return w;
 }
 
+// --attention (see the top): scores and weighted sums of one query row.
+void attention_bench(int reps) {
+  const KernelTable& kt = kernel_table(best_kernel_path());
+  const int64_t H = 64, kvl = 512, N = 4096;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  AlignedFloats lat(static_cast<size_t>(N * kvl)), q(static_cast<size_t>(H * kvl));
+  for (auto& v : lat) v = ud(rng);
+  for (auto& v : q) v = ud(rng);
+  for (int64_t K : {512, 2048}) {
+    for (bool picked : {false, true}) {
+      std::vector<int32_t> idx(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i) idx[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+      std::shuffle(idx.begin(), idx.end(), rng);
+      idx.resize(static_cast<size_t>(K));
+      std::sort(idx.begin(), idx.end());
+      const FRows v{lat.data(), picked ? idx.data() : nullptr, kvl};
+      std::vector<float> so(static_cast<size_t>(H * K)), sn(so.size());
+      AlignedFloats yo(static_cast<size_t>(H * kvl)), yn(yo.size());
+      std::vector<float> p(so.size());
+      for (auto& x : p) x = ud(rng) / static_cast<float>(K);
+      const auto old_scores = [&] {
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t j = 0; j < K; ++j) so[static_cast<size_t>(h * K + j)] = kt.dot_f32(q.data() + h * kvl, v.row(j), kvl);
+      };
+      const auto old_sums = [&] {
+        for (int64_t h = 0; h < H; ++h) {
+          float* out = yo.data() + h * kvl;
+          std::fill(out, out + kvl, 0.0f);
+          for (int64_t j = 0; j < K; ++j) {
+            const float* vr = v.row(j);
+            const float pj = p[static_cast<size_t>(h * K + j)];
+            for (int64_t i = 0; i < kvl; ++i) out[i] = std::fma(pj, vr[i], out[i]);
+          }
+        }
+      };
+      const auto new_scores = [&] { kt.gemm_f32_rows(v, K, kvl, q.data(), H, sn.data(), K); };
+      const auto new_sums = [&] { kt.wsum_f32(p.data(), K, H, v, K, 0, kvl, yn.data(), kvl); };
+      std::vector<double> t[4];
+      const std::function<void()> fns[4] = {old_scores, new_scores, old_sums, new_sums};
+      for (int rep = 0; rep < reps + 1; ++rep)
+        for (int f = 0; f < 4; ++f) {
+          const double c0 = cpu_now(CLOCK_THREAD_CPUTIME_ID);
+          fns[f]();
+          if (rep > 0) t[f].push_back(cpu_now(CLOCK_THREAD_CPUTIME_ID) - c0);
+        }
+      auto median = [](std::vector<double> x) {
+        std::sort(x.begin(), x.end());
+        return x[x.size() / 2];
+      };
+      const double fma = static_cast<double>(H) * static_cast<double>(K) * static_cast<double>(kvl) / 1e9;
+      const bool same = so == sn && std::memcmp(yo.data(), yn.data(), yo.size() * sizeof(float)) == 0;
+      std::printf(
+          "{\"bench\":\"attention\",\"path\":\"%s\",\"heads\":%lld,\"kv_lora_rank\":%lld,\"keys\":%lld,\"picked\":%s,"
+          "\"scores_old_ms\":%.3f,\"scores_new_ms\":%.3f,\"sums_old_ms\":%.3f,\"sums_new_ms\":%.3f,"
+          "\"scores_gfma_cpu\":[%.1f,%.1f],\"sums_gfma_cpu\":[%.1f,%.1f],\"identical\":%s}\n",
+          kernel_path_name(kt.path), static_cast<long long>(H), static_cast<long long>(kvl),
+          static_cast<long long>(K), picked ? "true" : "false", median(t[0]) * 1e3, median(t[1]) * 1e3,
+          median(t[2]) * 1e3, median(t[3]) * 1e3, fma / median(t[0]), fma / median(t[1]), fma / median(t[2]),
+          fma / median(t[3]), same ? "true" : "false");
+      std::fflush(stdout);
+    }
+  }
+}
+
 int run(int argc, char** argv) {
   int reps = 5, threads = 1;
   int64_t rows = 0;  // --m: every shape's activation rows instead of its own (0: the shape's)
   std::string which = "all", name;  // name: one shape only (e.g. expert_gate)
-  bool peak_only = false;
+  bool peak_only = false, attention = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -213,13 +291,21 @@ int run(int argc, char** argv) {
       name = argv[++i];
     } else if (a == "--peak-only") {
       peak_only = true;
+    } else if (a == "--attention") {
+      attention = true;
     } else {
       std::fprintf(stderr,
-                   "usage: strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] [--peak-only]\n");
+                   "usage: strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] "
+                   "[--peak-only] | --attention [--reps N]\n");
       return 2;
     }
   }
   std::printf("{\"bench\":\"load\",\"when\":\"start\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
+  if (attention) {
+    attention_bench(reps);
+    std::printf("{\"bench\":\"load\",\"when\":\"end\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
+    return 0;
+  }
   double peak1 = 0;
 #if defined(__x86_64__)
   if (kernel_path_supported(KernelPath::Avx512Vnni)) peak(&peak1);

@@ -62,11 +62,9 @@ inline __m256 load_w8(const void* w, int64_t i) {
     return _mm256_loadu_ps(static_cast<const float*>(w) + i);
 }
 
-template <bool BF16, int NW, int NR>
-void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t ldy) {
-  using T = std::conditional_t<BF16, uint16_t, float>;
-  const T* wr[NW];
-  for (int o = 0; o < NW; ++o) wr[o] = static_cast<const T*>(w) + o * cols;
+// Weight rows wr[0 .. NW) against activation rows x[0 .. NR) (`cols` apart).
+template <bool BF16, int NW, int NR, class T>
+void fgemm_tile(const T* const* wr, int64_t cols, const float* x, float* y, int64_t ldy) {
   __m256 acc[NW][NR][2];
   for (int o = 0; o < NW; ++o)
     for (int r = 0; r < NR; ++r) acc[o][r][0] = acc[o][r][1] = _mm256_setzero_ps();
@@ -112,7 +110,18 @@ void fgemm(const void* w, int64_t nw, int64_t cols, const float* x, int64_t nrow
   using T = std::conditional_t<BF16, uint16_t, float>;
   const T* wt = static_cast<const T*>(w);
   gemm_tiles<2, 2>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
-    fgemm_tile<BF16, tw.n, tr.n>(wt + o * cols, cols, x + r * cols, y + r * ldy + o, ldy);
+    const T* wr[tw.n];
+    for (int i = 0; i < tw.n; ++i) wr[i] = wt + (o + i) * cols;
+    fgemm_tile<BF16, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + o, ldy);
+  });
+}
+
+// gemm_f32 over picked rows (qgemm.h): the same tiles, row pointers looked up.
+void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  gemm_tiles<2, 2>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
+    const float* wr[tw.n];
+    for (int i = 0; i < tw.n; ++i) wr[i] = w.row(o + i);
+    fgemm_tile<false, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + o, ldy);
   });
 }
 
@@ -233,8 +242,12 @@ void k_gemm_q4(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<
 #pragma GCC pop_options
 
 const KernelTable& kernel_table_avx2() {
-  static const KernelTable t{KernelPath::Avx2, k_dot_f32, k_gemm_f32,       k_gemm_bf16,
-                             k_gemm_q8,        k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
+  static const KernelTable t = [] {
+    KernelTable k{KernelPath::Avx2, k_dot_f32, k_gemm_f32,       k_gemm_bf16,
+                  k_gemm_q8,        k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
+    k.gemm_f32_rows = k_gemm_f32_rows;
+    return k;
+  }();
   return t;
 }
 
