@@ -148,8 +148,8 @@ void k_wsum_f32(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int
                 int64_t ldy) {
   const auto heads = [&](auto nv, auto full, int64_t c, __mmask16 m) {
     int64_t h = 0;
-    for (; h + 8 <= nh; h += 8) wsum_tile<8, nv.n, full.n>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
-    for (; h < nh; ++h) wsum_tile<1, nv.n, full.n>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
+    for (; h + 8 <= nh; h += 8) wsum_tile<8, nv.n, full.n != 0>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
+    for (; h < nh; ++h) wsum_tile<1, nv.n, full.n != 0>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
   };
   int64_t c = c0;
   for (; c + 32 <= c1; c += 32) heads(Extent<2>{}, Extent<1>{}, c, 0xffff);
@@ -521,7 +521,7 @@ void pack_q(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int6
 // chunks ([NR][NW][16]); first: start them at zero; last: finish into y,
 // which points at output (r0, o).
 template <int NW, int NR>
-[[gnu::always_inline]] inline void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc, const QActs& a, int64_t r0, float* fa, bool first,
+void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc, const QActs& a, int64_t r0, float* fa, bool first,
                         bool last, float* y, int64_t ldy) {
   __m512 f[NW][NR];
   for (int r = 0; r < NR; ++r)
