@@ -98,6 +98,9 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
   };
   // Whether row r keeps every causal key (no scores needed).
   const auto keeps_all = [&](int64_t r) { return opts.dense_attention || rows[r].pos + 1 <= c.index_topk; };
+  // Every part's block of dots, whichever path this step takes: sized at the
+  // first forward, so no later one allocates.
+  for (auto& ps : ws_.parts) grow(ps.idot, static_cast<size_t>(Hi * kIndexKeyBlock));
   // Prefill (several rows): one task per row. Decode (fewer rows than pool
   // parts): a row's keys split over the pool, its buffers part 0's. The same
   // floats either way.
@@ -125,7 +128,6 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
     const size_t cap = static_cast<size_t>(rows[r].seq->capacity());
     float* s = opts.dense_attention ? nullptr : grow_keys(p0.iscore, static_cast<size_t>(nkeys), cap);
     int32_t* ord = opts.dense_attention ? nullptr : grow_keys(p0.order, static_cast<size_t>(nkeys), cap);
-    for (auto& ps : ws_.parts) grow(ps.idot, static_cast<size_t>(Hi * kIndexKeyBlock));
     ws_.select_all[static_cast<size_t>(r)] = keeps_all(r) ? 1 : 0;
     if (keeps_all(r)) continue;
     pool_.parallel_parts(nkeys, [&](int part, int64_t t0, int64_t t1) {
