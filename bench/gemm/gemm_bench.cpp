@@ -3,6 +3,7 @@
 //
 //   build/strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] [--peak-only]
 //   build/strata_gemm_bench --attention [--reps N]
+//   build/strata_gemm_bench --gemv [--reps N]
 //   (--m ROWS: every shape with that many activation rows instead of its own)
 //
 // {"bench":"vnni_peak",...}: vpdpbusd (512-bit) on independent accumulator
@@ -26,6 +27,13 @@
 //   gemm_f32_rows, every head against each key at once, and wsum_f32);
 //   medians of CPU time, GFMA per CPU-second, and whether the outputs are
 //   equal bit for bit.
+// {"bench":"gemv",...} (--gemv): decode's matmul (one activation row) of
+//   int8 and int4 (group 32) weights from DRAM: 16 expert-shaped matrices
+//   [2048, 6144] (int8 226 MB, int4 126 MB with their f32 scales: several
+//   times L3) taken in turn, on 1 and 2 threads, alternating with a plain
+//   AVX-512 read of a buffer as large on the same threads; medians of the
+//   wall-clock GB/s of each (weights + scales for the GEMV) and the GEMV's
+//   fraction of the read (issue: int4 decode "at the bus").
 // {"bench":"load",...}: /proc/loadavg before and after (the machine may be
 //   shared: prefer the ratios).
 #include <algorithm>
@@ -189,20 +197,20 @@ const Shape kShapes[] = {
     {"tiny", "expert_down", 256, 128, 128},
 };
 
-Weight make_int8(int64_t n, int64_t k, std::mt19937& rng) {
+Weight make_q(QuantBits bits, int64_t n, int64_t k, std::mt19937& rng) {
   std::normal_distribution<float> nd(0.0f, 0.02f);
   Weight w;
-  w.format = WeightFormat::INT8;
+  w.format = bits == QuantBits::Int8 ? WeightFormat::INT8 : WeightFormat::INT4;
   w.rows = n;
   w.cols = k;
   w.group = 32;
-  const int64_t rb = quant_row_bytes(QuantBits::Int8, k), ng = quant_groups(k, 32);
+  const int64_t rb = quant_row_bytes(bits, k), ng = quant_groups(k, 32);
   w.data.resize(static_cast<size_t>(n * rb));
   w.scales.resize(static_cast<size_t>(n * ng));
   std::vector<float> row(static_cast<size_t>(k));
   for (int64_t r = 0; r < n; ++r) {
     for (auto& v : row) v = nd(rng);
-    quantize_row(QuantBits::Int8, 32, row.data(), k, w.data.data() + r * rb, w.scales.data() + r * ng);
+    quantize_row(bits, 32, row.data(), k, w.data.data() + r * rb, w.scales.data() + r * ng);
   }
   return w;
 }
@@ -272,11 +280,99 @@ void attention_bench(int reps) {
   }
 }
 
+#if defined(__x86_64__)
+// One pass over [b, e) of buf with AVX-512 loads; returns a sum so nothing is dead.
+__attribute__((target("avx512f"))) int64_t read_pass(const uint8_t* buf, int64_t b, int64_t e) {
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  int64_t i = b;
+  for (; i + 256 <= e; i += 256) {
+    a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(buf + i));
+    a1 = _mm512_add_epi64(a1, _mm512_loadu_si512(buf + i + 64));
+    a2 = _mm512_add_epi64(a2, _mm512_loadu_si512(buf + i + 128));
+    a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(buf + i + 192));
+  }
+  alignas(64) int64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  int64_t r = 0;
+  for (int64_t v : lanes) r += v;
+  for (; i < e; ++i) r += buf[i];
+  return r;
+}
+#endif
+
+// --gemv (see the top).
+void gemv_bench(int reps) {
+#if defined(__x86_64__)
+  constexpr int kMats = 16;
+  constexpr int64_t kN = 2048, kK = 6144;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(kK));
+  for (auto& v : x) v = nd(rng);
+  for (QuantBits bits : {QuantBits::Int8, QuantBits::Int4}) {
+    std::vector<Weight> ws;
+    int64_t bytes = 0;
+    for (int i = 0; i < kMats; ++i) {
+      ws.push_back(make_q(bits, kN, kK, rng));
+      bytes += static_cast<int64_t>(ws.back().data.size() + ws.back().scales.size() * sizeof(float));
+    }
+    std::vector<uint8_t> buf(static_cast<size_t>(bytes), 1);
+    for (int threads : {1, 2}) {
+      std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+      const Compute c(pool.get(), ComputeOptions{});
+      std::vector<float> y(static_cast<size_t>(kN));
+      MatmulScratch sc;
+      int64_t sink = 0;
+      const auto gemv_all = [&] {
+        for (const Weight& w : ws) matmul(c, w, x.data(), 1, y.data(), sc);
+      };
+      const auto read_all = [&] {
+        if (!pool) {
+          sink += read_pass(buf.data(), 0, bytes);
+          return;
+        }
+        std::vector<int64_t> part(static_cast<size_t>(threads));
+        pool->parallel_parts(bytes / 4096, [&](int p, int64_t b, int64_t e) {
+          part[static_cast<size_t>(p)] = read_pass(buf.data(), b * 4096, std::min(bytes, e * 4096));
+        });
+        for (int64_t v : part) sink += v;
+      };
+      gemv_all();  // warm-up (scratch, pages)
+      read_all();
+      std::vector<double> tg, tr;
+      for (int rep = 0; rep < reps; ++rep) {
+        auto a = Clock::now();
+        gemv_all();
+        tg.push_back(secs(a, Clock::now()));
+        a = Clock::now();
+        read_all();
+        tr.push_back(secs(a, Clock::now()));
+      }
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double gg = static_cast<double>(bytes) / median(tg) / 1e9, gr = static_cast<double>(bytes) / median(tr) / 1e9;
+      if (sink == 42) std::printf("#\n");
+      std::printf(
+          "{\"bench\":\"gemv\",\"path\":\"%s\",\"bits\":%d,\"threads\":%d,\"matrices\":%d,\"n\":%lld,\"k\":%lld,"
+          "\"bytes\":%lld,\"gemv_gb_s\":%.2f,\"read_gb_s\":%.2f,\"fraction_of_read\":%.3f}\n",
+          kernel_path_name(c.kernels().path), static_cast<int>(bits), threads, kMats, static_cast<long long>(kN),
+          static_cast<long long>(kK), static_cast<long long>(bytes), gg, gr, gg / gr);
+      std::fflush(stdout);
+    }
+  }
+#else
+  (void)reps;
+  std::printf("{\"bench\":\"gemv\",\"error\":\"x86-64 only\"}\n");
+#endif
+}
+
 int run(int argc, char** argv) {
   int reps = 5, threads = 1;
   int64_t rows = 0;  // --m: every shape's activation rows instead of its own (0: the shape's)
   std::string which = "all", name;  // name: one shape only (e.g. expert_gate)
-  bool peak_only = false, attention = false;
+  bool peak_only = false, attention = false, gemv = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -293,16 +389,19 @@ int run(int argc, char** argv) {
       peak_only = true;
     } else if (a == "--attention") {
       attention = true;
+    } else if (a == "--gemv") {
+      gemv = true;
     } else {
       std::fprintf(stderr,
                    "usage: strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] "
-                   "[--peak-only] | --attention [--reps N]\n");
+                   "[--peak-only] | --attention [--reps N] | --gemv [--reps N]\n");
       return 2;
     }
   }
   std::printf("{\"bench\":\"load\",\"when\":\"start\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
-  if (attention) {
-    attention_bench(reps);
+  if (attention || gemv) {
+    if (attention) attention_bench(reps);
+    if (gemv) gemv_bench(reps);
     std::printf("{\"bench\":\"load\",\"when\":\"end\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
     return 0;
   }
@@ -321,7 +420,7 @@ int run(int argc, char** argv) {
     for (Shape s : kShapes) {
       if (rows > 0) s.m = rows;
       if ((which != "all" && which != s.model) || (!name.empty() && name != s.name)) continue;
-      const Weight w = make_int8(s.n, s.k, rng);
+      const Weight w = make_q(QuantBits::Int8, s.n, s.k, rng);
       std::vector<float> x(static_cast<size_t>(s.m * s.k));
       std::normal_distribution<float> nd(0.0f, 1.0f);
       for (auto& v : x) v = nd(rng);

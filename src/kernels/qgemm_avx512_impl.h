@@ -203,6 +203,16 @@ inline WScales make_wscales(const QWeight& w) {
   return s;
 }
 
+// Software prefetch of the weight stream: the weight bytes kPrefetchBytes
+// ahead of the superblock being computed (past the row's end: the next
+// rows', which the tiles read next), and their block scales. A prefetch
+// never faults and changes no arithmetic. Taken where it measured a gain
+// (docs/kernels.md, "Software prefetch"): the int4 GEMV (the hardware
+// prefetcher alone left decode's int4 matmuls well under the bus) and the
+// int8 multi-row kernel (2-11 rows); not the int8 GEMV, which already
+// streams near the bus and measured ~9% slower with it.
+constexpr int64_t kPrefetchBytes = 2048;
+
 // One weight row o against NR activation rows. BITS 4: the activations are
 // SplitNibble; BITS 8: Offset128 with VNNI, Plain without.
 template <int BITS, int NR>
@@ -212,13 +222,23 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
   const int64_t nsuper = a.bstride / 16;
   constexpr int NV = BITS == 4 ? 4 : 8;  // weight vectors per superblock
   const __m512i m4 = _mm512_set1_epi8(0x0f), x8 = _mm512_set1_epi8(0x08);
+  // Scale entries as far ahead of a superblock's as kPrefetchBytes of weights
+  // (0: one scale per row, nothing to fetch ahead within it). The scales
+  // are read at ws[b0 / (group / 32)], so ahead in the same units.
+  const int64_t gm = w.group / kQBlock;
+  const int64_t pf_groups = gm > 0 ? kPrefetchBytes * 8 / BITS / w.group : 0;  // int4 only, below
   __m512 facc[NR];
   for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsuper; ++sb) {
     const int64_t b0 = sb * 16, nb = a.nblocks - b0;
     const __mmask16 bm = lanes16(nb);
-    const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
     const int64_t off = sb * (kQSuper * BITS / 8);  // weight bytes before this superblock
+    if constexpr (BITS == 4) {
+      const char* pf = reinterpret_cast<const char*>(wrow + off + kPrefetchBytes);
+      for (int k = 0; k < NV; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+      if (pf_groups > 0) _mm_prefetch(reinterpret_cast<const char*>(ws + b0 / gm + pf_groups), _MM_HINT_T0);
+    }
+    const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
     const bool full = off + 64 * NV <= w.row_bytes;
     __m512i wv[NV];
     for (int k = 0; k < NV; ++k)
@@ -408,13 +428,19 @@ void qgemm8_dword_tile(const QWeight& w, const WScales& wsc, const DwordTranspos
   const float* ws = w.s + o * w.ngroups;
   const int64_t nsuper = a.bstride / 16;
   const __m512i ones = _mm512_set1_epi8(1);
+  const int64_t gm = w.group / kQBlock, pf_groups = gm > 0 ? kPrefetchBytes / w.group : 0;  // as qgemm_tile
   __m512 facc[NR];
   for (int r = 0; r < NR; ++r) facc[r] = _mm512_setzero_ps();
   for (int64_t sb = 0; sb < nsuper; ++sb) {
     const int64_t b0 = sb * 16, nb = a.nblocks - b0;
     const __mmask16 bm = lanes16(nb);
-    const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
     const int64_t off = sb * kQSuper;
+    {
+      const char* pf = reinterpret_cast<const char*>(wrow + off + kPrefetchBytes);
+      for (int k = 0; k < 8; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+      if (pf_groups > 0) _mm_prefetch(reinterpret_cast<const char*>(ws + b0 / gm + pf_groups), _MM_HINT_T0);
+    }
+    const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
     const bool full = off + kQSuper <= w.row_bytes;
     __m512i t[8];
     for (int k = 0; k < 8; ++k)
