@@ -29,4 +29,43 @@ struct AlignedAllocator {
 // A vector of floats starting on a 64-byte boundary.
 using AlignedFloats = std::vector<float, AlignedAllocator<float>>;
 
+// Memory for large, streamed, read-mostly buffers (the resident weights, the
+// expert cache's slots): from 2 MiB on, 2 MiB-aligned with its whole 2 MiB
+// pages marked MADV_HUGEPAGE before the first touch, so that where
+// transparent huge pages are "madvise" (a common default) the kernel backs
+// them with 2 MiB pages: a GEMV streaming the buffer then takes a TLB miss
+// per 2 MiB instead of per 4 KiB (docs/kernels.md, "Huge pages"). Below
+// 2 MiB: `align`-aligned. The size is rounded up to `align` only, so nothing
+// past the request is ever backed. nullptr when out of memory; free with
+// free_streamed (or std::free). `align`: a power of two, a multiple of
+// sizeof(void*), at most 2 MiB.
+void* alloc_streamed(std::size_t bytes, std::size_t align);
+
+template <typename T>
+struct StreamedAllocator {
+  using value_type = T;
+  StreamedAllocator() = default;
+  template <typename U>
+  StreamedAllocator(const StreamedAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) {
+    void* p = alloc_streamed(n * sizeof(T), 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, std::size_t) noexcept;
+  template <typename U>
+  bool operator==(const StreamedAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+void free_streamed(void* p) noexcept;
+template <typename T>
+void StreamedAllocator<T>::deallocate(T* p, std::size_t) noexcept {
+  free_streamed(p);
+}
+
+// Bytes in alloc_streamed memory (Model::dense_blob).
+using StreamedBytes = std::vector<unsigned char, StreamedAllocator<unsigned char>>;
+
 }  // namespace strata

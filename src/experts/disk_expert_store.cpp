@@ -14,6 +14,7 @@
 #include <cstring>
 #include <fstream>
 
+#include "core/aligned.h"
 #include "core/config.h"
 #include "core/error.h"
 #include "core/io.h"
@@ -374,7 +375,7 @@ void DiskExpertStore::release_files() {
     if (l.map) ::munmap(l.map, l.map_len);
     l.map = nullptr;
     for (Slot& s : l.slots) {
-      std::free(s.buf);
+      free_streamed(s.buf);
       s.buf = nullptr;
     }
   }
@@ -382,7 +383,7 @@ void DiskExpertStore::release_files() {
 
 DiskExpertStore::Slot& DiskExpertStore::new_slot(Layer& l) {
   Slot s;
-  s.buf = static_cast<uint8_t*>(std::aligned_alloc(kExpertAlign, l.read_bytes));
+  s.buf = static_cast<uint8_t*>(alloc_streamed(l.read_bytes, kExpertAlign));  // huge pages from 2 MiB on
   if (!s.buf) fail("out of memory allocating an expert cache slot of {} bytes", l.read_bytes);
   s.w.gate = weight_view(l.rec->gate, s.buf, "gate");
   s.w.up = weight_view(l.rec->up, s.buf, "up");

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/aligned.h"
 #include "core/config.h"
 #include "core/weight.h"
 #include "experts/store_options.h"
@@ -74,7 +75,7 @@ struct Model {
   // A container: the manifest, the resident dense part (weights view into
   // it), and the routed experts left on disk for an expert store to read.
   std::shared_ptr<const Manifest> manifest;
-  std::vector<uint8_t> dense_blob;
+  StreamedBytes dense_blob;  // huge-page backed where the kernel allows (core/aligned.h)
   bool experts_on_disk = false;
   size_t resident_bytes() const;
   // A container's expert files, for a DiskExpertStore (every loaded layer).
