@@ -477,20 +477,27 @@ void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
 //
 // The same arithmetic as qgemm8_dword_tile, blocked for reuse (GEMM-style
 // blocking over rows, weight rows and superblocks). Activation rows go in
-// blocks whose chunk of kPackK superblocks fits L2 (~512 KiB: 126 rows);
-// for each block, NW = 4 weight rows are transposed dword-major chunk by
-// chunk into a pack of kPackK superblocks (per superblock and weight row: the
-// 8 vectors T[k], the starting sums -128 * sum(w) and the 16 block scales;
-// 20 KiB, in L1), and the block's rows run past the pack NR = 3 at a time.
+// blocks whose chunk of kPackK superblocks fits L2 (~512 KiB: 255 rows, the
+// float accumulators' buffer's limit); for each block, NW = 4 weight rows
+// are transposed dword-major chunk by chunk into a pack of kPackK
+// superblocks (per superblock and weight row: the 8 vectors T[k], the
+// starting sums -128 * sum(w) and the 16 block scales), and the block's rows
+// run past the pack NR = 3 at a time. The pack is 10 KiB (kPackK 4): it has
+// to stay in L1 while the tiles' activation rows stream through it; at 8
+// superblocks (20 KiB) the GEMM ran at 33-40% of the VNNI peak, at 4 at
+// 41-52% (docs/kernels.md, "Packed GEMM: a pack that stays in L1").
 // A tile keeps NW x NR integer and NW x NR float accumulators in registers
-// (24 + 4 + 1 of 32 zmm): each vpdpbusd's activation vector is used NW times and each weight
-// vector NR times; the float accumulators go through memory only between
-// chunks. Every output's float accumulator takes one fma per superblock in
-// superblock order (d = s_w * s_x, fma(float(isum), d, acc) masked to the
-// row's blocks), exactly the dword kernel's, then tree16: the scalar
-// reference's floats bit for bit, whichever tile, chunk and block computed it.
+// (24 + 4 + 1 of 32 zmm): each vpdpbusd's activation vector is used NW times
+// and each weight vector NR times, both loaded once into a register (left to
+// itself the compiler folded the weight loads into the vpdpbusd, loading each
+// weight vector NR times: 148 loads per 96 vpdpbusd); the float accumulators
+// go through memory only between chunks. Every output's float accumulator
+// takes one fma per superblock in superblock order (d = s_w * s_x,
+// fma(float(isum), d, acc) masked to the row's blocks), exactly the dword
+// kernel's, then tree16: the scalar reference's floats bit for bit, whichever
+// tile, chunk and block computed it.
 constexpr int kPackW = 4, kPackR = 3;
-constexpr int64_t kPackK = 8;     // superblocks per chunk (4096 columns)
+constexpr int64_t kPackK = 4;     // superblocks per chunk (2048 columns)
 constexpr int kPackVecs = 10;     // per superblock and weight row: T[0..7], init, scales
 constexpr int64_t kPackMaxRows = 256;  // rows per block at most (the float accumulators' buffer)
 
@@ -564,9 +571,13 @@ void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc, const QActs&
     const uint8_t* xb = xq + j * kQSuper;
     for (int k = 0; k < 8; ++k) {
       __m512i wv[NW];
-      for (int i = 0; i < NW; ++i) wv[i] = _mm512_load_si512(p + i * kPackVecs + k);
+      for (int i = 0; i < NW; ++i) {
+        wv[i] = _mm512_load_si512(p + i * kPackVecs + k);
+        __asm__("" : "+v"(wv[i]));  // a register, not a memory operand (above)
+      }
       for (int r = 0; r < NR; ++r) {
-        const __m512i xv = _mm512_loadu_si512(xb + r * a.qstride + 64 * k);
+        __m512i xv = _mm512_loadu_si512(xb + r * a.qstride + 64 * k);
+        __asm__("" : "+v"(xv));
         for (int i = 0; i < NW; ++i) acc[i][r] = _mm512_dpbusd_epi32(acc[i][r], xv, wv[i]);
       }
     }
@@ -595,9 +606,13 @@ void gemm_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   const WScales wsc = make_wscales(w);
   alignas(64) __m512i pk[kPackW * kPackK * kPackVecs];
   alignas(64) float fa[kPackMaxRows * kPackW * 16];
-  // Rows per block: the block's chunk (kPackK superblocks a row) ~512 KiB.
-  int64_t rb = (512 << 10) / (kPackK * kQSuper) / kPackR * kPackR;
-  if (rb > kPackMaxRows / kPackR * kPackR) rb = kPackMaxRows / kPackR * kPackR;
+  // Rows per block: the block's chunk (kPackK superblocks a row) ~512 KiB at
+  // most, the rows shared evenly between the blocks (each block packs every
+  // weight tile again: 512 rows are two blocks of 171, not 255 + 255 + 2).
+  int64_t rb_max = (512 << 10) / (kPackK * kQSuper) / kPackR * kPackR;
+  if (rb_max > kPackMaxRows / kPackR * kPackR) rb_max = kPackMaxRows / kPackR * kPackR;
+  const int64_t nblk = (a.nrows + rb_max - 1) / rb_max;
+  const int64_t rb = ((a.nrows + nblk - 1) / nblk + kPackR - 1) / kPackR * kPackR;  // <= rb_max
   for (int64_t r0 = 0; r0 < a.nrows; r0 += rb) {
     const int64_t r1 = a.nrows - r0 < rb ? a.nrows : r0 + rb;
     row_tiles<kPackW>(0, w.rows, [&](auto nw, int64_t o) {

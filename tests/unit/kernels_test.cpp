@@ -245,7 +245,7 @@ std::vector<float> run_matmul_with(const Weight& w, const std::vector<float>& x,
 
 TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
   // The packed int8 and int4 kernels (prefill: weight tiles of 4 rows packed
-  // 8 superblocks at a time per block of up to 126 activation rows, int4
+  // 4 superblocks at a time per block of up to 255 activation rows, int4
   // rows unpacked to int8 values while packing, 4 x 3 register tiles, float
   // accumulators kept across chunks) against the unpacked kernels (int8:
   // multi-row; int4: the SplitNibble one) and the scalar reference, == on
@@ -276,7 +276,7 @@ TEST(KernelQGemm, PackedPrefillKernelIsBitIdenticalOnOddShapes) {
     const std::vector<KernelPath>& packed = bits == 8 ? packed8 : packed4;
     const Weight w = make_int_weight(bits, c.group, c.n, c.k, rng);
     for (int64_t m : ms) {
-      // Keeps the test fast: row blocks (126 rows) are crossed from 128 rows on.
+      // Keeps the test fast: row blocks (255 rows) are crossed at 600 rows.
       if ((c.k > 2100 && m > 128 && !(c.k == 6001 && m == 600)) || (c.k > 6001 && m > 91)) continue;
       auto x = random_floats(rng, m * c.k);
       for (int64_t i = 0; i < m * c.k; i += 17) x[static_cast<size_t>(i)] *= 40.0f;  // outliers
