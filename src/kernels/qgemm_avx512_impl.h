@@ -552,10 +552,13 @@ void pack_q(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int6
 // Weight rows [o, o + NW) (superblocks [sb0, sb0 + kc) packed in pk) against
 // activation rows [r0, r0 + NR). fa: the tile's float accumulators between
 // chunks ([NR][NW][16]); first: start them at zero; last: finish into y,
-// which points at output (r0, o).
-template <int NW, int NR>
-void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc, const QActs& a, int64_t r0, float* fa, bool first,
-                        bool last, float* y, int64_t ldy) {
+// which points at output (r0, o). KC > 0: kc == KC, a whole chunk, known
+// at compile time (the superblock loop unrolled, so one superblock's
+// epilogue overlaps the next one's vpdpbusd); 0: kc at run time.
+template <int NW, int NR, int KC>
+void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc_rt, const QActs& a, int64_t r0, float* fa,
+                        bool first, bool last, float* y, int64_t ldy) {
+  const int64_t kc = KC > 0 ? KC : kc_rt;
   __m512 f[NW][NR];
   for (int r = 0; r < NR; ++r)
     for (int i = 0; i < NW; ++i) f[i][r] = first ? _mm512_setzero_ps() : _mm512_load_ps(fa + 16 * (r * NW + i));
@@ -622,8 +625,11 @@ void gemm_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
         const bool first = sb0 == 0, last = sb0 + kc == nsuper;
         pack_q<BITS, NW>(w, wsc, transpose, o, sb0, kc, a.nblocks, pk);
         row_tiles<kPackR>(r0, r1, [&](auto nr, int64_t r) {
-          qgemm8_packed_tile<NW, nr.n>(pk, sb0, kc, a, r, fa + (r - r0) * NW * 16, first, last, y + r * ldy + o,
-                                       ldy);
+          float* const fr = fa + (r - r0) * NW * 16;
+          if (kc == kPackK)
+            qgemm8_packed_tile<NW, nr.n, kPackK>(pk, sb0, kc, a, r, fr, first, last, y + r * ldy + o, ldy);
+          else
+            qgemm8_packed_tile<NW, nr.n, 0>(pk, sb0, kc, a, r, fr, first, last, y + r * ldy + o, ldy);
         });
       }
     });
