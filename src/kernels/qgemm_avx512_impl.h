@@ -105,12 +105,129 @@ void k_gemm_bf16(const uint16_t* w, int64_t nw, int64_t cols, const float* x, in
   fgemm<true>(w, nw, cols, x, nrows, y, ldy);
 }
 
-// gemm_f32 over picked rows (qgemm.h): the same tiles, row pointers looked up.
+// ---- gemm_f32_rows: keys in lanes ----
+//
+// Scoring every head against a set of keys (attention, the DSA indexer):
+// fgemm_tile's dot16 ends each output in a tree16, one horizontal reduction
+// (7 shuffles and adds) per 8 fmas at 128 columns, and measured ~15 GFMA/s
+// per thread. Here 16 keys are transposed once into a column-major block
+// t[c][key] (lane = key), and each head's dot16s run vertically: lane
+// partial l of dot16 (the fma chain over columns c = l mod 16, in order) is
+// one vector of 16 keys, and tree16's additions (lane l + lane l+8, then
+// +4, +2, +1) become additions of whole vectors. Every output gets the same
+// operations in the same order as dot16, so the same floats.
+
+// t[l * 16 + j] = rows[j][c + l] for l < 16, j < 16 (columns from c + n
+// on read as 0).
+inline void transpose16(const float* const* rows, int64_t c, __mmask16 m, float* t) {
+  __m512 r[16], q[16];
+  for (int j = 0; j < 16; ++j) r[j] = _mm512_maskz_loadu_ps(m, rows[j] + c);
+  for (int j = 0; j < 16; j += 2) {
+    q[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
+    q[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
+  }
+  for (int j = 0; j < 16; j += 4) {
+    r[j] = _mm512_shuffle_ps(q[j], q[j + 2], 0x44);
+    r[j + 1] = _mm512_shuffle_ps(q[j], q[j + 2], 0xEE);
+    r[j + 2] = _mm512_shuffle_ps(q[j + 1], q[j + 3], 0x44);
+    r[j + 3] = _mm512_shuffle_ps(q[j + 1], q[j + 3], 0xEE);
+  }
+  for (int j = 0; j < 16; j += 8)
+    for (int k = 0; k < 4; ++k) {
+      q[j + k] = _mm512_shuffle_f32x4(r[j + k], r[j + k + 4], 0x88);
+      q[j + k + 4] = _mm512_shuffle_f32x4(r[j + k], r[j + k + 4], 0xDD);
+    }
+  for (int k = 0; k < 8; ++k) {
+    r[k] = _mm512_shuffle_f32x4(q[k], q[k + 8], 0x88);
+    r[k + 8] = _mm512_shuffle_f32x4(q[k], q[k + 8], 0xDD);
+  }
+  for (int l = 0; l < 16; ++l) _mm512_store_ps(t + 16 * l, r[l]);
+}
+
+// Lane i < LG of lane group g: the groups split dot16's 16 lane partials so
+// that a group's own additions start tree16. LG 2: {g, g + 8} (-> lane g of
+// the 8-sum); LG 4: {g, g + 8, g + 4, g + 12} (-> lane g of the 4-sum).
+template <int LG>
+constexpr int key_lane(int g, int i) {
+  return LG == 2 ? g + 8 * i : g + 4 * (i & 1) * 2 + 4 * (i >> 1);
+}
+
+// Heads x[0 .. NH) (`cols` apart) against the 16 keys of t (transpose16's
+// layout, `cols` rows): y[h * ldy + j] = dot16(key j, head h), j < 16. The
+// lane partials of one group at a time, NH x LG accumulators in registers;
+// each key vector loaded is used by NH fmas.
+template <int NH, int LG>
+void keys16_heads(const float* t, int64_t cols, const float* x, float* y, int64_t ldy) {
+  constexpr int G = 16 / LG;
+  const int64_t nc = cols / 16, rem = cols % 16;
+  __m512 sums[NH][G];  // per head: lane g of the 8-sum (LG 2) or of the 4-sum (LG 4)
+#pragma GCC unroll 8
+  for (int g = 0; g < G; ++g) {
+    __m512 acc[NH][LG];
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h)
+#pragma GCC unroll 4
+      for (int i = 0; i < LG; ++i) acc[h][i] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < nc; ++c) {
+#pragma GCC unroll 4
+      for (int i = 0; i < LG; ++i) {
+        const int64_t col = 16 * c + key_lane<LG>(g, i);
+        __m512 tv = _mm512_load_ps(t + col * 16);
+        __asm__("" : "+v"(tv));  // one load, NH uses (not folded into each fma)
+#pragma GCC unroll 8
+        for (int h = 0; h < NH; ++h) acc[h][i] = _mm512_fmadd_ps(tv, _mm512_set1_ps(x[h * cols + col]), acc[h][i]);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < LG; ++i) {  // the last partial column block: lanes below rem
+      const int64_t col = 16 * nc + key_lane<LG>(g, i);
+      if (key_lane<LG>(g, i) < rem) {
+        const __m512 tv = _mm512_load_ps(t + col * 16);
+#pragma GCC unroll 8
+        for (int h = 0; h < NH; ++h) acc[h][i] = _mm512_fmadd_ps(tv, _mm512_set1_ps(x[h * cols + col]), acc[h][i]);
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h)
+      sums[h][g] = LG == 2 ? _mm512_add_ps(acc[h][0], acc[h][1])
+                           : _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
+  }
+#pragma GCC unroll 8
+  for (int h = 0; h < NH; ++h) {
+    __m512 a4[4];
+    for (int i = 0; i < 4; ++i) a4[i] = LG == 2 ? _mm512_add_ps(sums[h][i], sums[h][i + 4]) : sums[h][i];
+    const __m512 a2_0 = _mm512_add_ps(a4[0], a4[2]), a2_1 = _mm512_add_ps(a4[1], a4[3]);
+    _mm512_storeu_ps(y + h * ldy, _mm512_add_ps(a2_0, a2_1));
+  }
+}
+
+// The widest transposed block kept on the stack (32 KiB); wider rows take
+// fgemm_tile.
+constexpr int64_t kKeyColsMax = 512;
+
+// gemm_f32 over picked rows (qgemm.h): whole blocks of 16 keys transposed,
+// the keys left over (and rows wider than kKeyColsMax) by fgemm_tile with
+// the row pointers looked up.
 void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
-  gemm_tiles<4, 4>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
+  int64_t j0 = 0;
+  if (cols <= kKeyColsMax) {
+    alignas(64) float t[kKeyColsMax * 16];
+    for (; j0 + 16 <= nw; j0 += 16) {
+      const float* rows[16];
+      for (int j = 0; j < 16; ++j) rows[j] = w.row(j0 + j);
+      for (int64_t c = 0; c < cols; c += 16) transpose16(rows, c, lanes16(cols - c), t + c * 16);
+      int64_t h = 0;
+      for (; h + 8 <= nrows; h += 8) keys16_heads<8, 2>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
+      if (h + 4 <= nrows) keys16_heads<4, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy), h += 4;
+      for (; h < nrows; ++h) keys16_heads<1, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
+    }
+  }
+  if (j0 == nw) return;
+  const FRows rest = w.from(j0);
+  gemm_tiles<4, 4>(nw - j0, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
     const float* wr[tw.n];
-    for (int i = 0; i < tw.n; ++i) wr[i] = w.row(o + i);
-    fgemm_tile<false, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + o, ldy);
+    for (int i = 0; i < tw.n; ++i) wr[i] = rest.row(o + i);
+    fgemm_tile<false, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + j0 + o, ldy);
   });
 }
 

@@ -671,16 +671,19 @@ TEST(KernelKeySet, ScoresAndWeightedSumsEqualTheReferencesOnEveryPath) {
   // Every path's gemm_f32_rows against dot16 of the picked rows, and
   // wsum_f32 against an explicit fma chain in key order: key sets in order
   // (idx null) and picked (repeats, descending, far apart), odd widths (the
-  // 16- and 32-column tails), head counts across the 8-head tile, column
+  // 16- and 32-column tails; 576 is wider than AVX-512's transposed key
+  // block), key counts below, at and past whole blocks of 16 (the
+  // transposed keys, the rest by the row tiles), head counts across the
+  // 8-head and 4-head tiles, column
   // ranges that start and end anywhere (a thread's share: the columns
   // outside it and the gaps between y rows stay untouched), values near the
   // float range, and K = 0 (the sums are 0).
   std::mt19937 rng(2216);
   int cases = 0;
   for (int64_t cols : {1, 15, 16, 17, 31, 33, 64, 100, 512, 576})
-    for (int64_t K : {0, 1, 3, 4, 7, 37})
+    for (int64_t K : {0, 1, 3, 4, 7, 32, 37})
       for (bool picked : {false, true})
-        for (int64_t nh : {1, 3, 8, 9, 17}) {
+        for (int64_t nh : {1, 3, 8, 9, 15, 17}) {
           const int64_t nkeys = 50, ld = cols + 3;
           auto keys = random_floats(rng, nkeys * ld);
           keys[static_cast<size_t>(ld)] = 3.0e30f;
@@ -715,7 +718,7 @@ TEST(KernelKeySet, ScoresAndWeightedSumsEqualTheReferencesOnEveryPath) {
           }
           ++cases;
         }
-  EXPECT_EQ(cases, 10 * 6 * 2 * 5);
+  EXPECT_EQ(cases, 10 * 7 * 2 * 6);
 }
 
 TEST(KernelKeySet, KeysFromAnOffsetEqualTheWholeSetsTail) {
