@@ -89,10 +89,12 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
     for (int64_t b0 = t0; b0 < t1; b0 += kIndexKeyBlock) {
       const int64_t nb = std::min(kIndexKeyBlock, t1 - b0);
       compute_.kernels().gemm_f32_rows(FRows{keys + b0 * Di, nullptr, Di}, nb, Di, iq + r * Hi * Di, Hi, d, nb);
-      for (int64_t j = 0; j < nb; ++j) {
-        float acc = 0.0f;
-        for (int64_t h = 0; h < Hi; ++h) acc += iwt[r * Hi + h] * std::max(d[h * nb + j] * qscale, 0.0f);
-        s[b0 + j] = acc;
+      float* sb = s + b0;
+      for (int64_t j = 0; j < nb; ++j) sb[j] = 0.0f;
+      for (int64_t h = 0; h < Hi; ++h) {
+        const float wh = iwt[r * Hi + h];
+        const float* dh = d + h * nb;
+        for (int64_t j = 0; j < nb; ++j) sb[j] += wh * std::max(dh[j] * qscale, 0.0f);
       }
     }
   };
