@@ -217,7 +217,24 @@ void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t 
       for (int j = 0; j < 16; ++j) rows[j] = w.row(j0 + j);
       for (int64_t c = 0; c < cols; c += 16) transpose16(rows, c, lanes16(cols - c), t + c * 16);
       int64_t h = 0;
-      for (; h + 8 <= nrows; h += 8) keys16_heads<8, 2>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
+      // The next block's 16 key rows fetched into L2 while this block's
+      // heads compute, a share before each 8-head tile: the keys of a long
+      // context come from DRAM, and the transposes' strided reads alone
+      // left the indexer's 32k-key scores waiting on memory (docs/kernels.md).
+      const bool more = j0 + 32 <= nw;
+      const int64_t ntiles = (nrows + 7) / 8;
+      int64_t tile = 0;
+      const auto fetch = [&] {
+        const int64_t a = 16 * tile / ntiles, b = 16 * (tile + 1) / ntiles;
+        ++tile;
+        if (!more) return;
+        for (int64_t j = a; j < b; ++j) {
+          const char* pr = reinterpret_cast<const char*>(w.row(j0 + 16 + j));
+          for (int64_t o = 0; o < cols * 4; o += 64) _mm_prefetch(pr + o, _MM_HINT_T1);
+        }
+      };
+      for (; h + 8 <= nrows; h += 8) fetch(), keys16_heads<8, 2>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
+      if (h < nrows) while (tile < ntiles) fetch();
       if (h + 4 <= nrows) keys16_heads<4, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy), h += 4;
       for (; h < nrows; ++h) keys16_heads<1, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
     }
