@@ -27,6 +27,12 @@
 //   gemm_f32_rows, every head against each key at once, and wsum_f32);
 //   medians of CPU time, GFMA per CPU-second, and whether the outputs are
 //   equal bit for bit.
+// {"bench":"indexer_scores",...} (--attention): the DSA indexer's scores for
+//   one query row on the slice's shape (32 heads of 128 dims) over 4096 and
+//   32768 keys of a cache (the 32768 keys are 16 MiB, from DRAM as at 32k
+//   context), in blocks of 256 keys as the engine calls it: a dot_f32 per
+//   head and key ("old") against gemm_f32_rows; one thread, medians of CPU
+//   time, GFMA per CPU-second, and whether the scores are equal bit for bit.
 // {"bench":"gemv",...} (--gemv): decode's matmul (one activation row) of
 //   int8 and int4 (group 32) weights from DRAM: 16 expert-shaped matrices
 //   [2048, 6144] (int8 226 MB, int4 126 MB with their f32 scales: several
@@ -280,6 +286,49 @@ void attention_bench(int reps) {
   }
 }
 
+// --attention, the indexer's part (see the top).
+void indexer_bench(int reps) {
+  const KernelTable& kt = kernel_table(best_kernel_path());
+  const int64_t H = 32, D = 128, kBlock = 256;
+  std::mt19937 rng(9);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  for (int64_t K : {4096, 32768}) {
+    AlignedFloats keys(static_cast<size_t>(K * D)), q(static_cast<size_t>(H * D));
+    for (auto& v : keys) v = ud(rng);
+    for (auto& v : q) v = ud(rng);
+    std::vector<float> so(static_cast<size_t>(H * K)), sn(so.size());
+    const auto old_scores = [&] {
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = 0; j < K; ++j)
+          so[static_cast<size_t>(h * K + j)] = kt.dot_f32(q.data() + h * D, keys.data() + j * D, D);
+    };
+    const auto new_scores = [&] {
+      for (int64_t b = 0; b < K; b += kBlock)
+        kt.gemm_f32_rows(FRows{keys.data() + b * D, nullptr, D}, std::min(kBlock, K - b), D, q.data(), H,
+                         sn.data() + b, K);
+    };
+    std::vector<double> t[2];
+    const std::function<void()> fns[2] = {old_scores, new_scores};
+    for (int rep = 0; rep < reps + 1; ++rep)
+      for (int f = 0; f < 2; ++f) {
+        const double c0 = cpu_now(CLOCK_THREAD_CPUTIME_ID);
+        fns[f]();
+        if (rep > 0) t[f].push_back(cpu_now(CLOCK_THREAD_CPUTIME_ID) - c0);
+      }
+    auto median = [](std::vector<double> x) {
+      std::sort(x.begin(), x.end());
+      return x[x.size() / 2];
+    };
+    const double fma = static_cast<double>(H) * static_cast<double>(K) * static_cast<double>(D) / 1e9;
+    std::printf(
+        "{\"bench\":\"indexer_scores\",\"path\":\"%s\",\"heads\":%lld,\"head_dim\":%lld,\"keys\":%lld,"
+        "\"scores_old_ms\":%.3f,\"scores_new_ms\":%.3f,\"scores_gfma_cpu\":[%.1f,%.1f],\"identical\":%s}\n",
+        kernel_path_name(kt.path), static_cast<long long>(H), static_cast<long long>(D), static_cast<long long>(K),
+        median(t[0]) * 1e3, median(t[1]) * 1e3, fma / median(t[0]), fma / median(t[1]), so == sn ? "true" : "false");
+    std::fflush(stdout);
+  }
+}
+
 #if defined(__x86_64__)
 // One pass over [b, e) of buf with AVX-512 loads; returns a sum so nothing is dead.
 __attribute__((target("avx512f"))) int64_t read_pass(const uint8_t* buf, int64_t b, int64_t e) {
@@ -400,7 +449,7 @@ int run(int argc, char** argv) {
   }
   std::printf("{\"bench\":\"load\",\"when\":\"start\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
   if (attention || gemv) {
-    if (attention) attention_bench(reps);
+    if (attention) attention_bench(reps), indexer_bench(reps);
     if (gemv) gemv_bench(reps);
     std::printf("{\"bench\":\"load\",\"when\":\"end\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
     return 0;
