@@ -149,7 +149,7 @@ inline void transpose16(const float* const* rows, int64_t c, __mmask16 m, float*
 // the 8-sum); LG 4: {g, g + 8, g + 4, g + 12} (-> lane g of the 4-sum).
 template <int LG>
 constexpr int key_lane(int g, int i) {
-  return LG == 2 ? g + 8 * i : g + 4 * (i & 1) * 2 + 4 * (i >> 1);
+  return LG == 2 ? g + 8 * i : g + 8 * (i & 1) + 4 * (i >> 1);
 }
 
 // Heads x[0 .. NH) (`cols` apart) against the 16 keys of t (transpose16's
