@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/matmul_pool.h"
 #include "model/attend.h"
 #include "model/forward.h"
 #include "model/workspace.h"
@@ -22,6 +23,15 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   const float* q = ws_.q.data();
   float* o = ws_.o.data();
   const KernelTable& kt = compute_.kernels();
+  // A step of under kMatmulParallelMadds multiply-adds runs on the caller, as
+  // a small matmul does (a small model's decode row: waking the pool costs
+  // more than the second core saves). Any split gives the same floats.
+  const auto parts = [&](int64_t madds, int64_t count, const auto& fn) {
+    if (matmul_on_pool(1, madds, 1))
+      pool_.parallel_parts(count, fn);
+    else
+      fn(0, 0, count);
+  };
 
   // q_abs[r,h,:] = sum_d q_nope[r,h,d] * kv_b[h*hs + d, :], one fma per d in
   // d order. int8/int4 kv_b: deq_axpy, the rows dequantized in registers
@@ -33,13 +43,13 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   float* qabs = grow(ws_.qabs, static_cast<size_t>(n * H * kvl));
   float* olat = grow(ws_.olat, static_cast<size_t>(n * H * kvl));
   if (qkvb) {
-    pool_.parallel_parts(H, [&](int, int64_t h0, int64_t h1) {
+    parts(n * H * nope * kvl, H, [&](int, int64_t h0, int64_t h1) {
       for (int64_t h = h0; h < h1; ++h)
         kt.deq_axpy(qweight_rows(aw.kv_b, h * hs, nope), q + h * qk, H * qk, n, qabs + h * kvl, H * kvl);
     });
   } else {
     std::fill(qabs, qabs + n * H * kvl, 0.0f);
-    pool_.parallel_parts(H, [&](int part, int64_t h0, int64_t h1) {
+    parts(n * H * nope * kvl, H, [&](int part, int64_t h0, int64_t h1) {
       float* wrow = grow(ws_.parts[static_cast<size_t>(part)].wrow, static_cast<size_t>(kvl));
       for (int64_t h = h0; h < h1; ++h)
         for (int64_t d = 0; d < nope; ++d) {
@@ -119,12 +129,12 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       float* s2 = grow(p0.scores2, score_room(rows[r], K));
       float* qp = grow(p0.qrope, static_cast<size_t>(H * rd));
       pack_rope(r, qp);
-      pool_.parallel_parts(K, [&](int, int64_t j0, int64_t j1) { scores(lat, rope, qp, r, K, j0, j1, s, s2); });
-      pool_.parallel_parts(H, [&](int, int64_t h0, int64_t h1) {
+      parts(K * H * (kvl + rd), K, [&](int, int64_t j0, int64_t j1) { scores(lat, rope, qp, r, K, j0, j1, s, s2); });
+      parts(H * K * 16, H, [&](int, int64_t h0, int64_t h1) {  // an exp ~ 16 multiply-adds
         for (int64_t h = h0; h < h1; ++h) softmax(s + h * K, K);
       });
       // Latent columns in whole vectors of 16 per part.
-      pool_.parallel_parts((kvl + 15) / 16, [&](int, int64_t v0, int64_t v1) {
+      parts(K * H * kvl, (kvl + 15) / 16, [&](int, int64_t v0, int64_t v1) {
         kt.wsum_f32(s, K, H, lat, K, v0 * 16, std::min(kvl, v1 * 16), olat + r * H * kvl, kvl);
       });
     }
@@ -133,7 +143,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows against
   // the rows' latents as one deq_gemm (int8/int4, dequantized in registers)
   // or gemm_f32 over the rows expanded to f32: the same floats either way.
-  pool_.parallel_parts(H, [&](int part, int64_t h0, int64_t h1) {
+  parts(n * H * vd * kvl, H, [&](int part, int64_t h0, int64_t h1) {
     Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
     float* wv = qkvb ? nullptr : grow(ps.wv, static_cast<size_t>(vd * kvl));
     float* xh = grow(ps.xh, static_cast<size_t>(n * kvl));
