@@ -108,10 +108,14 @@ Speculator::Speculator(const SpecOptions& o, bool mtp_loaded, double mtp_prior)
   st_.k = o_.mode == SpecMode::Off ? 0 : o_.k;
 }
 
-void Speculator::update(Table& t, int64_t rows, double v, double w) {
-  Ema& e = t[static_cast<size_t>(rows)];
-  e.ns += w * (v - e.ns);
+void Speculator::update(Table& t, int64_t rows, double v) {
+  Est& e = t[static_cast<size_t>(rows)];
+  e.last[e.n % kSamples] = v;
   ++e.n;
+  std::array<double, kSamples> s = e.last;
+  const size_t k = std::min<size_t>(e.n, kSamples);
+  std::sort(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(k));
+  e.ns = s[(k - 1) / 2];  // two samples: the smaller
 }
 
 void Speculator::record_forward(int64_t rows, uint64_t ns, uint64_t bytes, uint64_t read_ns) {
@@ -122,12 +126,9 @@ void Speculator::record_forward(int64_t rows, uint64_t ns, uint64_t bytes, uint6
     io_bytes_ = io_bytes_ * kDecay + static_cast<double>(bytes);
   }
   if (rows < 1 || rows > kMaxRows) return;
-  // Same weight for the three tables: for a count measured throughout,
-  // compute + bytes at a constant rate is exactly the measured time.
-  const double w = std::max(0.1, 1.0 / (main_[static_cast<size_t>(rows)].n + 1.0));
-  update(main_, rows, static_cast<double>(ns), w);
-  update(bytes_, rows, static_cast<double>(bytes), w);
-  update(compute_, rows, static_cast<double>(ns) - static_cast<double>(bytes) * read_ns_per_byte(), w);
+  update(main_, rows, static_cast<double>(ns));
+  update(bytes_, rows, static_cast<double>(bytes));
+  update(compute_, rows, static_cast<double>(ns) - static_cast<double>(bytes) * read_ns_per_byte());
 }
 
 void Speculator::record_mtp(int64_t rows, uint64_t ns) {
@@ -135,37 +136,41 @@ void Speculator::record_mtp(int64_t rows, uint64_t ns) {
   st_.mtp_rows += static_cast<uint64_t>(std::max<int64_t>(rows, 0));
   st_.mtp_ns += ns;
   if (rows < 1 || rows > kMaxRows) return;
-  update(mtp_cost_, rows, static_cast<double>(ns),
-         std::max(0.1, 1.0 / (mtp_cost_[static_cast<size_t>(rows)].n + 1.0)));
+  update(mtp_cost_, rows, static_cast<double>(ns));
 }
 
 double Speculator::cost(const Table& t, int64_t rows, double prior, bool per_row) {
   rows = std::clamp<int64_t>(rows, 1, kMaxRows);
-  if (t[static_cast<size_t>(rows)].n) return t[static_cast<size_t>(rows)].ns;
-  int64_t lo = 0, lo2 = 0, hi = 0;
-  for (int64_t r = rows - 1; r >= 1; --r)
-    if (t[static_cast<size_t>(r)].n) {
-      if (!lo) {
-        lo = r;
-      } else {
-        lo2 = r;
-        break;
-      }
-    }
-  for (int64_t r = rows + 1; r <= kMaxRows; ++r)
-    if (t[static_cast<size_t>(r)].n) {
-      hi = r;
-      break;
-    }
-  const auto v = [&](int64_t r) { return t[static_cast<size_t>(r)].ns; };
-  if (lo && hi) return v(lo) + (v(hi) - v(lo)) * static_cast<double>(rows - lo) / static_cast<double>(hi - lo);
-  if (lo) {
-    const double slope = lo2 ? std::max(0.0, (v(lo) - v(lo2)) / static_cast<double>(lo - lo2))
-                             : prior * v(lo) / static_cast<double>(per_row ? lo : 1);
-    return v(lo) + slope * static_cast<double>(rows - lo);
+  // The measured counts, ascending, with their values (an untrusted count
+  // capped by the extrapolation from the counts below it).
+  std::array<int64_t, kMaxRows + 1> at;
+  std::array<double, kMaxRows + 1> val;
+  size_t m = 0;
+  const auto extrapolate = [&](size_t below, int64_t r) {  // from the `below` first entries
+    const int64_t lo = at[below - 1];
+    const double slope = below > 1 ? std::max(0.0, (val[below - 1] - val[below - 2]) /
+                                                       static_cast<double>(lo - at[below - 2]))
+                                   : prior * val[below - 1] / static_cast<double>(per_row ? lo : 1);
+    return val[below - 1] + slope * static_cast<double>(r - lo);
+  };
+  for (int64_t r = 1; r <= kMaxRows; ++r) {
+    const Est& e = t[static_cast<size_t>(r)];
+    if (!e.n) continue;
+    double v = e.ns;
+    if (e.n < kTrusted && m > 0) v = std::min(v, extrapolate(m, r));
+    at[m] = r;
+    val[m++] = v;
   }
-  if (hi)
-    return v(hi) * std::max(0.5, 1.0 - prior * static_cast<double>(hi - rows) / static_cast<double>(per_row ? hi : 1));
+  size_t hi = 0;
+  while (hi < m && at[hi] < rows) ++hi;
+  if (hi < m && at[hi] == rows) return val[hi];
+  if (hi > 0 && hi < m) {  // between two measured counts
+    const int64_t lo = at[hi - 1];
+    return val[hi - 1] + (val[hi] - val[hi - 1]) * static_cast<double>(rows - lo) / static_cast<double>(at[hi] - lo);
+  }
+  if (hi > 0) return extrapolate(hi, rows);  // above every measured count
+  if (m > 0)  // below every measured count
+    return val[0] * std::max(0.5, 1.0 - prior * static_cast<double>(at[0] - rows) / static_cast<double>(per_row ? at[0] : 1));
   return 0.0;
 }
 
@@ -184,8 +189,30 @@ double Speculator::rel_main(int extra) const {
   return std::max(1.0, b / a);
 }
 
+bool Speculator::mtp_measured() const {
+  for (int64_t r = 1; r <= kMaxRows; ++r)
+    if (mtp_cost_[static_cast<size_t>(r)].n) return true;
+  return false;
+}
+
 double Speculator::rel_mtp() const {
-  const double a = forward_ns(base_), m = cost(mtp_cost_, base_, kPriorSlope, false);
+  // A chain row is priced from MTP forwards of at most base_ rows. Until one
+  // ran, from the narrowest wider one (the prompt's MTP sync: one forward
+  // over every prompt position) at its time per row: a lower bound (rows
+  // share weights and experts, so a forward of r rows costs at most r times
+  // one), so the chain is tried and measured, and an answer drops its MTP
+  // state at once only where even that bound cannot pay. Before, the sync
+  // was scaled down to half its time: on the bundled model's 31-token code
+  // prompt a chain row then looked 0.84x a whole decode forward and the MTP
+  // state was dropped at the second plan of every answer.
+  const double a = forward_ns(base_);
+  double m = 0;
+  for (int64_t r = 1; r <= kMaxRows && m <= 0; ++r) {
+    const Est& e = mtp_cost_[static_cast<size_t>(r)];
+    if (!e.n) continue;
+    m = r <= base_ ? cost(mtp_cost_, base_, kPriorSlope, false)
+                   : e.ns * static_cast<double>(base_) / static_cast<double>(r);
+  }
   if (a <= 0 || m <= 0) return mtp_prior_;
   return m / a;
 }
@@ -233,7 +260,7 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
   // An upper bound on what MTP state can give, once a decode forward (of
   // any width) and an MTP forward were measured: every draft accepted, charged its chain and
   // one MTP forward a step to keep the state in sync (at least that).
-  bool hopeless = mtp && room > 0 && forward_ns(base_) > 0 && cost(mtp_cost_, base_, 0, false) > 0;
+  bool hopeless = mtp && room > 0 && forward_ns(base_) > 0 && mtp_measured();
   if (hopeless) {
     const double plain_v = best_v, r = rel_mtp();
     for (int m = 1; m <= room && hopeless; ++m)

@@ -177,18 +177,28 @@ class Speculator {
 
  private:
   static constexpr int kMaxRows = 256;  // cost table size (rows per forward)
-  struct Ema {
-    double ns = 0;
-    uint32_t n = 0;
+  // A row count's measured cost: the median of its last kSamples samples
+  // (a forward slowed once by a page fault or a neighbour's burst moves it
+  // not at all), trusted from kTrusted samples on (cost() below).
+  static constexpr int kSamples = 5;
+  static constexpr uint32_t kTrusted = 3;
+  struct Est {
+    double ns = 0;  // the estimate
+    uint32_t n = 0;  // samples so far
+    std::array<double, kSamples> last{};
   };
-  using Table = std::array<Ema, kMaxRows + 1>;
-  static void update(Table& t, int64_t rows, double v, double w);
+  using Table = std::array<Est, kMaxRows + 1>;
+  static void update(Table& t, int64_t rows, double v);
   // Measured value at `rows`, else interpolated or extrapolated from the
   // nearest measured counts (one measured count: `prior` of its value per
-  // extra row, or of its value per row when `per_row`).
+  // extra row, or of its value per row when `per_row`). A count measured
+  // fewer than kTrusted times is worth at most what the counts below it
+  // predict: one slow first sample must not price a width out for good (it
+  // would never be chosen, so never measured again).
   static double cost(const Table& t, int64_t rows, double prior, bool per_row);
   double rel_main(int extra) const;  // decode forward with base + extra rows over one with base rows
   double rel_mtp() const;            // one MTP chain row over a decode forward with base rows
+  bool mtp_measured() const;         // an MTP forward was measured
 
   SpecOptions o_;
   bool mtp_;

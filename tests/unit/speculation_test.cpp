@@ -998,6 +998,62 @@ TEST(Speculation, AutoDropsMtpStateAtOnceWhereNoChainCanPay) {
   }
 }
 
+// The cost tables resist one slow forward. (a) A 3-row forward measured
+// once at 6x its true cost (a page fault, a neighbour's burst) is worth at
+// most what 1 and 2 rows predict, so with 95% acceptance the plan still
+// verifies 4 drafts and measures wider forwards again; before, that one
+// sample priced 3+ rows out for good (never chosen, never re-measured). (b)
+// Measured often, a count takes the median of its last samples: one slow
+// sample among them moves nothing. (c) The prompt's MTP sync (one MTP
+// forward over 30 rows) does not price a one-row chain: before, it was
+// scaled down to half its time, 3x a decode forward, and the MTP state was
+// dropped at the first plan.
+void feed_position_acceptance(Speculator& s, const std::array<double, 4>& acc, int steps);
+
+TEST(Speculation, AutoCostsResistOneSlowForward) {
+  SpecOptions o;
+  o.mode = SpecMode::Auto;
+  o.k = 4;
+  {  // (a)
+    Speculator s(o, false, 0.1);
+    for (int i = 0; i < 20; ++i)
+      for (int64_t r = 1; r <= 2; ++r) s.record_forward(r, static_cast<uint64_t>(1e6 * (1.0 + 0.05 * (r - 1))));
+    s.record_forward(3, static_cast<uint64_t>(6e6));
+    EXPECT_LE(s.forward_ns(3), 1.1e6 + 1.0);
+    EXPECT_LE(s.forward_ns(5), 1.2e6 + 1.0);
+    feed_position_acceptance(s, {0.95, 0.95, 0.95, 0.95}, 400);
+    EXPECT_EQ(s.plan(0, 4, 4, false).count, 4);
+    // Three samples make a count trusted: then its own (median) time counts.
+    s.record_forward(3, static_cast<uint64_t>(6e6));
+    s.record_forward(3, static_cast<uint64_t>(6e6));
+    EXPECT_NEAR(s.forward_ns(3), 6e6, 1.0);
+  }
+  {  // (b)
+    Speculator s(o, false, 0.1);
+    feed_forwards(s, 0.05, 0, 0);
+    s.record_forward(3, static_cast<uint64_t>(40e6));
+    EXPECT_NEAR(s.forward_ns(3), 1.1e6, 1.0);
+    for (int i = 0; i < 3; ++i) s.record_forward(3, static_cast<uint64_t>(2e6));
+    EXPECT_NEAR(s.forward_ns(3), 2e6, 1.0) << "a lasting change is taken within three samples";
+  }
+  {  // (c)
+    Speculator s(o, true, 0.1);
+    feed_forwards(s, 0.1, 0.0, 0.0);
+    s.record_mtp(30, static_cast<uint64_t>(30 * 0.2e6));
+    std::array<uint8_t, 4> mtp;
+    mtp.fill(static_cast<uint8_t>(DraftSource::Mtp));
+    for (int t = 0; t < 50; ++t) s.record_step(mtp, 4, 4, 4, 5);
+    const SpecPlan p = s.plan(0, 0, 4, true);
+    EXPECT_FALSE(p.mtp_hopeless);
+    EXPECT_EQ(p.source, DraftSource::Mtp);
+    EXPECT_EQ(p.count, 4);
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.2e6));  // measured: it counts
+    EXPECT_EQ(s.plan(0, 0, 4, true).count, 4);
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(5e6));  // a chain row 5x a forward
+    EXPECT_TRUE(s.plan(0, 0, 4, true).mtp_hopeless);
+  }
+}
+
 // Feeds a speculator steps of 4 n-gram drafts whose i-th draft is accepted,
 // given the ones before it were, with probability acc[i] (a fixed stream).
 void feed_position_acceptance(Speculator& s, const std::array<double, 4>& acc, int steps) {
