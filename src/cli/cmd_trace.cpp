@@ -151,6 +151,7 @@ void add_trace_command(CLI::App& app, Runner& run) {
       j["prefetch_recall"] = needed ? static_cast<double>(s.prefetch_hits) / static_cast<double>(needed) : 0.0;
       j["prefetch_wasted_bytes"] = s.prefetch_wasted_bytes;
       j["prefetch_yields"] = s.prefetch_yields;
+      j["registered_reads"] = s.registered_reads;
       if (pf->json) {
         std::printf("%s\n", j.dump().c_str());
       } else {

@@ -65,6 +65,10 @@ void EngineFlags::add(CLI::App* cmd) {
       ->check(CLI::IsMember({"uring", "pread", "mmap"}))
       ->capture_default_str()
       ->group(kGroupCache);
+  cmd->add_flag("--no-registered-buffers", no_registered_buffers,
+                "Containers, --io uring: do not register the cache's buffers with the kernel (each read then pins "
+                "its pages itself)")
+      ->group(kGroupCache);
   cmd->add_option("--io-depth", io_depth,
                   fmt::format("Containers: expert reads in flight (uring, pread; default {})", kDefaultIoDepth))
       ->check(CLI::Range(1, 4096))
@@ -191,6 +195,7 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   o.experts.autopin = !no_autopin;
   o.experts.direct_io = !no_direct_io;
   o.experts.prefetch = !no_prefetch;
+  o.experts.registered_buffers = !no_registered_buffers;
   if (io == "uring") o.experts.io = IoMode::Uring;
   else if (io == "pread") o.experts.io = IoMode::Pread;
   else if (io == "mmap") o.experts.io = IoMode::Mmap;

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -33,6 +34,20 @@ uint64_t now_ns() {
 std::string gb(uint64_t b) {
   return b >= 1000000000ull ? fmt::format("{:.2f} GB", static_cast<double>(b) / 1e9)
                             : fmt::format("{:.1f} MB", static_cast<double>(b) / 1e6);
+}
+
+// Whether the kernel lets this process pin `bytes` more: io_uring charges
+// registered buffers to RLIMIT_MEMLOCK unless the process has CAP_IPC_LOCK.
+bool may_pin(uint64_t bytes, std::string* why_not) {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("CapEff:", 0) == 0 && (std::strtoull(line.c_str() + 7, nullptr, 16) >> 14 & 1)) return true;
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_MEMLOCK, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= bytes) return true;
+  *why_not = fmt::format("RLIMIT_MEMLOCK is {} and the cache's slots need {}; raise `ulimit -l`",
+                         gb(static_cast<uint64_t>(rl.rlim_cur)), gb(bytes));
+  return false;
 }
 
 }  // namespace
@@ -274,8 +289,11 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
   size_t slots = 0;
   for (const Layer& l : layers_) slots += l.slots.size();
   prefetch_ = o.prefetch;
+  plan_registration(o, prefetch_ ? 2 : 1);
+  open_registration(demand_);
   if (prefetch_) {
     open_reader(ahead_, std::max<size_t>(1, slots), o);
+    open_registration(ahead_);
     jobs_.resize(std::max<size_t>(1, slots));
   }
   bool direct = false, buffered = false;
@@ -289,6 +307,10 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
                                              : "buffered");
   if (o.io == IoMode::Uring && io_desc_.find("io_uring") == std::string::npos)
     io_desc_ += fmt::format(" (io_uring unavailable: {})", uring_why_);
+  else if (demand_.reg)
+    io_desc_ += ", registered buffers";
+  else if (io_desc_.find("io_uring") != std::string::npos && !reg_why_.empty())
+    io_desc_ += fmt::format(", buffers not registered ({})", reg_why_);
   } catch (...) {
     release_files();  // the destructor does not run for a throwing constructor
     throw;
@@ -312,6 +334,47 @@ void DiskExpertStore::open_reader(Reader& r, size_t max_loads, const ExpertCache
   r.ops.reserve(d);
   r.done.resize(d);
   r.landed.reserve(max_loads);
+}
+
+void DiskExpertStore::plan_registration(const ExpertCacheOptions& o, int readers) {
+  if (!o.registered_buffers) {
+    reg_why_ = "--no-registered-buffers";
+    return;
+  }
+  // Pins are read once, at start: only the cache's slots are read again and again.
+  uint64_t bytes = 0;
+  for (Layer& l : layers_)
+    for (Slot& s : l.slots)
+      if (!s.pinned && n_reg_ < kMaxRegisteredBuffers) {
+        s.reg = static_cast<int32_t>(n_reg_++);
+        bytes += l.read_bytes;
+      }
+  std::string why;
+  if (n_reg_ > 0 && !may_pin(bytes * static_cast<uint64_t>(readers), &why)) {
+    for (Layer& l : layers_)
+      for (Slot& s : l.slots) s.reg = -1;
+    n_reg_ = 0;
+    reg_why_ = why;
+  }
+}
+
+void DiskExpertStore::open_registration(Reader& r) {
+  if (n_reg_ == 0) return;
+  std::string why;
+  if (!r.engine->reserve_buffers(n_reg_, &why)) {
+    if (reg_why_.empty()) reg_why_ = why;
+    return;
+  }
+  r.reg = true;
+  r.reg_state.assign(n_reg_, 0);
+}
+
+void DiskExpertStore::register_slot(Reader& r, const Slot& s, uint64_t bytes) {
+  if (!r.reg || s.reg < 0 || r.reg_state[static_cast<size_t>(s.reg)] != 0) return;
+  const int e = r.engine->register_buffer(static_cast<uint32_t>(s.reg), s.buf, bytes);
+  r.reg_state[static_cast<size_t>(s.reg)] = e == 0 ? 1 : 2;
+  // Over RLIMIT_MEMLOCK (other pinned memory took it): the rest would be refused too.
+  if (e == -ENOMEM) std::replace(r.reg_state.begin(), r.reg_state.end(), uint8_t{0}, uint8_t{2});
 }
 
 void DiskExpertStore::open_mapped(const ExpertFiles& files) {
@@ -369,6 +432,8 @@ DiskExpertStore::~DiskExpertStore() {
 }
 
 void DiskExpertStore::release_files() {
+  demand_.engine.reset();  // unregisters the slots' buffers before they are freed
+  ahead_.engine.reset();
   for (Layer& l : layers_) {
     l.fd.reset();
     l.fd_direct.reset();
@@ -425,6 +490,8 @@ void DiskExpertStore::start_batch(Reader& r) {
       ld.direct = ld.l->direct;
     }
   }
+  if (r.reg)
+    for (size_t i = 0; i < r.n_loads; ++i) register_slot(r, *r.loads[i].slot, r.loads[i].l->read_bytes);
   issue(r);
 }
 
@@ -448,8 +515,13 @@ void DiskExpertStore::issue(Reader& r) {
     const uint32_t tag = r.free.back();
     r.free.pop_back();
     r.chunks[tag] = c;
+    int32_t buf = -1;
+    if (r.reg && ld.slot->reg >= 0 && r.reg_state[static_cast<size_t>(ld.slot->reg)] == 1) {
+      buf = ld.slot->reg;
+      r.reg_reads.fetch_add(1, std::memory_order_relaxed);
+    }
     r.ops.push_back(ReadOp{ld.direct ? ld.l->fd_direct.get() : ld.l->fd.get(), ld.slot->buf + c.pos,
-                           ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos, c.len, tag});
+                           ld.l->rec->stride * static_cast<uint64_t>(ld.expert) + c.pos, c.len, tag, buf});
     ++r.in_flight;
   };
   while (!r.free.empty() && !r.retry.empty()) {
@@ -997,6 +1069,7 @@ ExpertStoreStats DiskExpertStore::stats() const {
   s.read_ns += io_ns_;
   if (io_mode_ != IoMode::Mmap) s.prefetched = io_count_;
   s.prefetch_yields = yields_;
+  s.registered_reads = demand_.reg_reads.load(std::memory_order_relaxed) + ahead_.reg_reads.load(std::memory_order_relaxed);
   for (size_t L = 0; L < layers_.size(); ++L) {
     const Layer& l = layers_[L];
     if (!l.rec) continue;

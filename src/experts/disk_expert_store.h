@@ -18,6 +18,7 @@
 // With IoMode::Mmap the files are mapped instead: the page cache is the cache
 // and read-ahead is madvise(WILLNEED) (docs/streaming.md).
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -70,6 +71,7 @@ class DiskExpertStore final : public ExpertStore {
   struct Slot {
     uint8_t* buf = nullptr;
     int32_t expert = -1;
+    int32_t reg = -1;  // its registered-buffer index in each reader's engine; -1: none (pins, past the limit)
     uint64_t last_used = 0;
     uint64_t read_at = 0;  // the acquire() tick that read it on demand
     bool pinned = false;
@@ -142,9 +144,20 @@ class DiskExpertStore final : public ExpertStore {
     std::vector<ReadDone> done;
     size_t cur = 0, in_flight = 0;  // the next load to issue chunks of; chunks in the engine
     std::vector<uint32_t> landed;   // loads finished by the last step()
+    // Registered buffers: per Slot::reg, 0 not yet, 1 registered, 2 refused.
+    // A slot is registered by its first read through this reader.
+    bool reg = false;
+    std::vector<uint8_t> reg_state;
+    std::atomic<uint64_t> reg_reads{0};  // chunks read into registered buffers (stats() reads it)
   };
 
   void open_reader(Reader& r, size_t max_loads, const ExpertCacheOptions& o);
+  // Numbers the unpinned slots for registration and decides whether the
+  // engines may register them (RLIMIT_MEMLOCK); reasons go to reg_why_.
+  void plan_registration(const ExpertCacheOptions& o, int readers);
+  void open_registration(Reader& r);
+  // Registers the slot's buffer with r's engine at its first read (outside mu_).
+  void register_slot(Reader& r, const Slot& s, uint64_t bytes);
   // Reads r.loads[0, r.n_loads) with up to depth() chunks in flight and
   // verifies each; a failed load keeps its message in `error`.
   void read_batch(Reader& r);
@@ -193,6 +206,8 @@ class DiskExpertStore final : public ExpertStore {
   uint64_t chunk_ = kIoChunkBytes;
   std::string io_desc_;  // for describe()
   std::string uring_why_;  // why io_uring could not be used, if it could not
+  uint32_t n_reg_ = 0;     // slots numbered for registration
+  std::string reg_why_;    // why buffers are not registered, if they are not
   std::vector<unsigned char> mincore_;  // Mmap: one byte per page of an expert
 
   // The streaming acquire in progress (begin .. next): per expert asked for,

@@ -40,6 +40,7 @@ struct ExpertStoreStats {
   uint64_t prefetch_wait_ns = 0;  // time acquire() waited for an in-flight read-ahead
   uint64_t prefetch_wasted_bytes = 0;  // bytes read ahead that their layer's request did not use
   uint64_t prefetch_yields = 0;        // times the read-ahead held its queued reads back for demand reads
+  uint64_t registered_reads = 0;       // chunk reads into io_uring registered buffers
   std::vector<ExpertLayerStats> layers;  // MoE layers, in order (empty for a resident store)
   double hit_rate() const { return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 1.0; }
 };

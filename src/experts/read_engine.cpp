@@ -15,6 +15,7 @@
 
 #ifdef STRATA_HAVE_URING
 #include <liburing.h>
+#include <sys/uio.h>
 #endif
 
 namespace strata {
@@ -57,7 +58,10 @@ class UringEngine final : public ReadEngine {
         sqe = io_uring_get_sqe(&ring_);
         if (!sqe) fail("io_uring: no free submission entry (more than {} reads in flight)", depth_);
       }
-      io_uring_prep_read(sqe, op.fd, op.dst, op.len, op.off);
+      if (op.buf >= 0)
+        io_uring_prep_read_fixed(sqe, op.fd, op.dst, op.len, op.off, op.buf);
+      else
+        io_uring_prep_read(sqe, op.fd, op.dst, op.len, op.off);
       io_uring_sqe_set_data64(sqe, op.tag);
     }
     flush();
@@ -82,6 +86,26 @@ class UringEngine final : public ReadEngine {
 
   int depth() const override { return depth_; }
   std::string describe() const override { return fmt::format("io_uring, {} reads in flight", depth_); }
+
+  bool reserve_buffers(uint32_t n, std::string* why_not) override {
+    if (n == 0 || n > kMaxRegisteredBuffers) {
+      *why_not = fmt::format("{} buffers: expected 1 to {}", n, kMaxRegisteredBuffers);
+      return false;
+    }
+    const int r = io_uring_register_buffers_sparse(&ring_, n);  // Linux 5.19
+    if (r < 0) {
+      *why_not = fmt::format("io_uring_register_buffers_sparse failed: {}", std::strerror(-r));
+      return false;
+    }
+    return true;
+  }
+
+  int register_buffer(uint32_t index, void* base, size_t len) override {
+    iovec iov{base, len};
+    const __u64 tag = 0;
+    const int r = io_uring_register_buffers_update_tag(&ring_, index, &iov, &tag, 1);
+    return r < 0 ? r : 0;
+  }
 
  private:
   void flush() {

@@ -67,6 +67,7 @@ struct ExpertCacheOptions {
   // pinned or cached. Empty: every expert.
   std::vector<std::vector<uint8_t>> owned;
   IoMode io = IoMode::Uring;
+  bool registered_buffers = true;        // io_uring: register the cache's slots (pinned once, not per read)
   int io_depth = kDefaultIoDepth;        // reads in flight per reader (demand and read-ahead each; read-ahead yields to demand)
   uint64_t io_chunk = kIoChunkBytes;     // an expert is read in chunks of this size (a multiple of 4096)
   CachePolicy policy = CachePolicy::Lru;

@@ -105,6 +105,7 @@ Json stats_json(const EngineStats& s) {
     j["prefetch_recall"] = all.recall();
     j["prefetch_wasted_bytes"] = s.experts.prefetch_wasted_bytes;
     j["prefetch_yields"] = s.experts.prefetch_yields;
+    j["registered_reads"] = s.experts.registered_reads;
     j["prefetch_layers"] = std::move(layers);
   }
   j["time_s"] = {{"total", sec(ps.total_ns)},         {"attention", sec(ps.attention_ns)},

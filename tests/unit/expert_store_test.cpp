@@ -4,6 +4,7 @@
 // is refused with a message naming file, layer and expert when it is first
 // read -- lazily or by a failed read-ahead. Observed through stats() only.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -655,25 +656,90 @@ TEST_F(ExpertStoreTest, EveryIoModeAndDepthGivesTheResidentLogits) {
   ASSERT_GT(rb, 2 * kExpertAlign) << "the fixture's experts must span several 4 KiB chunks";
   for (IoMode mode : {IoMode::Uring, IoMode::Pread, IoMode::Mmap})
     for (int depth : {1, 4, 16})
-      for (bool prefetch : {false, true}) {
-        if (mode == IoMode::Mmap && depth != 1) continue;  // no queue in mmap mode
-        SCOPED_TRACE(fmt::format("--io {} --io-depth {} read-ahead {}", mode_name(mode), depth, prefetch));
-        ExpertCacheOptions o;
-        o.ram_bytes = 2 * rb * 3;  // two slots per layer: most requests read
-        o.autopin = false;
-        o.prefetch = prefetch;
-        o.io = mode;
-        o.io_depth = depth;
-        o.io_chunk = kExpertAlign;  // several chunks per expert, so one expert fills several queue slots
-        DiskExpertStore s(m->expert_files(), o);
-        const std::vector<float> got = decode_all(*m, s, ids);
-        const ExpertStoreStats st = s.stats();
-        if (mode != IoMode::Mmap) {
-          EXPECT_GT(st.misses, 0u);
-          EXPECT_EQ(st.hits + st.misses, st.requests);
+      for (bool prefetch : {false, true})
+        for (bool registered : {true, false}) {
+          if (mode == IoMode::Mmap && depth != 1) continue;  // no queue in mmap mode
+          if (mode != IoMode::Uring && !registered) continue;  // registration is io_uring's
+          SCOPED_TRACE(fmt::format("--io {} --io-depth {} read-ahead {} registered buffers {}", mode_name(mode),
+                                   depth, prefetch, registered));
+          ExpertCacheOptions o;
+          o.ram_bytes = 2 * rb * 3;  // two slots per layer: most requests read
+          o.autopin = false;
+          o.prefetch = prefetch;
+          o.io = mode;
+          o.io_depth = depth;
+          o.io_chunk = kExpertAlign;  // several chunks per expert, so one expert fills several queue slots
+          o.registered_buffers = registered;
+          DiskExpertStore s(m->expert_files(), o);
+          const std::vector<float> got = decode_all(*m, s, ids);
+          const ExpertStoreStats st = s.stats();
+          if (mode != IoMode::Mmap) {
+            EXPECT_GT(st.misses, 0u);
+            EXPECT_EQ(st.hits + st.misses, st.requests);
+          }
+          if (s.describe().find(", registered buffers") != std::string::npos)
+            EXPECT_GT(st.registered_reads, 0u);
+          else
+            EXPECT_EQ(st.registered_reads, 0u);
+          EXPECT_TRUE(got == want) << "logits differ from the resident store's";
         }
-        EXPECT_TRUE(got == want) << "logits differ from the resident store's";
-      }
+}
+
+// io_uring registered buffers (docs/streaming.md): with them every chunk read
+// into a cache slot names the slot's registered buffer; without them (the
+// option, or RLIMIT_MEMLOCK too small for a process without CAP_IPC_LOCK)
+// none does, the start-up line says why, and the output is the same.
+TEST_F(ExpertStoreTest, RegisteredBuffersAreUsedOrTheLineSaysWhyNot) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  const auto ids = fixture_ids();
+  ExpertCacheOptions o;
+  o.ram_bytes = 2 * rb * 3;
+  o.autopin = false;
+  o.prefetch = false;  // every read through the caller's reader
+  o.io = IoMode::Uring;
+  o.io_chunk = kExpertAlign;
+  {
+    DiskExpertStore s(m->expert_files(), o);
+    const std::string d = s.describe();
+    if (d.find(", registered buffers") == std::string::npos) {
+      std::printf("  [ SKIPPED ] the registered path: not available here: %s\n", d.c_str());
+    } else {
+      decode_all(*m, s, ids);
+      const ExpertStoreStats st = s.stats();
+      EXPECT_GT(st.bytes_read, 0u);
+      EXPECT_EQ(st.registered_reads * kExpertAlign, st.bytes_read) << "a chunk read around its slot's buffer";
+    }
+  }
+  o.registered_buffers = false;
+  {
+    DiskExpertStore s(m->expert_files(), o);
+    EXPECT_NE(s.describe().find("buffers not registered (--no-registered-buffers)"), std::string::npos)
+        << s.describe();
+    decode_all(*m, s, ids);
+    EXPECT_GT(s.stats().bytes_read, 0u);
+    EXPECT_EQ(s.stats().registered_reads, 0u);
+  }
+
+  // Through the CLI: RLIMIT_MEMLOCK of 16 KiB and no CAP_IPC_LOCK (root drops
+  // it from its bounding set) leave the buffers unregistered, said on the
+  // line, and change nothing in the output.
+  const std::string base = std::string(STRATA_BINARY) + " score --model " + container_ +
+                           " --ids 1,2,3,4,5,6 --ram 0.01 --no-autopin --json";
+  const std::string out1 = mine_.file("reg_out"), err1 = mine_.file("reg_err");
+  ASSERT_EQ(std::system((base + " >" + out1 + " 2>" + err1).c_str()), 0) << test_util::read_file(err1);
+  const std::string out2 = mine_.file("lim_out"), err2 = mine_.file("lim_err");
+  const std::string drop = ::geteuid() == 0 ? "setpriv --bounding-set -ipc_lock -- " : "";
+  const std::string limited = "sh -c 'ulimit -l 16 && exec " + drop + base + "' >" + out2 + " 2>" + err2;
+  ASSERT_EQ(std::system(limited.c_str()), 0) << limited << "\n" << test_util::read_file(err2);
+  const std::string e1 = test_util::read_file(err1), e2 = test_util::read_file(err2);
+  if (e1.find("io_uring, ") != std::string::npos) {
+    EXPECT_NE(e1.find(", registered buffers"), std::string::npos) << e1;
+    EXPECT_NE(e2.find("buffers not registered (RLIMIT_MEMLOCK is "), std::string::npos) << e2;
+  } else {
+    std::printf("  [ SKIPPED ] RLIMIT_MEMLOCK check: io_uring unavailable here: %s\n", e1.c_str());
+  }
+  EXPECT_EQ(test_util::read_file(out1), test_util::read_file(out2));
 }
 
 // The start-up line names the engine; --io pread forces the pool even where
