@@ -154,7 +154,7 @@ double gb(double b) { return b / 1e9; }
 // --calibrate N: this machine's compute per token for this container,
 // measured instead of modelled. Greedy decode of N tokens after a 32-token
 // prompt (2 more first, unmeasured), with the expert cache as this machine's
-// memory allows and read-ahead on; the time spent waiting for expert reads is
+// memory allows and read-ahead as by default (auto); the time spent waiting for expert reads is
 // taken out (the cache and disk model predicts that part). Returns seconds per
 // token.
 struct Calibration {

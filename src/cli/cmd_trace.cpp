@@ -106,6 +106,9 @@ void add_trace_command(CLI::App& app, Runner& run) {
       const TraceMapping m = map_trace(t, layers, experts);
       ExpertCacheOptions o = ef.options(false).experts;
       o.lfu_decay = pf->lfu_decay;
+      // A replay has no compute to hide reads under: --prefetch auto would
+      // time reads alone. It replays what a decode with read-ahead on does.
+      o.prefetch_auto = false;
       if (pf->budget_frac > 0) {
         if (ef.ram_gb > 0) fail("--budget-frac and --ram: give one");
         uint64_t pool = 0;

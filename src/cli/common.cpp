@@ -56,8 +56,13 @@ void EngineFlags::add(CLI::App* cmd) {
   cmd->add_flag("--no-autopin", no_autopin, "Containers: do not pin the experts that earlier runs used most")
       ->group(kGroupCache);
   cmd->add_flag("--no-direct-io", no_direct_io, "Containers: read experts through the page cache")->group(kGroupCache);
-  cmd->add_flag("--no-prefetch", no_prefetch, "Containers: do not read the predicted next-layer experts ahead")
+  cmd->add_option("--prefetch", prefetch,
+                  "Containers: read the predicted next-layer experts ahead: auto (time decode steps with it on "
+                  "and off now and then, keep it while it pays; trace replay: on), on, off (docs/streaming.md)")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str()
       ->group(kGroupCache);
+  cmd->add_flag("--no-prefetch", no_prefetch, "Containers: the same as --prefetch off")->group(kGroupCache);
   cmd->add_option("--io", io,
                   "Containers: how experts are read: uring (io_uring, several reads in flight; the pread pool where "
                   "the kernel refuses it), pread (a pool of pread threads), mmap (map the files; the page cache is "
@@ -194,7 +199,10 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   }
   o.experts.autopin = !no_autopin;
   o.experts.direct_io = !no_direct_io;
-  o.experts.prefetch = !no_prefetch;
+  if (prefetch != "auto" && prefetch != "on" && prefetch != "off")
+    fail("--prefetch {}: expected auto, on or off", prefetch);
+  o.experts.prefetch = !no_prefetch && prefetch != "off";
+  o.experts.prefetch_auto = prefetch == "auto";
   o.experts.registered_buffers = !no_registered_buffers;
   if (io == "uring") o.experts.io = IoMode::Uring;
   else if (io == "pread") o.experts.io = IoMode::Pread;

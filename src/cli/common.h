@@ -42,6 +42,7 @@ struct EngineFlags {
   bool no_autopin = false;
   bool no_direct_io = false;
   bool no_prefetch = false;
+  std::string prefetch = "auto";  // auto | on | off
   bool no_registered_buffers = false;
   std::string io = "uring";  // uring | pread | mmap
   int io_depth = 0;          // 0: the default (kDefaultIoDepth)

@@ -103,6 +103,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
   // The model loader parsed the same config before.
   const ModelConfig cfg = parse_model_config(manifest_->config, dir_ + "/manifest.json");
   const int64_t main_layers = cfg.num_hidden_layers, side_slots = std::max<int64_t>(1, cfg.num_experts_per_tok);
+  top_k_ = cfg.num_experts_per_tok;
   for (const auto& rec : manifest_->expert_layers) {
     if (rec.layer >= n_layers) continue;  // e.g. the MTP layer when it is not loaded
     Layer& l = layers_[static_cast<size_t>(rec.layer)];
@@ -133,6 +134,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
       continue;
     }
     total_bytes_ += l.read_bytes * static_cast<uint64_t>(l.n_owned);
+    if (first_moe_ < 0 || rec.layer < first_moe_) first_moe_ = rec.layer;
     n_owned_ += l.n_owned;
     n_experts_ += rec.count;
     ++moe_layers;
@@ -289,6 +291,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
   size_t slots = 0;
   for (const Layer& l : layers_) slots += l.slots.size();
   prefetch_ = o.prefetch;
+  ahead_auto_ = o.prefetch && o.prefetch_auto;
   plan_registration(o, prefetch_ ? 2 : 1);
   open_registration(demand_);
   if (prefetch_) {
@@ -629,14 +632,14 @@ void DiskExpertStore::load(Layer& l, int64_t layer, int32_t expert, Slot& s) {
   stats_.read_ns += now_ns() - t0;
 }
 
-DiskExpertStore::Slot* DiskExpertStore::victim(Layer& l, uint64_t tick) {
+DiskExpertStore::Slot* DiskExpertStore::victim(Layer& l, uint64_t tick, uint64_t keep_from) {
   std::unique_lock<std::mutex> lk(mu_);  // `loading` is cleared by the I/O thread
   // Chosen from the slots' logical state only (pins, ticks, frequencies),
   // never from whether a read-ahead has landed yet: the cache's contents must
   // not depend on the I/O thread's timing.
   Slot* v = nullptr;
   for (Slot& s : l.slots) {
-    if (s.pinned || s.last_used == tick) continue;
+    if (s.pinned || s.last_used == tick || (keep_from > 0 && s.last_used >= keep_from)) continue;
     if (!v) {
       v = &s;
       continue;
@@ -674,7 +677,7 @@ DiskExpertStore::Slot* DiskExpertStore::victim(Layer& l, uint64_t tick) {
 }
 
 void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) {
-  if (!prefetch_) return;
+  if (!prefetch_ || !ahead_on_) return;
   Layer& l = layers_[static_cast<size_t>(layer)];
   if (!l.rec) return;
   if (l.map) {  // the kernel reads ahead into the page cache
@@ -689,8 +692,9 @@ void DiskExpertStore::prefetch(int64_t layer, std::span<const int32_t> experts) 
   for (int32_t e : experts) {
     if (l.slot_of[static_cast<size_t>(e)] >= 0) continue;  // resident or already on its way
     // Only a free or least recently used cache slot: read-ahead never goes
-    // past the budget, and never evicts what this layer just asked for.
-    Slot* v = victim(l, tick);
+    // past the budget, and never evicts what this layer's last request used
+    // (docs/streaming.md "Read-ahead keeps the last request's experts").
+    Slot* v = victim(l, tick, l.last_request);
     if (!v) break;  // every slot is pinned or used by this step: the rest loads on demand
     drop_fresh(l, *v);
     v->last_used = tick;
@@ -863,7 +867,45 @@ void DiskExpertStore::acquire(int64_t layer, std::span<const int32_t> experts, s
   for (size_t i = 0; i < experts.size(); ++i) next();
 }
 
+void DiskExpertStore::ahead_step(bool one_row) {
+  const uint64_t now = now_ns();
+  if (ahead_last_ns_ && ahead_last_one_row_ && !ahead_skip_ && ahead_phase_ < 2)
+    (ahead_phase_ == 0 ? ahead_on_ns_ : ahead_off_ns_).push_back(now - ahead_last_ns_);
+  ahead_last_ns_ = now;
+  ahead_last_one_row_ = one_row;
+  ahead_skip_ = false;
+  if (!one_row || --ahead_left_ > 0) return;
+  const auto median = [](std::vector<uint64_t>& v) {
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return static_cast<double>(v[v.size() / 2]);
+  };
+  const bool was = ahead_on_;
+  if (ahead_phase_ == 0) {  // timed with read-ahead on; now without
+    ahead_phase_ = 1;
+    ahead_on_ = false;
+    ahead_left_ = kAheadWindow;
+  } else if (ahead_phase_ == 1) {  // both timed: keep the faster
+    const bool off_wins = !ahead_on_ns_.empty() && !ahead_off_ns_.empty() &&
+                          median(ahead_off_ns_) < (1.0 - kAheadMargin) * median(ahead_on_ns_);
+    ahead_on_ = !off_wins;
+    ++(off_wins ? stats_.prefetch_auto_off : stats_.prefetch_auto_on);
+    ahead_phase_ = 2;
+    ahead_left_ = kAheadExploit;
+  } else {  // time both again: the disk, the cache and the load change
+    ahead_phase_ = 0;
+    ahead_on_ = true;
+    ahead_left_ = kAheadWindow;
+    ahead_on_ns_.clear();
+    ahead_off_ns_.clear();
+  }
+  ahead_skip_ = ahead_on_ != was;
+}
+
 void DiskExpertStore::begin(int64_t layer, std::span<const int32_t> experts, std::vector<const MlpWeights*>& out) {
+  if (ahead_auto_ && layer == first_moe_) {
+    ahead_step(static_cast<int64_t>(experts.size()) <= top_k_);
+    if (!ahead_on_) ++stats_.prefetch_off_steps;
+  }
   Layer& l = layers_[static_cast<size_t>(layer)];
   out.clear();
   pend_.clear();
@@ -877,6 +919,7 @@ void DiskExpertStore::begin(int64_t layer, std::span<const int32_t> experts, std
   }
   const uint64_t tick = ++tick_;
   pend_tick_ = tick;
+  l.last_request = tick;
   // 1. Hits keep their slots: mark them used before any victim is chosen.
   for (int32_t e : experts) {
     ++stats_.requests;
@@ -1097,7 +1140,9 @@ ExpertMemory DiskExpertStore::memory() const {
 }
 
 std::string DiskExpertStore::describe() const {
-  if (io_mode_ == IoMode::Mmap) return fmt::format("expert cache: {} experts on disk; {}", gb(total_bytes_), io_desc_);
+  const char* ahead = !prefetch_ ? "off" : ahead_auto_ ? "auto" : "on";
+  if (io_mode_ == IoMode::Mmap)
+    return fmt::format("expert cache: {} experts on disk; {}; read-ahead {}", gb(total_bytes_), io_desc_, ahead);
   std::string s = fmt::format("expert cache: budget {} of {} experts on disk; {} pinned, {} {}", gb(budget_),
                               gb(total_expert_bytes()), gb(pinned_bytes_), gb(cache_bytes_),
                               policy_ == CachePolicy::Lru ? "LRU"
@@ -1107,7 +1152,7 @@ std::string DiskExpertStore::describe() const {
   if (!owned_all_) s += fmt::format(" (this rank serves {} of {} experts)", n_owned_, n_experts_);
   if (side_slots_)
     s += fmt::format("; MTP layer: {} slots ({}) beyond the budget", side_slots_, gb(side_cache_bytes_));
-  return s + "; " + io_desc_;
+  return s + "; " + io_desc_ + "; read-ahead " + ahead;
 }
 
 bool DiskExpertStore::save_usage() const {

@@ -51,7 +51,7 @@ class DiskExpertStore final : public ExpertStore {
   size_t ready() const override;
   void release(int64_t layer) override;
   int64_t max_batch(int64_t layer) const override;
-  bool wants_prefetch() const override { return prefetch_; }
+  bool wants_prefetch() const override { return prefetch_ && ahead_on_; }
   void prefetch(int64_t layer, std::span<const int32_t> experts) override;
 
   ExpertStoreStats stats() const override;
@@ -100,6 +100,7 @@ class DiskExpertStore final : public ExpertStore {
     std::vector<uint32_t> freq;
     uint64_t freq_requests = 0, decay_every = 0;
     int64_t lru_slots = 0;
+    uint64_t last_request = 0;  // the tick of the layer's last begin()
     bool side = false;  // the MTP layer: outside the budget and the pins
     std::vector<uint8_t> owned;     // 1: this process serves the expert (experts over MPI)
     int64_t n_owned = 0;
@@ -174,7 +175,8 @@ class DiskExpertStore final : public ExpertStore {
   // The policy's victim: the least recently (Lru) or least frequently (Lfu,
   // then least recently) used unpinned slot not used at `tick`, chosen from
   // logical state only; a read-ahead still in it is dequeued or waited for.
-  Slot* victim(Layer& l, uint64_t tick);
+  // keep_from > 0 (read-ahead): slots used at or after that tick stay too.
+  Slot* victim(Layer& l, uint64_t tick, uint64_t keep_from = 0);
   Slot& new_slot(Layer& l);
   void io_loop();
   // Under mu_: the read-ahead in `s` is dropped before any of it was read.
@@ -231,6 +233,23 @@ class DiskExpertStore final : public ExpertStore {
 
   Reader demand_;  // the caller's reads (acquire, pins)
   Reader ahead_;   // the I/O thread's
+
+  // Read-ahead auto (ExpertCacheOptions::prefetch_auto): a step starts at
+  // each begin() of the first main MoE layer; one-row steps (at most top-k
+  // experts asked for there) are timed in a window with read-ahead on, then
+  // one with it off; the faster wins for the next kAheadExploit one-row steps.
+  static constexpr int kAheadWindow = 5;     // steps per window; the first after a switch is not timed
+  static constexpr int kAheadExploit = 64;
+  static constexpr double kAheadMargin = 0.03;  // off must be this much faster
+  bool ahead_auto_ = false;
+  bool ahead_on_ = true;  // the caller's thread only
+  int ahead_phase_ = 0;   // 0: timing on, 1: timing off, 2: exploiting the choice
+  int ahead_left_ = kAheadWindow;
+  bool ahead_skip_ = true, ahead_last_one_row_ = false;
+  uint64_t ahead_last_ns_ = 0;
+  std::vector<uint64_t> ahead_on_ns_, ahead_off_ns_;
+  int64_t first_moe_ = -1, top_k_ = 0;
+  void ahead_step(bool one_row);
 
   // The I/O thread and its queue of read-aheads (layer, expert, slot).
   bool prefetch_ = false;

@@ -41,6 +41,9 @@ struct ExpertStoreStats {
   uint64_t prefetch_wasted_bytes = 0;  // bytes read ahead that their layer's request did not use
   uint64_t prefetch_yields = 0;        // times the read-ahead held its queued reads back for demand reads
   uint64_t registered_reads = 0;       // chunk reads into io_uring registered buffers
+  // Read-ahead auto: steps run with read-ahead off, and the decisions made
+  // after each pair of measuring windows (off: it did not pay).
+  uint64_t prefetch_off_steps = 0, prefetch_auto_on = 0, prefetch_auto_off = 0;
   std::vector<ExpertLayerStats> layers;  // MoE layers, in order (empty for a resident store)
   double hit_rate() const { return requests ? static_cast<double>(hits) / static_cast<double>(requests) : 1.0; }
 };

@@ -62,6 +62,11 @@ struct ExpertCacheOptions {
   bool autopin = true;     // without explicit pins, pin the hottest experts of earlier runs
   bool direct_io = true;
   bool prefetch = true;    // read predicted next-layer experts on an I/O thread
+  // With prefetch: measure whether read-ahead pays (one-row steps, windows
+  // with it on and off) and keep it off while it does not (docs/streaming.md
+  // "Read-ahead auto"). Timing-dependent: the expert counters of two
+  // identical runs may differ (the CLI's --prefetch on keeps them equal).
+  bool prefetch_auto = false;
   // Experts over MPI (docs/distributed.md): owned[layer][expert] = 1 for the
   // experts this process serves; only those count towards the pool, are
   // pinned or cached. Empty: every expert.

@@ -105,6 +105,9 @@ Json stats_json(const EngineStats& s) {
     j["prefetch_recall"] = all.recall();
     j["prefetch_wasted_bytes"] = s.experts.prefetch_wasted_bytes;
     j["prefetch_yields"] = s.experts.prefetch_yields;
+    j["prefetch_auto"] = {{"off_steps", s.experts.prefetch_off_steps},
+                          {"kept_on", s.experts.prefetch_auto_on},
+                          {"turned_off", s.experts.prefetch_auto_off}};
     j["registered_reads"] = s.experts.registered_reads;
     j["prefetch_layers"] = std::move(layers);
   }

@@ -32,8 +32,9 @@ try:
     subprocess.run([strata, "convert", "--in", model, "--out", c, "-q"], check=True)
     # --spec off in both: under the default (auto) each step's number of drafts follows measured
     # times, so which experts a step asks for -- and the counters compared below -- can differ
-    # between two identical runs (docs/speculative.md "Deterministic counters").
-    cache = ["--ram", RAM, "--no-autopin", "--threads", "2", "--spec", "off"]
+    # between two identical runs (docs/speculative.md "Deterministic counters"). --prefetch on for
+    # the same reason: under the default (auto) read-ahead is on or off by measured step times.
+    cache = ["--ram", RAM, "--no-autopin", "--threads", "2", "--spec", "off", "--prefetch", "on"]
 
     log = open(os.path.join(tmp, "serve.log"), "w+")
     server = subprocess.Popen([strata, "serve", "--model", c, "--port", "0", "--chat-template", "raw", *cache],

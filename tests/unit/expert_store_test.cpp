@@ -885,6 +885,118 @@ TEST_F(ExpertStoreTest, ReadAheadNeverReadsPastTheBudget) {
   }
 }
 
+// Read-ahead auto (docs/streaming.md): one-row steps are timed in a window
+// with read-ahead on, then one with it off, and the faster wins. The steps
+// here are acquire() calls on the first MoE layer with a sleep whose length
+// depends on whether read-ahead is on (1 ms against 25 ms: medians of four
+// steps, far apart under any load).
+TEST_F(ExpertStoreTest, ReadAheadAutoKeepsWhatIsFaster) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  const int64_t top_k = m->config.num_experts_per_tok;
+  ASSERT_GE(top_k, 1);
+  const auto make = [&](bool automatic) {
+    ExpertCacheOptions o;
+    o.ram_bytes = 4 * rb * 3;
+    o.autopin = false;
+    o.prefetch = true;
+    o.prefetch_auto = automatic;
+    return std::make_unique<DiskExpertStore>(m->expert_files(), o);
+  };
+  const auto steps = [&](DiskExpertStore& s, int n, bool off_is_faster, size_t experts) {
+    std::vector<int32_t> ask(experts);
+    for (size_t i = 0; i < experts; ++i) ask[i] = static_cast<int32_t>(i);
+    std::vector<const MlpWeights*> out;
+    for (int i = 0; i < n; ++i) {
+      const bool slow = s.wants_prefetch() == off_is_faster;
+      std::this_thread::sleep_for(std::chrono::milliseconds(slow ? 25 : 1));
+      s.acquire(1, ask, out);  // layer 1: the fixture's first MoE layer
+      s.release(1);
+    }
+  };
+  {
+    SCOPED_TRACE("off is faster");
+    auto s = make(true);
+    EXPECT_NE(s->describe().find("read-ahead auto"), std::string::npos) << s->describe();
+    EXPECT_TRUE(s->wants_prefetch());
+    steps(*s, 5, true, 1);
+    EXPECT_FALSE(s->wants_prefetch()) << "the window with read-ahead off comes after five steps with it on";
+    steps(*s, 5, true, 1);
+    EXPECT_FALSE(s->wants_prefetch());
+    EXPECT_EQ(s->stats().prefetch_auto_off, 1u);
+    EXPECT_EQ(s->stats().prefetch_auto_on, 0u);
+    s->prefetch(2, std::vector<int32_t>{4, 5});
+    EXPECT_EQ(s->stats().prefetched, 0u) << "a read-ahead was issued while auto had turned it off";
+    // Steps of several rows (more than top-k experts at the first layer) are not timed.
+    steps(*s, 80, true, static_cast<size_t>(top_k) + 1);
+    EXPECT_FALSE(s->wants_prefetch());
+    // After kAheadExploit one-row steps both are timed again; now on is faster.
+    steps(*s, 64, true, 1);  // (not timed: the sleeps only keep the test short)
+    EXPECT_TRUE(s->wants_prefetch());
+    steps(*s, 10, false, 1);
+    EXPECT_TRUE(s->wants_prefetch());
+    EXPECT_EQ(s->stats().prefetch_auto_on, 1u);
+    EXPECT_GT(s->stats().prefetch_off_steps, 64u);
+  }
+  {
+    SCOPED_TRACE("on is faster");
+    auto s = make(true);
+    steps(*s, 10, false, 1);
+    EXPECT_TRUE(s->wants_prefetch());
+    EXPECT_EQ(s->stats().prefetch_auto_on, 1u);
+  }
+  {
+    SCOPED_TRACE("--prefetch on");
+    auto s = make(false);
+    EXPECT_NE(s->describe().find("read-ahead on"), std::string::npos) << s->describe();
+    steps(*s, 10, true, 1);
+    EXPECT_TRUE(s->wants_prefetch());
+    EXPECT_EQ(s->stats().prefetch_auto_off + s->stats().prefetch_auto_on, 0u);
+  }
+  // The flag: each value on the start-up line; a bad one named.
+  for (const char* v : {"auto", "on", "off"}) {
+    const std::string err = mine_.file(std::string("pf_") + v);
+    const std::string cmd = std::string(STRATA_BINARY) + " score --model " + container_ +
+                            " --ids 1,2,3 --ram 0.001 --no-autopin --prefetch " + v + " >/dev/null 2>" + err;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd << "\n" << test_util::read_file(err);
+    EXPECT_NE(test_util::read_file(err).find(std::string("read-ahead ") + v), std::string::npos)
+        << test_util::read_file(err);
+  }
+  const std::string bad = std::string(STRATA_BINARY) + " score --model " + container_ +
+                          " --ids 1 --prefetch sometimes 2>" + mine_.file("pf_bad");
+  EXPECT_NE(std::system(bad.c_str()), 0);
+  EXPECT_NE(test_util::read_file(mine_.file("pf_bad")).find("--prefetch"), std::string::npos);
+}
+
+// A read-ahead never evicts an expert that its layer's last request used
+// (docs/streaming.md "Read-ahead keeps the last request's experts"): with a
+// cache of a few slots it would otherwise trade likely hits for guesses.
+TEST_F(ExpertStoreTest, ReadAheadKeepsTheLastRequestsExperts) {
+  auto m = open(container_);
+  const uint64_t rb = expert_bytes(*m);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread}) {
+    SCOPED_TRACE(mode_name(mode));
+    ExpertCacheOptions o;
+    o.ram_bytes = 4 * rb * 3;  // four slots per layer
+    o.autopin = false;
+    o.prefetch = true;
+    o.io = mode;
+    DiskExpertStore s(m->expert_files(), o);
+    expect_acquire(s, 2, {0, 1, 2}, 0, 3, rb, "three of the four slots");
+    s.prefetch(2, std::vector<int32_t>{4, 5, 6});
+    EXPECT_EQ(s.stats().prefetched, 1u) << "only the free slot takes a read-ahead";
+    expect_acquire(s, 2, {0, 1, 2}, 3, 0, 0, "the last request's experts stayed");
+    expect_acquire(s, 2, {4}, 1, 0, 0, "the one read-ahead landed");
+    // Now the last request used one slot: the other three may take read-aheads,
+    // the least recently used first.
+    s.prefetch(2, std::vector<int32_t>{5, 6, 7});
+    EXPECT_EQ(s.stats().prefetched, 4u);
+    expect_acquire(s, 2, {4, 5, 6, 7}, 4, 0, 0, "the last request's expert and three read-aheads");
+    // A demand miss still evicts the least recently used slot, whoever used it.
+    expect_acquire(s, 2, {0}, 0, 1, rb, "0 was evicted by a read-ahead");
+  }
+}
+
 // The order in which a store's two readers submit and complete reads, seen
 // through the engine hook; the read-ahead engine's completions can be held
 // back, so what is queued behind them stays queued until the test says.
@@ -1067,7 +1179,8 @@ TEST_F(ExpertStoreTest, VictimDoesNotDependOnWhetherAReadAheadLanded) {
     ReadLog log;
     DiskExpertStore s(m->expert_files(), watched_options(rb, mode, log));
     const LetGo let_go{log};  // before the store closes, even after a failed assertion
-    expect_acquire(s, 2, {0, 1, 2, 3}, 0, 4, rb, "fill the four slots");
+    expect_acquire(s, 2, {0, 1}, 0, 2, rb, "fill two slots");
+    expect_acquire(s, 2, {2, 3}, 0, 2, rb, "fill the other two (the layer's last request)");
     // 4 and 5 go into the slots of 0 and 1: one chunk of 4 in flight (held), the rest queued.
     s.prefetch(2, std::vector<int32_t>{4, 5});
     ASSERT_TRUE(eventually([&] { return log.count("ahead submit") == 1; }));
