@@ -311,6 +311,9 @@ def main():
     ap.add_argument("--capped-prompt-tokens", type=int, default=32)
     ap.add_argument("--capped-gen-tokens", type=int, default=8)
     ap.add_argument("--capped-warmup-tokens", type=int, default=8)
+    ap.add_argument("--disk-gen-tokens", type=int, default=16,
+                    help="--disk-class rows: decoded tokens per repetition (the warm-up repetition decodes as many, "
+                    "so strata's --prefetch auto has timed both windows before the measured one)")
     ap.add_argument("--cap-allowance-gb", type=float, default=0.5,
                     help="added to the cgroup limit for each engine's own buffers (KV, scratch)")
     ap.add_argument("--only", default="int8,int4,capped,capped4", help="sections to run (none: only --context)")
@@ -518,7 +521,7 @@ def run_disk_classes(a, classes):
     log(f"[disk] memory cgroup limit {limit / 1e9:.2f} GB for both engines; strata --ram {ram / 1e9:.2f} GB")
     # The compute side of the bound: resident decode (every expert pinned, files page-cached), this invocation.
     for m in strata_models:
-        r = strata_run(a, conts[m], cids, a.capped_gen_tokens, ["--pin", "all", "--ram", "1000", "--membw-mib", "0",
+        r = strata_run(a, conts[m], cids, a.disk_gen_tokens, ["--pin", "all", "--ram", "1000", "--membw-mib", "0",
                                                                  "--disk-mib", "0"],
                        (lambda argv: ["nice", "-n", str(a.nice)] + argv) if a.nice else None,
                        warmup_tokens=a.capped_warmup_tokens)
@@ -586,10 +589,10 @@ def disk_class_row(a, ci, cls, m, cont, gguf, cg, ram, cids, io_bench):
         res = alternate(
             a, name,
             lambda: counted(lambda: strata_run(
-                a, cont, cids, a.capped_gen_tokens,
+                a, cont, cids, a.disk_gen_tokens,
                 ["--ram", f"{ram / 1e9:.3f}", "--io-depth", str(a.io_depth), "--membw-mib", "0", "--disk-mib", "0"],
                 wrap, warmup_tokens=a.capped_warmup_tokens)),
-            lambda: counted(lambda: llama_run(a, gguf, cids, a.capped_gen_tokens, wrap,
+            lambda: counted(lambda: llama_run(a, gguf, cids, a.disk_gen_tokens, wrap,
                                               warmup_tokens=a.capped_warmup_tokens)),
             before=lambda: drop_cache([cont, gguf]))
         return {"class_gb_s": cls, "model": m, "where": where, "devices": devs, "probe_gb_s": gbps,

@@ -10,6 +10,9 @@ throttled device). Each pair runs A and B back to back (the order swapped every 
 the same `strata bench` arguments (--a-flags / --b-flags add to one side), the page cache dropped
 before each run. Prints one JSON line per run (decode tok/s, disk bytes per token, hit rate) and a
 summary line: the median of the per-pair ratios A/B and their range.
+
+--ram-disk copies the container onto a RAM-backed loop device first (bench/compare's disk-class
+method, for classes faster than this VM's disk) and throttles that device; it is removed at the end.
 """
 import argparse
 import json
@@ -19,6 +22,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plan"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "compare"))
+import disk_class  # noqa: E402
 import validate  # noqa: E402
 
 
@@ -65,15 +70,26 @@ def main():
     ap.add_argument("--throttle-bps", type=float, default=1.5e9)
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--prompt-tokens", type=int, default=32)
+    ap.add_argument("--ram-disk", action="store_true", help="run from a throttled RAM-backed loop device holding a "
+                    "copy of the container")
     ap.add_argument("rest", nargs=argparse.REMAINDER, help="-- then strata bench flags for both")
     a = ap.parse_args()
     rest = a.rest[1:] if a.rest[:1] == ["--"] else a.rest
     with open(os.path.join(a.model, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     ids = fixed_ids(a.prompt_tokens, vocab, 1)
-    dev = validate.disk_of(a.model)
-    throttle = validate.Throttle(dev, a.throttle_bps)
+    ram = None
+    if a.ram_disk:
+        ram = disk_class.RamDisk([a.model], "ab", lambda m: print(m, file=sys.stderr, flush=True))
+        a.model = ram.copies[a.model]
     ratios = []
+    try:
+        dev = validate.disk_of(a.model)
+        throttle = validate.Throttle(dev, a.throttle_bps)
+    except BaseException:
+        if ram:
+            ram.close()
+        raise
     try:
         for p in range(a.pairs):
             res = {}
@@ -90,6 +106,8 @@ def main():
             ratios.append(res["A"]["tok_s"] / res["B"]["tok_s"])
     finally:
         throttle.close()
+        if ram:
+            ram.close()
     print(json.dumps({"summary": True, "device": dev, "throttle_bps": a.throttle_bps,
                       "ratio_a_over_b_median": round(statistics.median(ratios), 3),
                       "ratio_min": round(min(ratios), 3), "ratio_max": round(max(ratios), 3),

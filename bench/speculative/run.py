@@ -8,6 +8,7 @@ repetition), tokens per step and acceptance per source, from --stats-json, and t
   bench/speculative/run.py --strata build/strata --model models/glm5-strata-tiny
   bench/speculative/run.py --strata build/strata --model CONTAINER --engine-flags "--ram 0.5 --no-autopin"
   bench/speculative/run.py ... --throttle-bps 300e6   # root: a cgroup-v1 blkio limit on the model's disk
+  bench/speculative/run.py ... --modes mtp,mtp/dv1024,auto,auto/dv1024   # MODE/dvN: with --draft-vocab N
 
 With --throttle-bps every run happens inside a blkio child limiting reads of the model's disk (the
 expert store reads with O_DIRECT, so every miss reaches the throttled device): capped runs are then
@@ -40,8 +41,11 @@ def tokenize(strata, model, text):
 
 
 def run(strata, model, ids, mode, args):
+    mode, _, dv = mode.partition("/dv")
     cmd = [strata, "generate", "--model", model, "--ids", ",".join(map(str, ids)), "-n", str(args.tokens),
            "--ignore-eos", "--json", "-q", "--spec", mode, "--spec-k", str(args.k), "--stats-json"]
+    if dv:
+        cmd += ["--draft-vocab", dv]
     cmd += args.engine_flags.split()
     p = subprocess.run(cmd, capture_output=True, text=True)
     if p.returncode != 0:
@@ -63,7 +67,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--strata", default="build/strata")
     ap.add_argument("--model", required=True)
-    ap.add_argument("--modes", default="ngram,mtp,auto")
+    ap.add_argument("--modes", default="ngram,mtp,auto",
+                    help="compared with off; MODE/dvN runs MODE with --draft-vocab N")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--tokens", type=int, default=200)
     ap.add_argument("-k", type=int, default=4)
@@ -106,13 +111,13 @@ def bench(args):
     if args.json:
         print(json.dumps(results))
         return
-    print(f"{'prompt':6} {'mode':6} {'speed-up':>9} {'tok/step':>9} {'accept':>7}  sources (accepted/drafted); "
+    print(f"{'prompt':6} {'mode':11} {'speed-up':>9} {'tok/step':>9} {'accept':>7}  sources (accepted/drafted); "
           "k chosen (drafts:steps, last run)")
     for name, r in results.items():
         for m, x in r.items():
             src = ", ".join(f"{s} {v}" for s, v in x["sources"].items())
             ks = " ".join(f"{k}:{n}" for k, n in enumerate(x["k_chosen"]) if n)
-            print(f"{name:6} {m:6} {x['speedup_median']:8.2f}x {x['tokens_per_step']:9.2f} "
+            print(f"{name:6} {m:11} {x['speedup_median']:8.2f}x {x['tokens_per_step']:9.2f} "
                   f"{100 * x['acceptance']:6.1f}%  {src}; k {ks}")
 
 
