@@ -95,6 +95,13 @@ void EngineFlags::add(CLI::App* cmd) {
       ->check(CLI::Range(1, kSpecMaxDraft))
       ->capture_default_str()
       ->group(kGroupSpec);
+  cmd->add_option("--draft-vocab", draft_vocab,
+                  "Speculative decoding: MTP drafts choose among the first N token ids only (a BPE vocabulary's "
+                  "most frequent merges come first), so a draft costs N rows of the lm_head; 0: every id. The "
+                  "output is unchanged (docs/speculative.md)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str()
+      ->group(kGroupSpec);
   cmd->add_flag("--stats", stats, "Print speed, expert-cache and time-split statistics at the end (stderr)")
       ->group(kGroupOutput);
   cmd->add_flag("--stats-json", stats_json, "Print the statistics as one JSON line (stderr)")->group(kGroupOutput);
@@ -217,6 +224,7 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   if (!sm) fail("--spec {}: expected off, auto, mtp or ngram", spec);
   o.spec.mode = *sm;
   o.spec.k = spec_k;
+  o.spec.draft_vocab = draft_vocab;
   return o;
 }
 

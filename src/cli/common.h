@@ -53,6 +53,7 @@ struct EngineFlags {
   bool quiet = false;            // no start-up lines (kernel path, expert cache)
   std::string spec = "off";      // speculative decoding: off | auto | mtp | ngram (kSpecGenerating: run, chat, generate, serve)
   int spec_k = 4;                // most drafts per step
+  int64_t draft_vocab = 0;       // MTP drafts among the first N ids (0: all)
   // Experts over MPI (docs/distributed.md).
   std::string experts_over = "local";  // local | mpi
   double mpi_timeout = 120.0;          // seconds rank 0 waits for a rank's outputs of one layer

@@ -49,4 +49,37 @@ void Weight::row_f32(int64_t r, float* out) const {
   }
 }
 
+Weight Weight::row_prefix(int64_t n) const {
+  if (n < 1 || n > rows) fail("{}: a view of the first {} rows of {}", name, n, rows);
+  Weight v;
+  v.name = name;
+  v.format = format;
+  v.rows = n;
+  v.cols = cols;
+  v.block_rows = block_rows;
+  v.block_cols = block_cols;
+  v.group = group;
+  v.view_data = q();
+  v.view_scales = s();
+  const size_t un = static_cast<size_t>(n), uc = static_cast<size_t>(cols);
+  switch (format) {
+    case WeightFormat::F32: v.view_bytes = un * uc * sizeof(float); break;
+    case WeightFormat::BF16: v.view_bytes = un * uc * sizeof(uint16_t); break;
+    case WeightFormat::FP8_BLOCK: {
+      if (n != rows && n % block_rows != 0)
+        fail("{}: a view of the first {} rows splits a {}-row scale block", name, n, block_rows);
+      const size_t nbc = static_cast<size_t>((cols + block_cols - 1) / block_cols);
+      v.view_bytes = un * uc + static_cast<size_t>((n + block_rows - 1) / block_rows) * nbc * sizeof(float);
+      break;
+    }
+    case WeightFormat::INT8:
+    case WeightFormat::INT4: {
+      const QuantBits b = format == WeightFormat::INT8 ? QuantBits::Int8 : QuantBits::Int4;
+      v.view_bytes = un * quant_row_bytes(b, cols) + un * static_cast<size_t>(quant_groups(cols, group)) * sizeof(float);
+      break;
+    }
+  }
+  return v;
+}
+
 }  // namespace strata

@@ -38,6 +38,9 @@ struct Weight {
   // reference for the integer formats.
   void row_f32(int64_t r, float* out) const;
   size_t bytes() const { return view_data ? view_bytes : data.size() + scales.size() * sizeof(float); }
+  // A view of the first n rows (1..rows; FP8_BLOCK: a multiple of
+  // block_rows, or all of them): the same bytes, valid while this lives.
+  Weight row_prefix(int64_t n) const;
 };
 
 // A SwiGLU MLP, down(silu(gate x) * up x): a dense layer's MLP, a shared

@@ -69,7 +69,7 @@ void ModelRunner::forward(std::span<const Row> rows, const ForwardOptions& opts,
 }
 
 void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts,
-                              float* logits, float* hidden_out) {
+                              float* logits, float* hidden_out, int64_t head_rows) {
   const ModelConfig& c = m_.config;
   if (c.num_nextn_predict_layers < 1 || static_cast<int64_t>(m_.weights.layers.size()) <= c.num_hidden_layers)
     fail("forward_mtp: the model has no MTP layer loaded");
@@ -88,7 +88,12 @@ void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, co
   float* h = grow(ws_.h, static_cast<size_t>(n * D));
   mm(lw.eh_proj, cat, n, h);
   layer(N, rows, opts);
-  head(rows, lw.shared_head_norm, logits, hidden_out);
+  const Weight* w = nullptr;
+  if (head_rows > 0 && head_rows < m_.weights.lm_head.rows) {
+    if (draft_head_.rows != head_rows) draft_head_ = m_.weights.lm_head.row_prefix(head_rows);
+    w = &draft_head_;
+  }
+  head(rows, lw.shared_head_norm, logits, hidden_out, w);
   for (const Row& r : rows) r.seq->mtp_n_past = std::max<int64_t>(r.seq->mtp_n_past, r.pos + 1);
 }
 
@@ -463,7 +468,8 @@ void ModelRunner::compute_experts(int64_t L, std::span<const int32_t> experts, s
   }
 }
 
-void ModelRunner::head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out) {
+void ModelRunner::head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out,
+                       const Weight* w) {
   const ModelConfig& c = m_.config;
   const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
   const float* h = ws_.h.data();
@@ -477,7 +483,7 @@ void ModelRunner::head(std::span<const Row> rows, const std::vector<float>& norm
   }
   if (cnt > 0) {
     if (!logits) fail("forward: rows want logits but no logits buffer was given");
-    mm(m_.weights.lm_head, in, cnt, logits);
+    mm(w ? *w : m_.weights.lm_head, in, cnt, logits);
   }
 }
 

@@ -174,8 +174,10 @@ class ModelRunner {
   // (rows with want_logits, as forward does). hidden_out (optional): [rows,
   // hidden], the MTP layer's own output after its shared-head norm -- what
   // a chained draft feeds back as `hidden` for the position after p_i.
+  // head_rows > 0: logits for the first head_rows token ids only (a draft
+  // vocabulary: rows of `logits` are head_rows long), else for every id.
   void forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts, float* logits,
-                   float* hidden_out = nullptr);
+                   float* hidden_out = nullptr, int64_t head_rows = 0);
 
   // A peer's side of experts over MPI: experts[i] of `layer` over its rows[i]
   // input rows (packed one expert after another in x, [sum rows, D]); the
@@ -217,7 +219,9 @@ class ModelRunner {
   bool start_peers(int64_t L, int64_t n, const float* x, const int32_t* idx);
   // Routes n rows through layer L's router: top-k experts and their weights.
   void route(int64_t L, int64_t n, const float* x, int32_t* idx, float* wts);
-  void head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out);
+  void head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out,
+            const Weight* w = nullptr);
+  Weight draft_head_;  // the lm_head's first rows: forward_mtp's head_rows
 
   const Model& m_;
   ExpertStore& store_;

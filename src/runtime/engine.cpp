@@ -53,11 +53,14 @@ void Engine::open() {
   startup_ = "strata: " + kernel_description(o.compute.path.value_or(best_kernel_path())) + "\n";
   if (model_->experts_on_disk) startup_ += "strata: " + store_->describe() + "\n";
   if (o.spec.mode != SpecMode::Off)
-    startup_ += fmt::format("strata: speculative decoding {}, up to {} drafts per step{}\n", spec_mode_name(o.spec.mode),
+    startup_ += fmt::format("strata: speculative decoding {}, up to {} drafts per step{}{}\n", spec_mode_name(o.spec.mode),
                             spec_->options().k,
                             spec_->uses_mtp()                  ? " (n-gram, forced, MTP)"
                             : o.spec.mode == SpecMode::Auto ? " (n-gram, forced; no MTP layer)"
-                                                              : "");
+                                                              : "",
+                            spec_->uses_mtp() && mtp_draft_vocab() < model_->config.vocab_size
+                                ? fmt::format(", MTP drafts among the first {} ids", mtp_draft_vocab())
+                                : std::string());
   if (o.verbose) std::fputs(startup_.c_str(), stderr);
 }
 
@@ -87,9 +90,15 @@ void Engine::forward(std::span<const Row> rows, float* logits, float* hidden, in
   }
 }
 
-void Engine::forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out) {
+int64_t Engine::mtp_draft_vocab() const {
+  const int64_t V = model_->config.vocab_size, d = o_.spec.draft_vocab;
+  return d > 0 && d < V ? d : V;
+}
+
+void Engine::forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out,
+                         bool draft) {
   const uint64_t t0 = now_ns();
-  runner_->forward_mtp(rows, hidden, o_.forward, logits, hidden_out);
+  runner_->forward_mtp(rows, hidden, o_.forward, logits, hidden_out, draft ? mtp_draft_vocab() : 0);
   spec_->record_mtp(static_cast<int64_t>(rows.size()), now_ns() - t0);
 }
 

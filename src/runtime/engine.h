@@ -65,7 +65,11 @@ class Engine {
   // time is counted as prefill when any prompt row is present (decode
   // forwards also feed the speculation controller's cost table).
   void forward(std::span<const Row> rows, float* logits, float* hidden = nullptr, int64_t prompt_rows = 0);
-  void forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out = nullptr);
+  // draft: logits for the first mtp_draft_vocab() ids only (rows of that length).
+  void forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out = nullptr,
+                   bool draft = false);
+  // The ids an MTP draft chooses among: SpecOptions::draft_vocab clamped (0: the vocabulary).
+  int64_t mtp_draft_vocab() const;
   // Whether the MTP layer is loaded (forward_mtp works).
   bool has_mtp() const;
   // The start-up lines (kernel path, expert cache, speculative decoding),

@@ -312,7 +312,7 @@ int64_t Sequence::add_mtp_rows(std::vector<Row>& rows, std::vector<float>& hidde
   return 1;
 }
 
-void Sequence::take_mtp(const float* logits, const float* hidden_out) {
+void Sequence::take_mtp(const float* logits, const float* hidden_out, int64_t n_logits) {
   if (mtp_rows_ == 0) return;
   const size_t D = static_cast<size_t>(hidden_size_);
   if (mtp_round_ == 0) mtp_synced_ = mtp_sync_to_;
@@ -321,7 +321,7 @@ void Sequence::take_mtp(const float* logits, const float* hidden_out) {
     std::copy(hidden_out + static_cast<size_t>(mtp_rows_ - 1) * D, hidden_out + static_cast<size_t>(mtp_rows_) * D,
               mtp_hidden_.begin());
   if (mtp_logits_ && logits) {
-    const int32_t d = argmax_row(logits, vocab_);
+    const int32_t d = argmax_row(logits, n_logits);
     if (mtp_depth_ > 0) {
       if (r != n_draft_ || !push_draft(d, DraftSource::Mtp)) mtp_rounds_ = mtp_round_;  // the chain ends here
     } else if (mtp_shadow_) {
@@ -529,7 +529,7 @@ std::string Sequence::end(StopReason r) {
 }
 
 void run_mtp_rounds(Engine& e, std::span<Sequence* const> seqs, MtpScratch& ws) {
-  const size_t V = static_cast<size_t>(e.config().vocab_size), D = static_cast<size_t>(e.config().hidden_size);
+  const size_t V = static_cast<size_t>(e.mtp_draft_vocab()), D = static_cast<size_t>(e.config().hidden_size);
   for (;;) {
     ws.rows.clear();
     ws.hidden.clear();
@@ -545,12 +545,12 @@ void run_mtp_rounds(Engine& e, std::span<Sequence* const> seqs, MtpScratch& ws) 
     if (ws.rows.empty()) return;
     if (ws.logits.size() < static_cast<size_t>(nlog) * V) ws.logits.resize(static_cast<size_t>(nlog) * V);
     if (ws.hidden_out.size() < ws.rows.size() * D) ws.hidden_out.resize(ws.rows.size() * D);
-    e.forward_mtp(ws.rows, ws.hidden.data(), nlog ? ws.logits.data() : nullptr, ws.hidden_out.data());
+    e.forward_mtp(ws.rows, ws.hidden.data(), nlog ? ws.logits.data() : nullptr, ws.hidden_out.data(), true);
     int64_t li = 0;
     for (const auto& [i, first] : ws.owners) {
       const float* lg = nullptr;
       if (seqs[i]->mtp_wants_logits()) lg = ws.logits.data() + static_cast<size_t>(li++) * V;
-      seqs[i]->take_mtp(lg, ws.hidden_out.data() + static_cast<size_t>(first) * D);
+      seqs[i]->take_mtp(lg, ws.hidden_out.data() + static_cast<size_t>(first) * D, static_cast<int64_t>(V));
     }
   }
 }

@@ -129,7 +129,7 @@ class Sequence {
   // hidden rows. Rounds repeat until no sequence adds rows.
   int64_t add_mtp_rows(std::vector<Row>& rows, std::vector<float>& hidden);
   bool mtp_wants_logits() const { return mtp_logits_; }
-  void take_mtp(const float* logits, const float* hidden_out);
+  void take_mtp(const float* logits, const float* hidden_out, int64_t n_logits);
 
   // The rows this sequence feeds next (see above); appends at most `budget`
   // prompt rows (drafts are not bounded by it). Returns how many rows were

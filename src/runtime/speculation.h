@@ -53,6 +53,11 @@ struct SpecOptions {
   int k = 4;          // most draft tokens per step, 1..kSpecMaxDraft
   int ngram_min = 2;  // shortest suffix looked up
   int ngram_max = 4;  // longest (the longest match wins)
+  // MTP drafts choose among the first draft_vocab token ids only (0: every
+  // id; clamped to the vocabulary): the MTP head's logits cost that many
+  // rows of the lm_head. A draft is a point mass whatever chose it, so the
+  // output is unchanged; only acceptance and the chain's cost move.
+  int64_t draft_vocab = 0;
   bool operator==(const SpecOptions&) const = default;
 };
 

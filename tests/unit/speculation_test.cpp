@@ -676,6 +676,60 @@ void expect_accepted_and_rejected(const char* what, const std::map<SpecMode, Tot
   EXPECT_GT(all.drafted, all.accepted) << what << ": no draft was rejected";
 }
 
+// --draft-vocab N: the MTP head's draft logits are the full head's first N,
+// bit for bit (the same kernel rows over a prefix view of the lm_head); MTP
+// drafts chosen among them leave greedy and seeded sampled output equal to
+// --spec off, on the bundled trained model and on a quantized container.
+TEST(Speculation, DraftVocabularyIsTheHeadsPrefixAndChangesNoOutput) {
+  auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = true}));
+  const ModelConfig& c = model->config;
+  const TextModel tm = open_text_model(kTiny, c, "raw", true);
+  const std::vector<int32_t> prompt = tm.tok.encode("The meaning of the word", true);
+  {  // The prefix, through Engine::forward_mtp.
+    EngineOptions o;
+    o.threads = 2;
+    o.verbose = false;
+    o.spec.mode = SpecMode::Mtp;
+    o.spec.draft_vocab = 1000;  // not a multiple of any kernel's row block
+    Engine e(model, o);
+    ASSERT_EQ(e.mtp_draft_vocab(), 1000);
+    const int64_t n = static_cast<int64_t>(prompt.size()), D = c.hidden_size, V = c.vocab_size;
+    Session s(c, 64, true);
+    std::vector<Row> rows;
+    for (int64_t p = 0; p < n; ++p) rows.push_back({&s, static_cast<int32_t>(p), prompt[static_cast<size_t>(p)], false});
+    std::vector<float> hidden(static_cast<size_t>(n * D));
+    e.forward(rows, nullptr, hidden.data());
+    rows.clear();
+    for (int64_t p = 0; p + 1 < n; ++p) rows.push_back({&s, static_cast<int32_t>(p), prompt[static_cast<size_t>(p + 1)], true});
+    std::vector<float> full(static_cast<size_t>((n - 1) * V)), part(static_cast<size_t>((n - 1) * 1000));
+    e.forward_mtp(rows, hidden.data(), full.data());
+    e.forward_mtp(rows, hidden.data(), part.data(), nullptr, true);
+    for (int64_t r = 0; r + 1 < n; ++r)
+      EXPECT_TRUE(std::equal(part.begin() + r * 1000, part.begin() + (r + 1) * 1000, full.begin() + r * V)) << "row " << r;
+  }
+  std::map<SpecMode, Totals> totals;
+  auto off = open_engine(model, SpecMode::Off);
+  for (int64_t dv : {int64_t{300}, int64_t{1024}})
+    for (SpecMode m : {SpecMode::Mtp, SpecMode::Auto}) {
+      EngineOptions o;
+      o.threads = 1;
+      o.verbose = false;
+      o.spec.mode = m;
+      o.spec.draft_vocab = dv;
+      Engine e(model, o);
+      for (const GenerationParams& p : {greedy(64), seeded(48, 7, 0.8)}) {
+        const Answer want = generate(*off, prompt, p, &tm.tok, tm.stop_ids);
+        const Answer got = generate(e, prompt, p, &tm.tok, tm.stop_ids);
+        EXPECT_EQ(got.tokens, want.tokens) << "--draft-vocab " << dv << " --spec " << spec_mode_name(m);
+        if (m == SpecMode::Mtp) totals[m].add(got);
+      }
+      if (m == SpecMode::Mtp) {
+        EXPECT_GT(e.stats().spec.source[static_cast<size_t>(DraftSource::Mtp)].drafted, 0u) << dv;
+      }
+    }
+  expect_accepted_and_rejected("draft vocab", totals);
+}
+
 // Seeded sampled output with every mode equals --spec off token for token
 // (the acceptance rule draws exactly what a plain step draws, with the same
 // random numbers), on the bundled trained model (text, several seeds and
