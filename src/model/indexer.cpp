@@ -17,6 +17,10 @@ namespace {
 constexpr float kIndexerNormEps = 1e-6f;
 // Keys per block of indexer scores (a block's per-head dots stay in L1/L2).
 constexpr int64_t kIndexKeyBlock = 256;
+// Rows of one sequence scored together against each key block (prefill,
+// speculative verification): each block of keys is read and transposed once
+// for all of them instead of once per row.
+constexpr int64_t kIndexGroupRows = 8;
 }  // namespace
 
 void select_top_keys(const float* scores, int64_t n, int64_t k, int32_t* order, std::vector<int32_t>& out) {
@@ -98,28 +102,68 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
       }
     }
   };
+  // Rows [r0, r0 + m) of one sequence, each needing scores: row r0 + i's
+  // scores of its keys [0, pos + 1) into s + i * stride. One gemm_f32_rows
+  // per key block over every row's heads (the same dot16 per query and key
+  // as score() computes, whatever the number of queries), then each row's
+  // weighted relu sum over its own keys in head order: the same floats.
+  const auto score_group = [&](int64_t r0, int64_t m, float* s, size_t stride, Workspace::Part& ps) {
+    const float* keys = rows[r0].seq->layer(L).index_key.data();
+    int64_t t1 = 0;
+    for (int64_t i = 0; i < m; ++i) t1 = std::max<int64_t>(t1, rows[r0 + i].pos + 1);
+    float* d = grow(ps.idot, static_cast<size_t>(kIndexGroupRows * Hi * kIndexKeyBlock));
+    for (int64_t b0 = 0; b0 < t1; b0 += kIndexKeyBlock) {
+      const int64_t nb = std::min(kIndexKeyBlock, t1 - b0);
+      compute_.kernels().gemm_f32_rows(FRows{keys + b0 * Di, nullptr, Di}, nb, Di, iq + r0 * Hi * Di, m * Hi, d, nb);
+      for (int64_t i = 0; i < m; ++i) {
+        const int64_t r = r0 + i, nr = std::min(nb, rows[r].pos + 1 - b0);
+        if (nr <= 0) continue;
+        float* sb = s + static_cast<size_t>(i) * stride + b0;
+        for (int64_t j = 0; j < nr; ++j) sb[j] = 0.0f;
+        for (int64_t h = 0; h < Hi; ++h) {
+          const float wh = iwt[r * Hi + h];
+          const float* dh = d + (i * Hi + h) * nb;
+          for (int64_t j = 0; j < nr; ++j) sb[j] += wh * std::max(dh[j] * qscale, 0.0f);
+        }
+      }
+    }
+  };
   // Whether row r keeps every causal key (no scores needed).
   const auto keeps_all = [&](int64_t r) { return opts.dense_attention || rows[r].pos + 1 <= c.index_topk; };
   // Every part's block of dots, whichever path this step takes: sized at the
   // first forward, so no later one allocates.
-  for (auto& ps : ws_.parts) grow(ps.idot, static_cast<size_t>(Hi * kIndexKeyBlock));
-  // Prefill (several rows): one task per row. Decode (fewer rows than pool
-  // parts): a row's keys split over the pool, its buffers part 0's. The same
-  // floats either way.
+  for (auto& ps : ws_.parts) grow(ps.idot, static_cast<size_t>(kIndexGroupRows * Hi * kIndexKeyBlock));
+  // Prefill and verification (several rows): the rows split over the pool,
+  // consecutive rows of one sequence scored in groups (score_group). Decode
+  // (fewer rows than pool parts): a row's keys split over the pool, its
+  // buffers part 0's. The same floats either way.
   if (n >= static_cast<int64_t>(pool_.size())) {
     pool_.parallel_parts(n, [&](int part, int64_t b, int64_t e) {
       Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
-      for (int64_t r = b; r < e; ++r) {
-        const int64_t nkeys = rows[r].pos + 1;
-        const size_t cap = static_cast<size_t>(rows[r].seq->capacity());
-        // Capacity-long from the first row on, so the step whose context first
-        // passes index_topk allocates nothing either.
-        float* s = opts.dense_attention ? nullptr : grow_keys(ps.iscore, static_cast<size_t>(nkeys), cap);
-        int32_t* ord = opts.dense_attention ? nullptr : grow_keys(ps.order, static_cast<size_t>(nkeys), cap);
+      for (int64_t r = b; r < e;) {
+        int64_t m = 1;
+        if (!keeps_all(r))
+          while (m < kIndexGroupRows && r + m < e && rows[r + m].seq == rows[r].seq && !keeps_all(r + m)) ++m;
+        size_t most = 0;
+        for (int64_t i = 0; i < m; ++i) most = std::max(most, static_cast<size_t>(rows[r + i].pos + 1));
+        // Capacity-long (a group's worth) from the first row on, so the step
+        // whose context first passes index_topk allocates nothing either.
+        const size_t stride = std::max(most, static_cast<size_t>(rows[r].seq->capacity()));
+        float* s = opts.dense_attention ? nullptr : grow(ps.iscore, stride * kIndexGroupRows);
+        int32_t* ord = opts.dense_attention ? nullptr : grow(ps.order, stride);
         ws_.select_all[static_cast<size_t>(r)] = keeps_all(r) ? 1 : 0;
-        if (keeps_all(r)) continue;
-        score(r, 0, nkeys, s, ps);
-        select_top_keys(s, nkeys, c.index_topk, ord, ws_.selection[static_cast<size_t>(r)]);
+        if (keeps_all(r)) {
+          ++r;
+          continue;
+        }
+        score_group(r, m, s, stride, ps);
+        for (int64_t i = 0; i < m; ++i) {
+          ws_.select_all[static_cast<size_t>(r + i)] = 0;
+          const int64_t nkeys = rows[r + i].pos + 1;
+          select_top_keys(s + static_cast<size_t>(i) * stride, nkeys, c.index_topk, ord,
+                          ws_.selection[static_cast<size_t>(r + i)]);
+        }
+        r += m;
       }
     });
     return;
