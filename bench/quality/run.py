@@ -26,6 +26,11 @@ VARIANTS = [
     ("int4 gs128 experts", "--experts int4 --group-size 128"),
     ("int4 gs32 everywhere", "--experts int4 --group-size 32 --attn-bits 4 --o-bits 4 --kvb-bits 4 "
                              "--shared-bits 4 --dense-mlp-bits 4"),
+    ("int4 gs32 experts, bf16 scales", "--experts int4 --group-size 32 --scales bf16"),
+    ("int4 gs32 everywhere, bf16 scales", "--experts int4 --group-size 32 --attn-bits 4 --o-bits 4 --kvb-bits 4 "
+                                          "--shared-bits 4 --dense-mlp-bits 4 --scales bf16"),
+    ("int8 gs32 (all int8), bf16 scales", "--experts int8 --group-size 32 --scales bf16"),
+    ("int8 gs32 (all int8)", "--experts int8 --group-size 32"),
 ]
 
 

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/numeric.h"
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
@@ -33,7 +35,8 @@ const bool kHaveAvx512 = __builtin_cpu_supports("avx512f") && __builtin_cpu_supp
 
 }  // namespace
 
-void quantize_row(QuantBits b, int64_t group, const float* w, int64_t cols, uint8_t* q, float* scales) {
+void quantize_row(QuantBits b, int64_t group, const float* w, int64_t cols, uint8_t* q, float* scales,
+                  bool bf16_scales) {
   const int64_t g = group > 0 ? group : cols;
   const int qm = qmax(b);
   if (b == QuantBits::Int4) std::fill(q, q + quant_row_bytes(b, cols), uint8_t{0});
@@ -41,7 +44,8 @@ void quantize_row(QuantBits b, int64_t group, const float* w, int64_t cols, uint
     const int64_t c1 = std::min(cols, c0 + g);
     float amax = 0.0f;
     for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(w[c]));
-    const float s = amax / static_cast<float>(qm);
+    float s = amax / static_cast<float>(qm);
+    if (bf16_scales) s = bf16_to_f32(f32_to_bf16(s));
     scales[gi] = s;
     const float inv = s > 0.0f ? 1.0f / s : 0.0f;
     for (int64_t c = c0; c < c1; ++c) {

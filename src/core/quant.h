@@ -18,7 +18,16 @@ inline int qmax(QuantBits b) { return b == QuantBits::Int8 ? 127 : 7; }
 
 // Quantizes one row of `cols` floats: writes quant_row_bytes() bytes to q and
 // quant_groups() scales.
-void quantize_row(QuantBits b, int64_t group, const float* w, int64_t cols, uint8_t* q, float* scales);
+//
+// bf16_scales: each scale is first rounded to bf16 (s' = bf16(amax / qmax),
+// to nearest even) and the row quantized with s', so the scales can be stored
+// in 2 bytes and still dequantize to exactly q * s'. The bound stays
+// |w - w'| <= s' / 2: bf16 keeps 8 significant bits, so |s' - s| <= 2^-8 s
+// and |w / s'| <= qmax * 256 / 255 < qmax + 1/2 (127.498 for int8): no value
+// is clamped. (A scale below bf16's smallest subnormal, amax < 2^-133 * qmax,
+// becomes 0 and its group 0: an error of at most that amax.)
+void quantize_row(QuantBits b, int64_t group, const float* w, int64_t cols, uint8_t* q, float* scales,
+                  bool bf16_scales = false);
 // The scalar reference: row back to f32.
 void dequantize_row(QuantBits b, int64_t group, const uint8_t* q, const float* scales, int64_t cols, float* out);
 

@@ -1,6 +1,7 @@
 #include "core/weight.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/numeric.h"
 #include "core/quant.h"
@@ -43,10 +44,22 @@ void Weight::row_f32(int64_t r, float* out) const {
     case WeightFormat::INT8:
     case WeightFormat::INT4: {
       const QuantBits b = format == WeightFormat::INT8 ? QuantBits::Int8 : QuantBits::Int4;
-      dequantize_row(b, group, base + r * quant_row_bytes(b, cols), s() + r * quant_groups(cols, group), cols, out);
+      const int64_t ng = quant_groups(cols, group);
+      if (!scales_bf16) {
+        dequantize_row(b, group, base + r * quant_row_bytes(b, cols), s() + r * ng, cols, out);
+        break;
+      }
+      std::vector<float> sf(static_cast<size_t>(ng));
+      for (int64_t g = 0; g < ng; ++g) sf[static_cast<size_t>(g)] = bf16_to_f32(s16()[r * ng + g]);
+      dequantize_row(b, group, base + r * quant_row_bytes(b, cols), sf.data(), cols, out);
       break;
     }
   }
+}
+
+float Weight::scale_at(int64_t r, int64_t g) const {
+  const int64_t i = r * quant_groups(cols, group) + g;
+  return scales_bf16 ? bf16_to_f32(s16()[i]) : s()[i];
 }
 
 Weight Weight::row_prefix(int64_t n) const {
@@ -60,7 +73,11 @@ Weight Weight::row_prefix(int64_t n) const {
   v.block_cols = block_cols;
   v.group = group;
   v.view_data = q();
-  v.view_scales = s();
+  v.scales_bf16 = scales_bf16;
+  if (scales_bf16)
+    v.view_scales16 = s16();
+  else
+    v.view_scales = s();
   const size_t un = static_cast<size_t>(n), uc = static_cast<size_t>(cols);
   switch (format) {
     case WeightFormat::F32: v.view_bytes = un * uc * sizeof(float); break;
@@ -75,7 +92,8 @@ Weight Weight::row_prefix(int64_t n) const {
     case WeightFormat::INT8:
     case WeightFormat::INT4: {
       const QuantBits b = format == WeightFormat::INT8 ? QuantBits::Int8 : QuantBits::Int4;
-      v.view_bytes = un * quant_row_bytes(b, cols) + un * static_cast<size_t>(quant_groups(cols, group)) * sizeof(float);
+      v.view_bytes = un * quant_row_bytes(b, cols) +
+                     un * static_cast<size_t>(quant_groups(cols, group)) * (scales_bf16 ? sizeof(uint16_t) : sizeof(float));
       break;
     }
   }

@@ -49,6 +49,7 @@ Json tensor_to_json(const TensorRecord& t, bool with_file) {
   j["format"] = format_tag(t.format);
   j["shape"] = t.shape;
   if (t.format == WeightFormat::INT8 || t.format == WeightFormat::INT4) j["group"] = t.group;
+  if (t.scales_bf16) j["scales"] = "bf16";
   if (t.format == WeightFormat::FP8_BLOCK) j["block"] = {t.block_rows, t.block_cols};
   if (with_file) j["file"] = t.file;
   j["offset"] = t.offset;
@@ -85,6 +86,13 @@ TensorRecord tensor_from_json(const Json& j, bool with_file, const std::string& 
     const uint64_t g = u64(j, "group", where);
     if (g > static_cast<uint64_t>(t.shape.back())) fail("{}: group {} exceeds the row length", where, g);
     t.group = static_cast<int64_t>(g);
+    if (j.contains("scales")) {
+      const std::string sf = str(j, "scales", where);
+      if (sf != "f32" && sf != "bf16") fail("{}: field \"scales\" must be \"f32\" or \"bf16\", got \"{}\"", where, sf);
+      t.scales_bf16 = sf == "bf16";
+    }
+  } else if (j.contains("scales")) {
+    fail("{}: field \"scales\" is only for int8/int4 tensors", where);
   }
   if (t.format == WeightFormat::FP8_BLOCK) {
     auto b = j.find("block");
@@ -109,7 +117,7 @@ TensorRecord tensor_from_json(const Json& j, bool with_file, const std::string& 
   const int64_t cols = t.shape.back();
   std::pair<uint64_t, uint64_t> need;
   try {
-    need = tensor_bytes(t.format, rows, cols, t.group, t.block_rows, t.block_cols);
+    need = tensor_bytes(t.format, rows, cols, t.group, t.block_rows, t.block_cols, t.scales_bf16 ? 2 : 4);
   } catch (const Error& e) {
     fail("{}: field \"shape\": {}", where, e.what());
   }
@@ -126,7 +134,7 @@ TensorRecord tensor_from_json(const Json& j, bool with_file, const std::string& 
 }  // namespace
 
 std::pair<uint64_t, uint64_t> tensor_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t group,
-                                           int64_t block_rows, int64_t block_cols) {
+                                           int64_t block_rows, int64_t block_cols, int scale_bytes) {
   if (rows < 0 || cols < 0) fail("tensor of {}x{} elements: negative dimension", rows, cols);
   // Shapes come from files: a product that wraps would pass every later size check.
   auto mul = [&](uint64_t a, uint64_t b) {
@@ -149,7 +157,7 @@ std::pair<uint64_t, uint64_t> tensor_bytes(WeightFormat f, int64_t rows, int64_t
     case WeightFormat::INT4: {
       const QuantBits b = f == WeightFormat::INT8 ? QuantBits::Int8 : QuantBits::Int4;
       return {mul(r, static_cast<uint64_t>(quant_row_bytes(b, cols))),
-              mul(mul(r, static_cast<uint64_t>(quant_groups(cols, group))), 4)};
+              mul(mul(r, static_cast<uint64_t>(quant_groups(cols, group))), static_cast<uint64_t>(scale_bytes))};
     }
   }
   return {0, 0};
@@ -283,7 +291,11 @@ Weight weight_view(const TensorRecord& t, const uint8_t* base, const std::string
   w.block_rows = t.block_rows;
   w.block_cols = t.block_cols;
   w.view_data = base + t.offset;
-  w.view_scales = t.scales_bytes ? reinterpret_cast<const float*>(base + t.scales_offset) : nullptr;
+  w.scales_bf16 = t.scales_bf16;
+  if (t.scales_bf16)
+    w.view_scales16 = reinterpret_cast<const uint16_t*>(base + t.scales_offset);
+  else
+    w.view_scales = t.scales_bytes ? reinterpret_cast<const float*>(base + t.scales_offset) : nullptr;
   w.view_bytes = t.bytes + t.scales_bytes;
   return w;
 }

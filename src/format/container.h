@@ -33,6 +33,7 @@ constexpr uint64_t kExpertAlign = 4096;
 struct TensorRecord {
   WeightFormat format = WeightFormat::F32;
   int64_t group = 0;        // int8/int4: 0 = per row, else columns per scale
+  bool scales_bf16 = false; // int8/int4: scales stored as bf16 ("scales": "bf16"), else f32
   int64_t block_rows = 0;   // fp8-block
   int64_t block_cols = 0;
   std::vector<int64_t> shape;  // [rows, cols] for matrices, [n] for vectors (f32 only)
@@ -68,9 +69,10 @@ struct Manifest {
   std::vector<ExpertLayerRecord> expert_layers;
 };
 
-// Bytes a tensor of this format and shape needs: {data, scales}.
+// Bytes a tensor of this format and shape needs: {data, scales}; scale_bytes
+// is the size of one int8/int4 group scale (4: f32, 2: bf16).
 std::pair<uint64_t, uint64_t> tensor_bytes(WeightFormat f, int64_t rows, int64_t cols, int64_t group,
-                                           int64_t block_rows, int64_t block_cols);
+                                           int64_t block_rows, int64_t block_cols, int scale_bytes = 4);
 
 Json manifest_to_json(const Manifest& m);
 // Validates every field (formats known, sizes consistent with shapes, spans

@@ -98,12 +98,12 @@ int64_t row_groups(const TensorRecord& r) { return is_int(r.format) ? quant_grou
 // `data`, its scales at `scales`. Rows are independent, so the bytes do not
 // depend on the thread count. Returns the first row holding a non-finite
 // value, or -1.
-int64_t encode_rows(const Weight& src, const TensorRecord& rec, int64_t r0, int64_t r1, uint8_t* data, float* scales,
-                    ThreadPool& pool) {
+int64_t encode_rows(const Weight& src, const TensorRecord& rec, int64_t r0, int64_t r1, uint8_t* data,
+                    uint8_t* scales, ThreadPool& pool) {
   const int64_t cols = src.cols, rb = row_bytes(rec), ng = row_groups(rec);
   std::atomic<int64_t> bad{INT64_MAX};
   pool.parallel_for(r1 - r0, [&](int64_t b, int64_t e) {
-    std::vector<float> row(static_cast<size_t>(cols));
+    std::vector<float> row(static_cast<size_t>(cols)), rs(static_cast<size_t>(ng));
     for (int64_t i = b; i < e; ++i) {
       const int64_t r = r0 + i;
       src.row_f32(r, row.data());
@@ -127,7 +127,15 @@ int64_t encode_rows(const Weight& src, const TensorRecord& rec, int64_t r0, int6
         case WeightFormat::INT8:
         case WeightFormat::INT4:
           quantize_row(rec.format == WeightFormat::INT8 ? QuantBits::Int8 : QuantBits::Int4, rec.group, row.data(),
-                       cols, d, scales + i * ng);
+                       cols, d, rs.data(), rec.scales_bf16);
+          if (rec.scales_bf16) {
+            for (int64_t g = 0; g < ng; ++g) {
+              const uint16_t h = f32_to_bf16(rs[static_cast<size_t>(g)]);  // exact: rs holds bf16 values
+              std::memcpy(scales + (i * ng + g) * 2, &h, 2);
+            }
+          } else {
+            std::memcpy(scales + i * ng * 4, rs.data(), static_cast<size_t>(ng) * 4);
+          }
           break;
         case WeightFormat::FP8_BLOCK: break;
       }
@@ -157,7 +165,7 @@ struct Converter {
   std::map<std::string, uint64_t> write_dense(AtomicFileWriter& w) {
     std::map<std::string, uint64_t> sums;
     std::vector<uint8_t> buf;
-    std::vector<float> scales;
+    std::vector<uint8_t> scales;
     for (const DenseItem& it : plan.dense) {
       const TensorRecord& rec = it.rec;
       w.zeros(rec.offset - w.pos());
@@ -171,12 +179,13 @@ struct Converter {
       } else {
         const Weight src = load(it.name, it.rows, it.cols);
         const int64_t rb = row_bytes(rec), ng = row_groups(rec);
-        scales.assign(static_cast<size_t>(it.rows * ng), 0.0f);
+        scales.assign(static_cast<size_t>(rec.scales_bytes), uint8_t{0});
         const int64_t chunk = std::clamp<int64_t>(static_cast<int64_t>(kEncodeChunk) / rb, 1, it.rows);
         buf.resize(static_cast<size_t>(chunk * rb));
         for (int64_t r0 = 0; r0 < it.rows; r0 += chunk) {
           const int64_t r1 = std::min(it.rows, r0 + chunk);
-          const int64_t bad = encode_rows(src, rec, r0, r1, buf.data(), ng ? scales.data() + r0 * ng : nullptr, pool);
+          const int64_t bad = encode_rows(src, rec, r0, r1, buf.data(),
+                                          ng ? scales.data() + r0 * ng * (rec.scales_bf16 ? 2 : 4) : nullptr, pool);
           if (bad >= 0) fail_non_finite(ck, it.name, bad);
           const size_t n = static_cast<size_t>((r1 - r0) * rb);
           w.write(buf.data(), n);
@@ -184,8 +193,8 @@ struct Converter {
         }
         if (ng) {
           w.zeros(rec.scales_offset - w.pos());
-          w.write(scales.data(), scales.size() * 4);
-          th.update(scales.data(), scales.size() * 4);
+          w.write(scales.data(), scales.size());
+          th.update(scales.data(), scales.size());
         }
       }
       sums[it.name] = th.digest();
@@ -207,7 +216,7 @@ struct Converter {
                                std::pair{".down_proj.weight", &r.down}}) {
         const std::string name = p + part;
         const Weight src = load(name, rec->shape[0], rec->shape[1]);
-        float* scales = reinterpret_cast<float*>(blob.data() + rec->scales_offset);
+        uint8_t* scales = blob.data() + rec->scales_offset;
         const int64_t bad = encode_rows(src, *rec, 0, src.rows, blob.data() + rec->offset, scales, pool);
         if (bad >= 0) fail_non_finite(ck, name, bad);
       }
@@ -249,7 +258,7 @@ bool dir_empty(const std::string& d) {
 // ---------------------------------------------------------------------------
 
 Json ConvertOptions::to_json() const {
-  return Json{{"experts", expert_bits == 8 ? "int8" : "int4"},
+  Json j{{"experts", expert_bits == 8 ? "int8" : "int4"},
               {"group-size", group_size},
               {"attn-bits", attn_bits},
               {"o-bits", o_bits},
@@ -259,6 +268,9 @@ Json ConvertOptions::to_json() const {
               {"mtp-bits", mtp_bits},
               {"embed-bits", embed_bits},
               {"head-bits", head_bits}};
+  // Written only when not the default, so f32-scale manifests stay as before.
+  if (scales != "f32") j["scales"] = scales;
+  return j;
 }
 
 void ConvertOptions::validate() const {
@@ -272,6 +284,7 @@ void ConvertOptions::validate() const {
                          std::pair{"--dense-mlp-bits", dense_mlp_bits}, std::pair{"--mtp-bits", mtp_bits},
                          std::pair{"--head-bits", head_bits}})
     if (v != 4 && v != 8 && v != 16) fail("{} must be 4 (int4), 8 (int8) or 16 (bf16), got {}", flag, v);
+  if (scales != "f32" && scales != "bf16") fail("--scales must be f32 or bf16, got {}", scales);
   if (embed_bits != 8 && embed_bits != 16) fail("--embed-bits must be 8 (int8) or 16 (bf16), got {}", embed_bits);
   if (threads < 0 || threads > 1024) fail("--threads must be in [0, 1024], got {}", threads);
   if (force && resume) fail("--force and --resume exclude each other");

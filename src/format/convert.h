@@ -51,6 +51,7 @@ struct ConvertOptions {
   int mtp_bits = 8;         // every matrix of the MTP layer(s), routed experts included
   int embed_bits = 16;      // embed_tokens: 8 | 16
   int head_bits = 8;        // lm_head: 4 | 8 | 16
+  std::string scales = "f32";  // group scales of the int8/int4 tensors: f32 | bf16 (2 bytes, docs/format.md)
   int threads = 0;          // 0 = all cores (output does not depend on it)
   bool force = false;       // overwrite a complete container / restart an unfinished one
   bool resume = false;      // continue an unfinished conversion into out_dir

@@ -27,14 +27,15 @@ WeightFormat format_of_bits(int bits) {
 }
 
 // A matrix record without its place: format, effective group, shape, sizes.
-TensorRecord matrix_record(WeightFormat f, int64_t rows, int64_t cols, int64_t group_size) {
+TensorRecord matrix_record(WeightFormat f, int64_t rows, int64_t cols, int64_t group_size, bool scales_bf16) {
   TensorRecord r;
   r.format = f;
   // A group as wide as the row (or wider) is one scale per row: written as
   // group 0, the per-row form every kernel supports.
   r.group = is_int(f) && group_size > 0 && group_size < cols ? group_size : 0;
   r.shape = {rows, cols};
-  std::tie(r.bytes, r.scales_bytes) = tensor_bytes(f, rows, cols, r.group, 0, 0);
+  r.scales_bf16 = is_int(f) && scales_bf16;
+  std::tie(r.bytes, r.scales_bytes) = tensor_bytes(f, rows, cols, r.group, 0, 0, r.scales_bf16 ? 2 : 4);
   return r;
 }
 
@@ -66,7 +67,8 @@ class Planner {
  public:
   // `ck` null: sizes from config.json alone (make_plan_from_config), no
   // source tensor is checked or counted.
-  Planner(const Checkpoint* ck, const ModelConfig& c) : ck_(ck), c_(c) {}
+  Planner(const Checkpoint* ck, const ModelConfig& c, bool scales_bf16)
+      : ck_(ck), c_(c), scales_bf16_(scales_bf16) {}
 
   // Checks a source tensor's presence, shape and dtype; returns its bytes
   // (with the FP8 scale tensor) and marks both as used.
@@ -105,7 +107,7 @@ class Planner {
     it.rows = rows;
     it.cols = cols;
     it.src_bytes = source(name, {rows, cols}, true);
-    it.rec = matrix_record(f, rows, cols, group);
+    it.rec = matrix_record(f, rows, cols, group, scales_bf16_);
     it.rec.file = kDenseFile;
     place(it.rec, cursor_);
     dense.push_back(std::move(it));
@@ -132,9 +134,9 @@ class Planner {
     r.file = fmt::format("experts-{:03}.bin", layer);
     r.count = c_.n_routed_experts;
     const int64_t I = c_.moe_intermediate_size, D = c_.hidden_size;
-    r.gate = matrix_record(f, I, D, group);
-    r.up = matrix_record(f, I, D, group);
-    r.down = matrix_record(f, D, I, group);
+    r.gate = matrix_record(f, I, D, group, scales_bf16_);
+    r.up = matrix_record(f, I, D, group, scales_bf16_);
+    r.down = matrix_record(f, D, I, group, scales_bf16_);
     uint64_t cur = 0;
     place(r.gate, cur);
     place(r.up, cur);
@@ -159,6 +161,7 @@ class Planner {
  private:
   const Checkpoint* ck_;
   const ModelConfig& c_;
+  bool scales_bf16_ = false;
   uint64_t cursor_ = 0;
   std::set<std::string> used_;
 };
@@ -206,7 +209,7 @@ Plan layout(const Checkpoint* ckp, const ConvertOptions& o) {
          "(model.layers.{}.eh_proj.weight)",
          o.in_dir, c.num_nextn_predict_layers, nh);
 
-  Planner P(ckp, c);
+  Planner P(ckp, c, o.scales == "bf16");
   const int64_t g = o.group_size, D = c.hidden_size, H = c.num_attention_heads;
   P.matrix("model.embed_tokens.weight", c.vocab_size, D, format_of_bits(o.embed_bits), g);
   for (int64_t L = 0; L < c.num_weight_layers(); ++L) {

@@ -58,7 +58,8 @@ inline void gemm_tiles(int64_t nout, int64_t nrows, int64_t rb, const Tile& tile
 
 // The weight scale of each of a superblock's 16 blocks, b0 .. b0 + 15 (0
 // past the row's nb blocks); m = group / 32, 0 for one scale per row.
-inline void block_scales(const float* ws, int64_t b0, int64_t nb, int64_t m, float* wsb) {
+template <class Scales>  // const float* or ScaleRow
+inline void block_scales(const Scales& ws, int64_t b0, int64_t nb, int64_t m, float* wsb) {
   if (m == 0) {
     for (int j = 0; j < 16; ++j) wsb[j] = j < nb ? ws[0] : 0.0f;
   } else {  // block b0 + j has weight scale (b0 + j) / m

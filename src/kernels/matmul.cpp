@@ -91,7 +91,10 @@ void plan_int(const Compute& c, const Weight& W, const float* x, int64_t nrows, 
 void run_int_rows(const IntMatmul& p, int64_t o0, int64_t o1) {
   QWeight part = p.w;
   part.q += o0 * p.w.row_bytes;
-  part.s += o0 * p.w.ngroups;
+  if (part.sb)
+    part.sb += o0 * p.w.ngroups;
+  else
+    part.s += o0 * p.w.ngroups;
   part.rows = o1 - o0;
   p.gemm(part, p.a, p.y + o0, p.w.rows);
 }
@@ -172,7 +175,10 @@ QWeight qweight_rows(const Weight& W, int64_t r0, int64_t n) {
   qw.group = W.group;
   qw.ngroups = quant_groups(W.cols, W.group);
   qw.q = W.q() + r0 * qw.row_bytes;
-  qw.s = W.s() + r0 * qw.ngroups;
+  if (W.scales_bf16)
+    qw.sb = W.s16() + r0 * qw.ngroups;
+  else
+    qw.s = W.s() + r0 * qw.ngroups;
   qw.rows = n;
   return qw;
 }

@@ -68,7 +68,7 @@ void deq_axpy_tile(const QWeight& w, const float* a, int64_t lda, int64_t r0, in
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
   for (int64_t o = 0; o < w.rows; ++o) {
     const uint8_t* wrow = w.q + o * w.row_bytes;
-    const float* ws = w.s + o * w.ngroups;
+    const ScaleRow ws = scale_row(w, o);
     __m512 wv[NV];
     for (int v = 0; v < NV; ++v) wv[v] = deq16<BITS, FULL>(wrow, c0 + 16 * v, m[v], _mm512_set1_ps(ws[gi[v]]));
     for (int r = 0; r < NR; ++r) {
@@ -105,8 +105,8 @@ void deq_gemm_tile(const QWeight& w, int64_t o0, const float* x, float* y, int64
   for (int o = 0; o < NW; ++o)
     for (int r = 0; r < NR; ++r) acc[o][r] = _mm512_setzero_ps();
   const uint8_t* wr[NW];
-  const float* ws[NW];
-  for (int o = 0; o < NW; ++o) wr[o] = w.q + (o0 + o) * w.row_bytes, ws[o] = w.s + (o0 + o) * w.ngroups;
+  ScaleRow ws[NW];
+  for (int o = 0; o < NW; ++o) wr[o] = w.q + (o0 + o) * w.row_bytes, ws[o] = scale_row(w, o0 + o);
   int64_t i = 0, gi = 0, k = 0;  // k: columns of group gi before i
   const auto next_group = [&] {
     k += 16;

@@ -17,6 +17,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/numeric.h"
 #include "kernels/cpu_features.h"
 
 namespace strata {
@@ -62,12 +63,26 @@ QActs quantize_acts(const float* x, int64_t nrows, int64_t cols, ActLayout layou
 struct QWeight {
   const uint8_t* q = nullptr;  // row-major, row_bytes per row (int4: even column in the low nibble)
   const float* s = nullptr;    // [rows, ngroups]
+  const uint16_t* sb = nullptr;  // or, when set, the same scales as bf16 (s unused)
   int64_t rows = 0, cols = 0;
   int64_t row_bytes = 0;
   int64_t group = 0;  // 0: one scale per row; else a multiple of 32
   int64_t ngroups = 1;
   int bits = 8;  // 8 or 4
 };
+
+// One weight row's group scales as f32 whichever way they are stored: the
+// bf16 ones widened exactly (bf16_to_f32), so both storages give the same
+// floats on every path.
+struct ScaleRow {
+  const float* f = nullptr;
+  const uint16_t* h = nullptr;
+  float operator[](int64_t g) const { return h ? bf16_to_f32(h[g]) : f[g]; }
+  const void* addr(int64_t g) const { return h ? static_cast<const void*>(h + g) : static_cast<const void*>(f + g); }
+};
+inline ScaleRow scale_row(const QWeight& w, int64_t o) {
+  return w.sb ? ScaleRow{nullptr, w.sb + o * w.ngroups} : ScaleRow{w.s + o * w.ngroups, nullptr};
+}
 
 // ---- Integer weight rows against f32 activations, dequantized in registers ----
 // For the absorbed MLA attention's kv_b (W_UK, W_UV): the products of the

@@ -153,7 +153,7 @@ inline __m128i sum_blocks8(__m256i p0, __m256i p1, __m256i p2, __m256i p3) {
 template <int BITS, int NR>
 void qgemm_tile(const QWeight& w, int64_t o, const QActs& a, int64_t r0, float* y, int64_t ldy) {
   const uint8_t* wrow = w.q + o * w.row_bytes;
-  const float* ws = w.s + o * w.ngroups;
+  const ScaleRow ws = scale_row(w, o);
   const int64_t nsuper = a.bstride / 16, m = w.group / kQBlock;
   constexpr int64_t SB = kQSuper * BITS / 8;  // weight bytes per superblock
   const __m256i ones = _mm256_set1_epi16(1), m4 = _mm256_set1_epi8(0x0f), x8 = _mm256_set1_epi8(0x08);

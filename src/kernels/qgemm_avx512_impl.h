@@ -315,12 +315,19 @@ inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i s) {
 struct WScales {
   int64_t m = 0;  // weight group / 32; 0 = one scale per row
   __m512i idx;
-  __m512 get(const float* ws, int64_t ngroups, int64_t b0, int64_t nb) const {
+  __m512 get(const ScaleRow& ws, int64_t ngroups, int64_t b0, int64_t nb) const {
     if (m == 0) return _mm512_set1_ps(ws[0]);
     if (m % 16 == 0) return _mm512_set1_ps(ws[b0 / m]);
     if (16 % m == 0) {
       const int64_t g0 = b0 / m, cnt = ngroups - g0 < 16 / m ? ngroups - g0 : 16 / m;
-      return _mm512_maskz_permutexvar_ps(lanes16(nb), idx, _mm512_maskz_loadu_ps(lanes16(cnt), ws + g0));
+      // bf16 scales: widened exactly (the 16 bits above 16 zero bits).
+      const __m512 v =
+          ws.h ? _mm512_castsi512_ps(_mm512_slli_epi32(
+                     _mm512_cvtepu16_epi32(_mm512_castsi512_si256(_mm512_maskz_loadu_epi16(
+                         static_cast<__mmask32>(lanes16(cnt)), ws.h + g0))),
+                     16))
+               : _mm512_maskz_loadu_ps(lanes16(cnt), ws.f + g0);
+      return _mm512_maskz_permutexvar_ps(lanes16(nb), idx, v);
     }
     alignas(64) float t[16];
     for (int j = 0; j < 16; ++j) t[j] = j < nb ? ws[(b0 + j) / m] : 0.0f;
@@ -352,7 +359,7 @@ constexpr int64_t kPrefetchBytes = 2048;
 template <int BITS, int NR>
 void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a, int64_t r0, float* y, int64_t ldy) {
   const uint8_t* wrow = w.q + o * w.row_bytes;
-  const float* ws = w.s + o * w.ngroups;
+  const ScaleRow ws = scale_row(w, o);
   const int64_t nsuper = a.bstride / 16;
   constexpr int NV = BITS == 4 ? 4 : 8;  // weight vectors per superblock
   const __m512i m4 = _mm512_set1_epi8(0x0f), x8 = _mm512_set1_epi8(0x08);
@@ -370,7 +377,7 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
     if constexpr (BITS == 4) {
       const char* pf = reinterpret_cast<const char*>(wrow + off + kPrefetchBytes);
       for (int k = 0; k < NV; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
-      if (pf_groups > 0) _mm_prefetch(reinterpret_cast<const char*>(ws + b0 / gm + pf_groups), _MM_HINT_T0);
+      if (pf_groups > 0) _mm_prefetch(static_cast<const char*>(ws.addr(b0 / gm + pf_groups)), _MM_HINT_T0);
     }
     const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
     const bool full = off + 64 * NV <= w.row_bytes;
@@ -559,7 +566,7 @@ template <int NR>
 void qgemm8_dword_tile(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int64_t o, const QActs& a,
                        int64_t r0, float* y, int64_t ldy) {
   const uint8_t* wrow = w.q + o * w.row_bytes;
-  const float* ws = w.s + o * w.ngroups;
+  const ScaleRow ws = scale_row(w, o);
   const int64_t nsuper = a.bstride / 16;
   const __m512i ones = _mm512_set1_epi8(1);
   const int64_t gm = w.group / kQBlock, pf_groups = gm > 0 ? kPrefetchBytes / w.group : 0;  // as qgemm_tile
@@ -572,7 +579,7 @@ void qgemm8_dword_tile(const QWeight& w, const WScales& wsc, const DwordTranspos
     {
       const char* pf = reinterpret_cast<const char*>(wrow + off + kPrefetchBytes);
       for (int k = 0; k < 8; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
-      if (pf_groups > 0) _mm_prefetch(reinterpret_cast<const char*>(ws + b0 / gm + pf_groups), _MM_HINT_T0);
+      if (pf_groups > 0) _mm_prefetch(static_cast<const char*>(ws.addr(b0 / gm + pf_groups)), _MM_HINT_T0);
     }
     const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
     const bool full = off + kQSuper <= w.row_bytes;
@@ -678,7 +685,7 @@ void pack_q(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int6
       __m512i* p = pk + (j * NW + i) * kPackVecs;
       for (int k = 0; k < 8; ++k) _mm512_store_si512(p + k, t[k]);
       _mm512_store_si512(p + 8, _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(wsum, 7)));
-      _mm512_store_si512(p + 9, _mm512_castps_si512(wsc.get(w.s + (o + i) * w.ngroups, w.ngroups, b0, nb)));
+      _mm512_store_si512(p + 9, _mm512_castps_si512(wsc.get(scale_row(w, o + i), w.ngroups, b0, nb)));
     }
   }
 }

@@ -191,7 +191,7 @@ template <int BITS, int NR>
 void qgemm_tile(const QWeight& w, int64_t o, const QActs& a, int64_t r0, float* y, int64_t ldy) {
   constexpr int64_t SB = kQSuper * BITS / 8;
   const uint8_t* wrow = w.q + o * w.row_bytes;
-  const float* ws = w.s + o * w.ngroups;
+  const ScaleRow ws = scale_row(w, o);
   const int64_t nsuper = a.bstride / 16, m = w.group / kQBlock;
   float32x4_t facc[NR][4];
   for (int r = 0; r < NR; ++r)
@@ -239,7 +239,7 @@ template <int BITS>
 void qgemm_tile_mm(const QWeight& w, int64_t o, const QActs& a, int64_t r0, float* y, int64_t ldy) {
   constexpr int64_t SB = kQSuper * BITS / 8;
   const uint8_t* wrow[2] = {w.q + o * w.row_bytes, w.q + (o + 1) * w.row_bytes};
-  const float* ws[2] = {w.s + o * w.ngroups, w.s + (o + 1) * w.ngroups};
+  const ScaleRow ws[2] = {scale_row(w, o), scale_row(w, o + 1)};
   const int64_t nsuper = a.bstride / 16, m = w.group / kQBlock;
   float32x4_t facc[4][4];  // [pair][quarter]
   for (int q = 0; q < 4; ++q)

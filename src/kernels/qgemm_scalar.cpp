@@ -61,7 +61,7 @@ int weight_value(const QWeight& w, const uint8_t* row, int64_t c) {
 void gemm_q(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   for (int64_t o = 0; o < w.rows; ++o) {
     const uint8_t* wrow = w.q + o * w.row_bytes;
-    const float* ws = w.s + o * w.ngroups;
+    const ScaleRow ws = scale_row(w, o);
     for (int64_t r = 0; r < a.nrows; ++r) {
       const int8_t* xq = reinterpret_cast<const int8_t*>(a.q + r * a.qstride);  // ActLayout::Plain
       // dot16 over blocks of (float(isum_b), s_w * s_x), accumulated as the
@@ -86,7 +86,7 @@ void gemm_q(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
 
 // deq(o, c) of qgemm.h: the value Weight::row_f32 gives (one multiply).
 float deq_value(const QWeight& w, int64_t o, int64_t c) {
-  const float s = w.s[o * w.ngroups + (w.group > 0 ? c / w.group : 0)];
+  const float s = scale_row(w, o)[w.group > 0 ? c / w.group : 0];
   return static_cast<float>(weight_value(w, w.q + o * w.row_bytes, c)) * s;
 }
 

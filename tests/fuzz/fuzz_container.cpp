@@ -18,7 +18,7 @@ namespace {
 void check_sizes(const strata::TensorRecord& t) {
   if (t.shape.size() != 2) return;
   const auto [data, scales] =
-      strata::tensor_bytes(t.format, t.shape[0], t.shape[1], t.group, t.block_rows, t.block_cols);
+      strata::tensor_bytes(t.format, t.shape[0], t.shape[1], t.group, t.block_rows, t.block_cols, t.scales_bf16 ? 2 : 4);
   STRATA_FUZZ_CHECK(t.bytes == data && t.scales_bytes == scales);
 }
 
@@ -62,8 +62,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         const auto* lo = blob.data();
         const auto* hi = blob.data() + blob.size();
         STRATA_FUZZ_CHECK(w.view_data >= lo && w.view_data + t->bytes <= hi);
-        if (w.view_scales) {
-          const auto* s = reinterpret_cast<const uint8_t*>(w.view_scales);
+        if (w.view_scales || w.view_scales16) {
+          const auto* s = w.view_scales16 ? reinterpret_cast<const uint8_t*>(w.view_scales16)
+                                          : reinterpret_cast<const uint8_t*>(w.view_scales);
           STRATA_FUZZ_CHECK(s >= lo && s + t->scales_bytes <= hi);
         }
       }

@@ -139,12 +139,14 @@ struct IntCase {
   int64_t group = 0, rows = 1, cols = 1;
   std::vector<uint8_t> q;
   std::vector<float> s;
+  std::vector<uint16_t> sb;  // bf16 scales instead of s, when not empty
   int64_t row_bytes() const { return bits == 8 ? cols : (cols + 1) / 2; }
   int64_t ngroups() const { return group > 0 ? (cols + group - 1) / group : 1; }
   QWeight view() const {
     QWeight w;
     w.q = q.data();
     w.s = s.data();
+    if (!sb.empty()) w.s = nullptr, w.sb = sb.data();
     w.rows = rows;
     w.cols = cols;
     w.row_bytes = row_bytes();
@@ -218,6 +220,26 @@ void test_qgemm(const KernelTable& ref, const KernelTable& k, std::mt19937& rng)
           const int64_t cols = bits == 8 ? 1000 : 777;
           const IntCase w = random_int(rng, bits, group, rows, cols);
           compare_int(ref, k, w, normals(rng, nrows * cols), nrows);
+        }
+}
+
+// bf16 scales (--scales bf16): every path, on the bf16 copy, gives the
+// scalar path's floats on the same weight with those scales stored as f32.
+void test_bf16_scales(const KernelTable& ref, const KernelTable& k, std::mt19937& rng) {
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 64, 96, 128})
+      for (int64_t cols : {33, 513, 1537})
+        for (int64_t nrows : {1, 2, 5}) {
+          const int64_t rows = 1 + static_cast<int64_t>(rng() % 4);
+          IntCase w32 = random_int(rng, bits, group, rows, cols), w16 = w32;
+          for (float& f : w32.s) {
+            w16.sb.push_back(f32_to_bf16(f));
+            f = bf16_to_f32(w16.sb.back());
+          }
+          w16.s.clear();
+          const auto x = normals(rng, nrows * cols);
+          const auto want = run_int(ref, w32, x, nrows), got = run_int(k, w16, x, nrows);
+          check(diff(want, got).empty(), int_name(k, w16, nrows) + " bf16 scales" + diff(want, got));
         }
 }
 
@@ -439,6 +461,10 @@ int main(int argc, char** argv) {
   }
   test_dispatch(expect_best, expect_supported, have_supported);
   const KernelTable& ref = kernel_table(KernelPath::Scalar);
+  {
+    std::mt19937 rng(43);
+    test_bf16_scales(ref, ref, rng);  // the scalar path reads bf16 scales too
+  }
   int paths = 0;
   for (KernelPath p : kAllKernelPaths) {
     if (p == KernelPath::Scalar || !kernel_path_supported(p)) continue;
@@ -449,6 +475,7 @@ int main(int argc, char** argv) {
     test_dot(ref, k, rng);
     test_fgemm(ref, k, rng);
     test_qgemm(ref, k, rng);
+    test_bf16_scales(ref, k, rng);
     test_extremes(k);
     test_zero_and_nonfinite(ref, k, rng);
     test_large(ref, k, rng);

@@ -110,6 +110,7 @@ std::map<std::string, std::string> dir_files(const std::string& dir) {
 
 struct Precision {  // the options as the test understands them, independent of the converter
   int experts = 4, group = 32, attn = 8, o = 8, kvb = 8, shared = 8, dense_mlp = 8, mtp = 8, embed = 16, head = 8;
+  bool bf16_scales = false;
 };
 
 std::vector<std::string> precision_flags(const Precision& p) {
@@ -122,7 +123,8 @@ std::vector<std::string> precision_flags(const Precision& p) {
           "--dense-mlp-bits", std::to_string(p.dense_mlp),
           "--mtp-bits",    std::to_string(p.mtp),
           "--embed-bits",  std::to_string(p.embed),
-          "--head-bits",   std::to_string(p.head)};
+          "--head-bits",   std::to_string(p.head),
+          "--scales",      p.bf16_scales ? "bf16" : "f32"};
 }
 
 WeightFormat format_of_bits(int bits) {
@@ -170,9 +172,22 @@ double half_ulp_bf16(float x) {
 
 // Compares every row of container tensor `t` (bytes at data/scales) with the
 // source `src` within the format's bound; returns "" or the first violation.
-std::string compare_matrix(const Weight& src, const TensorRecord& t, const uint8_t* data, const float* scales) {
+// int8/int4 scales are f32, or bf16 where t.scales_bf16 (each then the bf16
+// rounding of amax / qmax, and the group quantized with it).
+std::string compare_matrix(const Weight& src, const TensorRecord& t, const uint8_t* data, const uint8_t* scale_bytes) {
   const int64_t rows = src.rows, cols = src.cols;
   std::vector<float> ref(static_cast<size_t>(cols)), dec(static_cast<size_t>(cols));
+  std::vector<float> widened;
+  const float* scales = reinterpret_cast<const float*>(scale_bytes);
+  if (t.scales_bf16) {
+    widened.resize(t.scales_bytes / 2);
+    for (size_t i = 0; i < widened.size(); ++i) {
+      uint16_t h;
+      std::memcpy(&h, scale_bytes + 2 * i, 2);
+      widened[i] = bf16_to_f32(h);
+    }
+    scales = widened.data();
+  }
   for (int64_t r = 0; r < rows; ++r) {
     src.row_f32(r, ref.data());
     switch (t.format) {
@@ -201,8 +216,10 @@ std::string compare_matrix(const Weight& src, const TensorRecord& t, const uint8
           double amax = 0;
           for (int64_t c = c0; c < c1; ++c) amax = std::max(amax, std::fabs(static_cast<double>(ref[c])));
           const double s = srow[gi], want_s = amax / qmax(b);
-          // The scale is the group's amax / qmax (not inflated, not too small).
-          if (std::fabs(s - want_s) > 1e-6 * want_s + 1e-30)
+          // The scale is the group's amax / qmax (not inflated, not too small);
+          // bf16 scales: its rounding to 8 significant bits.
+          const double tol = t.scales_bf16 ? half_ulp_bf16(static_cast<float>(want_s)) * (1 + 1e-6) : 1e-6 * want_s;
+          if (std::fabs(s - want_s) > tol + 1e-30)
             return fmt::format("row {} group {}: scale {} != amax/qmax {}", r, gi, s, want_s);
           for (int64_t c = c0; c < c1; ++c) {
             const double err = std::fabs(static_cast<double>(dec[c]) - ref[c]);
@@ -241,6 +258,7 @@ void check_container(const std::string& src_dir, const std::string& dir, const P
   EXPECT_EQ(m.config, src_config);
   EXPECT_EQ(m.options.value("experts", ""), p.experts == 8 ? "int8" : "int4");
   EXPECT_EQ(m.options.value("group-size", -1), p.group);
+  EXPECT_EQ(m.options.value("scales", std::string("f32")), p.bf16_scales ? "bf16" : "f32");
   EXPECT_EQ(m.source.value("config_xxh3", ""), xxh_hex(XXH3_64bits(read_file(src_dir + "/config.json").data(),
                                                                  read_file(src_dir + "/config.json").size())));
   ASSERT_TRUE(m.source.contains("files"));
@@ -281,7 +299,8 @@ void check_container(const std::string& src_dir, const std::string& dir, const P
     EXPECT_EQ(t.group, expected_group(t.format, t.shape[1], p));
     const Weight src = load_weight(ck, name, t.shape[0], t.shape[1], c.fp8_block_rows, c.fp8_block_cols);
     const auto* data = reinterpret_cast<const uint8_t*>(fb.data() + t.offset);
-    const auto* scales = reinterpret_cast<const float*>(fb.data() + t.scales_offset);
+    const auto* scales = reinterpret_cast<const uint8_t*>(fb.data() + t.scales_offset);
+    EXPECT_EQ(t.scales_bf16, p.bf16_scales && is_int(t.format)) << name;
     EXPECT_EQ(compare_matrix(src, t, data, scales), "");
   }
 
@@ -303,6 +322,7 @@ void check_container(const std::string& src_dir, const std::string& dir, const P
     for (const TensorRecord* t : {&x.gate, &x.up, &x.down}) {
       EXPECT_EQ(t->format, want);
       EXPECT_EQ(t->group, expected_group(want, t->shape[1], p));
+      EXPECT_EQ(t->scales_bf16, p.bf16_scales && is_int(want));
     }
     // gate, up, down adjacent in that order.
     EXPECT_EQ(x.gate.offset, 0u);
@@ -320,7 +340,7 @@ void check_container(const std::string& src_dir, const std::string& dir, const P
         covered.insert(name);
         if (ck.entry(name).dtype == DType::F8_E4M3) covered.insert(scale_name_of(name));
         const Weight src = load_weight(ck, name, t->shape[0], t->shape[1], c.fp8_block_rows, c.fp8_block_cols);
-        EXPECT_EQ(compare_matrix(src, *t, blob + t->offset, reinterpret_cast<const float*>(blob + t->scales_offset)),
+        EXPECT_EQ(compare_matrix(src, *t, blob + t->offset, blob + t->scales_offset),
                   "");
       }
     }
@@ -374,6 +394,18 @@ Precision int4_everywhere() {  // the benchmark's slice-int4 recipe plus the int
   return p;
 }
 
+Precision int4_bf16_scales() {  // the same with bf16 group scales (--scales bf16)
+  Precision p = int4_everywhere();
+  p.bf16_scales = true;
+  return p;
+}
+
+Precision mixed_bf16_scales() {  // int8 and int4, per-row and grouped, bf16 scales
+  Precision p = mixed();
+  p.bf16_scales = true;
+  return p;
+}
+
 class ConvertRoundTrip : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ConvertRoundTrip, EveryTensorWithinTheFormatBound) {
@@ -401,6 +433,8 @@ std::vector<Case> cases() {
   v.push_back({"dsv32-tiny-fp8", "mixed", mixed()});
   v.push_back({"glm52-tiny-bf16", "perrow", per_row()});
   v.push_back({"glm5-tiny-bf16", "int4", int4_everywhere()});
+  v.push_back({"glm5-tiny-bf16", "int4bf16scales", int4_bf16_scales()});
+  v.push_back({"dsv3-tiny-fp8", "mixedbf16scales", mixed_bf16_scales()});
   return v;
 }
 

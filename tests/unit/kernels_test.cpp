@@ -804,6 +804,116 @@ TEST(KernelDeq, RowsDequantizedInRegistersEqualRowF32OnEveryPath) {
   EXPECT_EQ(cases, 2 * 6 * 10 * 6);
 }
 
+// The same int8/int4 weight twice: with bf16 group scales (scales16) and
+// with f32 scales holding exactly those values widened.
+std::pair<Weight, Weight> bf16_and_f32_scales(int bits, int64_t group, int64_t rows, int64_t cols, std::mt19937& rng) {
+  Weight w32 = make_int_weight(bits, group, rows, cols, rng);
+  if (!w32.scales.empty()) w32.scales[0] = 3.0e30f;  // products near the float range
+  Weight w16 = w32;
+  w16.scales.clear();
+  w16.scales_bf16 = true;
+  for (float& f : w32.scales) {
+    w16.scales16.push_back(f32_to_bf16(f));
+    f = bf16_to_f32(w16.scales16.back());
+  }
+  return {std::move(w16), std::move(w32)};
+}
+
+TEST(KernelQGemm, Bf16ScalesComputeTheFloatsOfTheirF32Values) {
+  // --scales bf16: every kernel that reads int8/int4 scales (the GEMV and
+  // multi-row tiles, the packed prefill GEMM, the absorbed attention's
+  // deq_axpy / deq_gemm, row_f32 and row views) gives, on every path, the
+  // same floats as the same weight whose scales are those bf16 values stored
+  // as f32. Groups of every scale-gathering case, odd widths, 1-40 rows
+  // (packed from 12), 1 and 2 threads.
+  std::mt19937 rng(2026);
+  ThreadPool two(2);
+  int cases = 0;
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 64, 96, 128, 512})
+      for (int64_t cols : {33, 512, 1537, 6001})
+        for (int64_t nrows : {1, 3, 12, 40}) {
+          const int64_t rows = 1 + static_cast<int64_t>(rng() % 9);
+          const auto [w16, w32] = bf16_and_f32_scales(bits, group, rows, cols, rng);
+          ASSERT_EQ(w16.bytes() + w16.scales16.size() * 2, w32.bytes());
+          auto x = random_floats(rng, nrows * cols);
+          for (int64_t i = 0; i < nrows * cols; i += 13) x[static_cast<size_t>(i)] *= 50.0f;
+          for (KernelPath p : supported_paths())
+            for (bool packed : {true, false}) {
+              ComputeOptions o;
+              o.path = p;
+              o.packed = packed;
+              const auto want = run_matmul_with(w32, x, nrows, o);
+              ASSERT_TRUE(all_same(want, run_matmul_with(w16, x, nrows, o)))
+                  << kernel_path_name(p) << " int" << bits << " group " << group << " cols " << cols << " nrows "
+                  << nrows << (packed ? " packed" : "");
+              if (nrows == 40) {
+                ASSERT_TRUE(all_same(want, run_matmul_with(w16, x, nrows, o, &two))) << "2 threads";
+              }
+            }
+          std::vector<float> r16(static_cast<size_t>(cols)), r32(static_cast<size_t>(cols));
+          for (int64_t r = 0; r < rows; ++r) {
+            w16.row_f32(r, r16.data());
+            w32.row_f32(r, r32.data());
+            ASSERT_TRUE(all_same(r32, r16)) << "row_f32 row " << r;
+            ASSERT_EQ(w16.scale_at(r, 0), w32.scale_at(r, 0));
+          }
+          // The absorbed attention's subranges of rows (qweight_rows(W, r0, n)).
+          const int64_t r0 = rows > 2 ? 1 : 0, n = rows - r0;
+          const auto a = random_floats(rng, 3 * n), xd = random_floats(rng, 3 * cols);
+          for (KernelPath p : supported_paths()) {
+            const KernelTable& kt = kernel_table(p);
+            std::vector<float> y16(static_cast<size_t>(3 * cols)), y32(y16.size()), g16(static_cast<size_t>(3 * n)),
+                g32(g16.size());
+            kt.deq_axpy(qweight_rows(w16, r0, n), a.data(), n, 3, y16.data(), cols);
+            kt.deq_axpy(qweight_rows(w32, r0, n), a.data(), n, 3, y32.data(), cols);
+            kt.deq_gemm(qweight_rows(w16, r0, n), xd.data(), 3, g16.data(), n);
+            kt.deq_gemm(qweight_rows(w32, r0, n), xd.data(), 3, g32.data(), n);
+            ASSERT_TRUE(all_same(y32, y16)) << "deq_axpy " << kernel_path_name(p) << " group " << group;
+            ASSERT_TRUE(all_same(g32, g16)) << "deq_gemm " << kernel_path_name(p) << " group " << group;
+          }
+          // A view of the first rows keeps the scale storage.
+          const Weight v16 = w16.row_prefix(n), v32 = w32.row_prefix(n);
+          EXPECT_TRUE(v16.scales_bf16);
+          EXPECT_EQ(v16.bytes() + static_cast<size_t>(n * quant_groups(cols, group)) * 2, v32.bytes());
+          ASSERT_TRUE(all_same(run_matmul(v32, x, nrows, best_kernel_path()), run_matmul(v16, x, nrows, best_kernel_path())));
+          ++cases;
+        }
+  EXPECT_EQ(cases, 2 * 6 * 4 * 4);
+}
+
+TEST(Quant, Bf16ScalesAreBf16AndKeepTheBound) {
+  // quantize_row(..., bf16_scales): each scale is a bf16 value (round trips
+  // through f32_to_bf16), within bf16 rounding of amax / qmax, and every
+  // element within half a step of the scale actually stored: |w - q s'| <=
+  // s' / 2, with no value clamped. Magnitudes from 1e-30 to 1e30, groups
+  // whose largest element sits at the rounding boundary included.
+  std::mt19937 rng(99);
+  for (QuantBits b : {QuantBits::Int8, QuantBits::Int4})
+    for (int64_t group : {0, 32, 64})
+      for (float mag : {1e-30f, 1e-5f, 0.02f, 1.0f, 3e4f, 1e30f}) {
+        const int64_t cols = 256;
+        std::vector<float> w = random_floats(rng, cols, mag);
+        w[5] = mag;  // an exact power-ish maximum
+        std::vector<uint8_t> q(static_cast<size_t>(quant_row_bytes(b, cols)));
+        std::vector<float> sc(static_cast<size_t>(quant_groups(cols, group))), out(static_cast<size_t>(cols));
+        quantize_row(b, group, w.data(), cols, q.data(), sc.data(), true);
+        dequantize_row(b, group, q.data(), sc.data(), cols, out.data());
+        const int64_t g = group > 0 ? group : cols;
+        for (int64_t gi = 0; gi < static_cast<int64_t>(sc.size()); ++gi) {
+          const float s = sc[static_cast<size_t>(gi)];
+          ASSERT_EQ(bf16_to_f32(f32_to_bf16(s)), s) << "scale not a bf16 value";
+          float amax = 0;
+          for (int64_t c = gi * g; c < std::min(cols, (gi + 1) * g); ++c) amax = std::max(amax, std::fabs(w[c]));
+          const double exact = static_cast<double>(amax) / qmax(b);
+          EXPECT_LE(std::fabs(s - exact), exact / 256) << "scale off by more than bf16 rounding";
+          for (int64_t c = gi * g; c < std::min(cols, (gi + 1) * g); ++c)
+            ASSERT_LE(std::fabs(static_cast<double>(w[c]) - out[c]), static_cast<double>(s) / 2 + 1e-6 * amax)
+                << "c " << c << " mag " << mag;
+        }
+      }
+}
+
 TEST(KernelDeq, SubrangeOfRowsReadsOnlyThoseRows) {
   // qweight_rows(W, r0, n): the absorbed attention's per-head W_UK / W_UV
   // blocks of kv_b. Rows r0 .. r0 + n of a larger weight equal the same rows
