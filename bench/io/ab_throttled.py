@@ -7,7 +7,7 @@
 Root: every run happens inside a cgroup-v1 blkio child limiting reads of the model's disk
 (bench/plan/validate.py's Throttle; the expert store reads with O_DIRECT, so every miss reaches the
 throttled device). Each pair runs A and B back to back (the order swapped every other pair) with
-the same `strata bench` arguments (--a-flags / --b-flags add to one side), the page cache dropped
+the same `strata bench` arguments (--a-flags / --b-flags add to one side; --b-model gives B another container), the page cache dropped
 before each run. Prints one JSON line per run (decode tok/s, disk bytes per token, hit rate) and a
 summary line: the median of the per-pair ratios A/B and their range.
 
@@ -67,6 +67,8 @@ def main():
     ap.add_argument("--a-flags", default="", help="flags for A only (space-separated)")
     ap.add_argument("--b-flags", default="", help="flags for B only")
     ap.add_argument("--model", required=True)
+    ap.add_argument("--b-model", default="", help="B decodes this container instead of --model (e.g. the same "
+                    "weights converted another way; on the same disk)")
     ap.add_argument("--throttle-bps", type=float, default=1.5e9)
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--prompt-tokens", type=int, default=32)
@@ -79,12 +81,16 @@ def main():
         vocab = json.load(f)["vocab_size"]
     ids = fixed_ids(a.prompt_tokens, vocab, 1)
     ram = None
+    b_model = a.b_model or a.model
     if a.ram_disk:
-        ram = disk_class.RamDisk([a.model], "ab", lambda m: print(m, file=sys.stderr, flush=True))
-        a.model = ram.copies[a.model]
+        models = [a.model] + ([b_model] if b_model != a.model else [])
+        ram = disk_class.RamDisk(models, "ab", lambda m: print(m, file=sys.stderr, flush=True))
+        a.model, b_model = ram.copies[a.model], ram.copies[b_model]
     ratios = []
     try:
         dev = validate.disk_of(a.model)
+        if validate.disk_of(b_model) != dev:
+            raise SystemExit(f"--model and --b-model are on different disks ({dev}, {validate.disk_of(b_model)})")
         throttle = validate.Throttle(dev, a.throttle_bps)
     except BaseException:
         if ram:
@@ -97,7 +103,7 @@ def main():
                 binary = a.a if side == "A" else a.b
                 flags = (a.a_flags if side == "A" else a.b_flags).split()
                 drop_caches()
-                j = run(binary, a.model, ids, rest + flags)
+                j = run(binary, a.model if side == "A" else b_model, ids, rest + flags)
                 res[side] = j
                 print(json.dumps({"pair": p + 1, "side": side, "tok_s": round(j["tok_s"], 3),
                                   "disk_gb_per_token": round(j["disk_bytes_per_token"] / 1e9, 4),
