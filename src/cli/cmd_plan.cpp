@@ -48,6 +48,7 @@ struct PlanFlags {
   double mem_gbps = 0.0;
   double headroom_gb = 1.0;  // memory beyond weights: KV cache, activations, the OS
   std::string experts;  // "", int4 or int8: the recommendation considers both when empty
+  std::string scales;   // "", f32 or bf16: the group scales sized (default: the container's, else f32)
   std::string usage;    // routing popularity (usage.json or an eval routing file)
   int trace_tokens = 512;
   std::string trace;         // a recorded routing trace (strata trace record) instead of independent draws
@@ -80,8 +81,10 @@ struct Sizes {
   ModelConfig cfg;
 };
 
-Sizes sizes_for(const std::string& dir, int bits) {
-  ConvertOptions o;
+// `base`: the conversion's other options (a container's own, or convert's
+// defaults with --scales); the routed experts at `bits`.
+Sizes sizes_for(const std::string& dir, const ConvertOptions& base, int bits) {
+  ConvertOptions o = base;
   o.in_dir = dir;
   o.expert_bits = bits;
   const conversion::Plan p = conversion::make_plan_from_config(o);
@@ -213,16 +216,22 @@ int run_plan(const PlanFlags& f) {
   const bool container = is_container(dir);
   uint64_t container_actual = 0;
   int container_bits = 0;
+  // The conversion sized: a container's own options (its precisions, group
+  // size and scales; the routed experts at each precision planned), else
+  // convert's defaults; --scales overrides either.
+  ConvertOptions base;
   if (container) {
     const Manifest m = read_manifest(dir);
     for (const FileRecord& r : m.files) container_actual += r.bytes;
-    container_bits = m.options.value("experts", "int4") == "int8" ? 8 : 4;
+    base = ConvertOptions::from_json(m.options);
+    container_bits = base.expert_bits;
   }
+  if (!f.scales.empty()) base.scales = f.scales;
   std::vector<int> precisions;
   if (f.experts == "int4" || f.experts == "int8") precisions = {f.experts == "int8" ? 8 : 4};
   else precisions = {4, 8};
   std::vector<Sizes> sizes;
-  for (int b : {4, 8}) sizes.push_back(sizes_for(dir, b));
+  for (int b : {4, 8}) sizes.push_back(sizes_for(dir, base, b));
 
   // The machine: given, or measured here.
   const MemoryInfo mi = memory_info();
@@ -434,6 +443,7 @@ int run_plan(const PlanFlags& f) {
              {"container", container},
              {"model_shape", {{"moe_layers", s0.moe_layers}, {"experts", s0.n_experts}, {"top_k", s0.k}}},
              {"sizes", js},
+             {"sizes_options", base.to_json()},
              {"machine", {{"ram_bytes", static_cast<uint64_t>(ram)},
                           {"mem_gb_s", mem_gbps},
                           {"disk_gb_s", disk_gbps},
@@ -482,6 +492,9 @@ int run_plan(const PlanFlags& f) {
   }
   std::printf("model %s: %lld MoE layers x %lld experts, top-%lld\n", dir.c_str(), static_cast<long long>(s0.moe_layers),
               static_cast<long long>(s0.n_experts), static_cast<long long>(s0.k));
+  std::printf("sizes: %s, group size %lld, %s scales\n",
+              container ? "this container's conversion options" : "strata convert's default options",
+              static_cast<long long>(base.group_size), base.scales.c_str());
   std::printf("%-6s %12s %14s %14s %12s %14s %14s\n", "", "dense (GB)", "expert pool", "container", "one expert",
               "dense B/token", "expert B/token");
   for (const Sizes& s : sizes)
@@ -562,6 +575,10 @@ void add_plan_command(CLI::App& app, Runner& run) {
   cmd->add_option("--headroom", f->headroom_gb,
                   "GB of memory kept beyond the weights (KV cache, activations, the OS; default 1)")
       ->check(CLI::Range(0.0, 1e4));
+  cmd->add_option("--scales", f->scales,
+                  "Group scales of the int8/int4 tensors to size: f32 or bf16 (strata convert --scales; default: the "
+                  "container's, else f32)")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--experts", f->experts, "Only this precision of routed experts: int4 or int8 (default: both)")
       ->check(CLI::IsMember({"int4", "int8"}));
   CLI::Option* usage = cmd->add_option(

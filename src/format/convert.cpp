@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <map>
 #include <thread>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/io.h"
@@ -271,6 +272,36 @@ Json ConvertOptions::to_json() const {
   // Written only when not the default, so f32-scale manifests stay as before.
   if (scales != "f32") j["scales"] = scales;
   return j;
+}
+
+ConvertOptions ConvertOptions::from_json(const Json& j) {
+  ConvertOptions o;
+  if (!j.is_object()) fail("container options: expected an object, got {}", j.type_name());
+  const auto str = [&](const char* key, std::string& v) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_string()) fail("container options: \"{}\" must be a string", key);
+    v = j[key].get<std::string>();
+  };
+  const auto num = [&](const char* key, auto& v) {
+    if (!j.contains(key)) return;
+    if (!j[key].is_number_integer()) fail("container options: \"{}\" must be an integer", key);
+    v = j[key].get<std::remove_reference_t<decltype(v)>>();
+  };
+  std::string experts = "int4";
+  str("experts", experts);
+  if (experts != "int4" && experts != "int8") fail("container options: \"experts\" must be int4 or int8, got {}", experts);
+  o.expert_bits = experts == "int8" ? 8 : 4;
+  num("group-size", o.group_size);
+  num("attn-bits", o.attn_bits);
+  num("o-bits", o.o_bits);
+  num("kvb-bits", o.kvb_bits);
+  num("shared-bits", o.shared_bits);
+  num("dense-mlp-bits", o.dense_mlp_bits);
+  num("mtp-bits", o.mtp_bits);
+  num("embed-bits", o.embed_bits);
+  num("head-bits", o.head_bits);
+  str("scales", o.scales);
+  return o;
 }
 
 void ConvertOptions::validate() const {

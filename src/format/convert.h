@@ -63,6 +63,11 @@ struct ConvertOptions {
 
   // The "options" object of the manifest and of convert-state.json.
   Json to_json() const;
+  // Its inverse: the precision options a container was converted with (its
+  // manifest's "options"; a field absent keeps the default, as to_json omits
+  // "scales" when f32). Throws strata::Error naming a field of the wrong type;
+  // validate() judges the values.
+  static ConvertOptions from_json(const Json& j);
   // Throws strata::Error naming the flag when a value is not allowed.
   void validate() const;
 };

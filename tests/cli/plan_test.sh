@@ -193,4 +193,30 @@ set +e
 set -e
 [ "$rc" = 1 ] || { echo "--calibrate on a checkpoint: exit $rc"; cat "$tmp/err.txt"; exit 1; }
 grep -q "is not a strata container" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
+# Sizes follow the conversion: --scales bf16 on a checkpoint sizes what
+# `strata convert --scales bf16` writes (smaller than f32 scales, the same
+# expert count); a container is sized with its own options (here bf16
+# scales and int4 attention), its own precision's container bytes exactly
+# those on disk.
+"$strata" plan --model "$cfg" --disk-gbps 2 --checksum-gbps 0 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 50 \
+  --scales bf16 --json >"$tmp/plan_b.json"
+"$strata" convert --in "$here/tests/fixtures/glm5-tiny-bf16" --out "$tmp/cb" --experts int4 --scales bf16 --attn-bits 4 \
+  -q >/dev/null
+"$strata" plan --model "$tmp/cb" --disk-gbps 2 --checksum-gbps 0 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 50 \
+  --json >"$tmp/plan_cb.json"
+"$strata" plan --model "$tmp/cb" --disk-gbps 2 --checksum-gbps 0 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 50 \
+  --scales f32 >"$tmp/plan_cb.txt"
+/usr/bin/python3 - "$tmp/plan.json" "$tmp/plan_b.json" "$tmp/plan_cb.json" <<'PY'
+import json, sys
+f32, b16, cb = (json.load(open(f)) for f in sys.argv[1:4])
+assert f32["sizes_options"]["group-size"] == 32 and "scales" not in f32["sizes_options"], f32["sizes_options"]
+assert b16["sizes_options"]["scales"] == "bf16", b16["sizes_options"]
+for prec in ("int4", "int8"):
+    a, b = f32["sizes"][prec], b16["sizes"][prec]
+    assert b["expert_blob_bytes"] < a["expert_blob_bytes"] and b["dense_bytes"] < a["dense_bytes"], (a, b)
+assert cb["sizes_options"]["scales"] == "bf16" and cb["sizes_options"]["attn-bits"] == 4, cb["sizes_options"]
+assert cb["sizes"]["int4"]["container_bytes"] == cb["container_bytes_actual"], cb
+assert cb["sizes"]["int4"]["dense_bytes"] < b16["sizes"]["int4"]["dense_bytes"], "int4 attention not sized"
+PY
+grep -q "sizes: this container's conversion options, group size 32, f32 scales" "$tmp/plan_cb.txt" || { cat "$tmp/plan_cb.txt"; exit 1; }
 echo "plan ok"

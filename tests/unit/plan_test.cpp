@@ -482,21 +482,25 @@ TEST(CacheModel, RecordedTraceRefusesARepeatedExpert) {
 struct Converted {
   TempDir tmp;
   std::string dir;
-  explicit Converted(int bits) {
+  explicit Converted(int bits, const std::string& scales = "f32") {
     ConvertOptions o;
     o.in_dir = fixture("glm5-tiny-bf16");
     o.out_dir = dir = tmp.file("c");
     o.expert_bits = bits;
+    o.scales = scales;
     convert_checkpoint(o);
   }
 };
 
 TEST(PlanSizes, FromConfigEqualConvertedContainer) {
+  for (const std::string scales : {"f32", "bf16"})
   for (int bits : {4, 8}) {
-    Converted c(bits);
+    SCOPED_TRACE(scales + " scales");
+    Converted c(bits, scales);
     ConvertOptions o;
     o.in_dir = fixture("glm5-tiny-bf16");
     o.expert_bits = bits;
+    o.scales = scales;
     const conversion::Plan p = conversion::make_plan_from_config(o);
     const Manifest m = read_manifest(c.dir);
     uint64_t planned = 0, actual = 0;
@@ -512,6 +516,56 @@ TEST(PlanSizes, FromConfigEqualConvertedContainer) {
       EXPECT_EQ(p.experts[i].rec.stride, m.expert_layers[i].stride);
     }
   }
+}
+
+// A container's manifest options read back (strata plan sizes a container
+// with them): every field round-trips, absent fields keep convert's
+// defaults, and the planned files of a container converted with
+// non-default options are its files, byte for byte in size.
+TEST(PlanSizes, ContainerOptionsRoundTripAndSizeTheContainer) {
+  ConvertOptions a;
+  a.expert_bits = 8;
+  a.group_size = 64;
+  a.attn_bits = 4;
+  a.o_bits = 16;
+  a.kvb_bits = 4;
+  a.shared_bits = 16;
+  a.dense_mlp_bits = 4;
+  a.mtp_bits = 4;
+  a.embed_bits = 8;
+  a.head_bits = 4;
+  a.scales = "bf16";
+  const ConvertOptions b = ConvertOptions::from_json(a.to_json());
+  EXPECT_EQ(b.to_json(), a.to_json());
+  EXPECT_EQ(b.group_size, 64);
+  EXPECT_EQ(b.scales, "bf16");
+  const ConvertOptions d = ConvertOptions::from_json(Json::object());
+  EXPECT_EQ(d.to_json(), ConvertOptions{}.to_json());
+  EXPECT_THROW(ConvertOptions::from_json(Json{{"attn-bits", "8"}}), Error);
+  EXPECT_THROW(ConvertOptions::from_json(Json{{"experts", "int3"}}), Error);
+  EXPECT_THROW(ConvertOptions::from_json(Json::array()), Error);
+
+  TempDir tmp;
+  ConvertOptions o;
+  o.in_dir = fixture("glm5-tiny-bf16");
+  o.out_dir = tmp.file("c");
+  o.expert_bits = 4;
+  o.attn_bits = 4;
+  o.head_bits = 4;
+  o.group_size = 128;
+  o.scales = "bf16";
+  convert_checkpoint(o);
+  const Manifest m = read_manifest(o.out_dir);
+  ConvertOptions back = ConvertOptions::from_json(m.options);
+  back.in_dir = o.out_dir;  // sized from the container's own config.json, as plan does
+  const conversion::Plan p = conversion::make_plan_from_config(back);
+  uint64_t planned = 0, actual = 0;
+  for (const conversion::FileItem& f : p.files) {
+    planned += f.bytes;
+    EXPECT_EQ(fs::file_size(fs::path(o.out_dir) / f.name), f.bytes) << f.name;
+  }
+  for (const FileRecord& r : m.files) actual += r.bytes;
+  EXPECT_EQ(planned, actual);
 }
 
 // The cache model against the real store: a recorded trace (random routing
