@@ -18,19 +18,20 @@ import tempfile
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 STRATA = os.environ.get("STRATA", os.path.join(ROOT, "build", "strata"))
 
+# f32-scale rows say --scales f32: bf16 is convert's default since 2026-12-04.
 VARIANTS = [
-    ("int8 per-row (all int8)", "--experts int8 --group-size 0"),
-    ("int4 per-row experts", "--experts int4 --group-size 0"),
-    ("int4 gs32 experts", "--experts int4 --group-size 32"),
-    ("int4 gs64 experts", "--experts int4 --group-size 64"),
-    ("int4 gs128 experts", "--experts int4 --group-size 128"),
+    ("int8 per-row (all int8)", "--experts int8 --group-size 0 --scales f32"),
+    ("int4 per-row experts", "--experts int4 --group-size 0 --scales f32"),
+    ("int4 gs32 experts", "--experts int4 --group-size 32 --scales f32"),
+    ("int4 gs64 experts", "--experts int4 --group-size 64 --scales f32"),
+    ("int4 gs128 experts", "--experts int4 --group-size 128 --scales f32"),
     ("int4 gs32 everywhere", "--experts int4 --group-size 32 --attn-bits 4 --o-bits 4 --kvb-bits 4 "
-                             "--shared-bits 4 --dense-mlp-bits 4"),
+                             "--shared-bits 4 --dense-mlp-bits 4 --scales f32"),
     ("int4 gs32 experts, bf16 scales", "--experts int4 --group-size 32 --scales bf16"),
     ("int4 gs32 everywhere, bf16 scales", "--experts int4 --group-size 32 --attn-bits 4 --o-bits 4 --kvb-bits 4 "
                                           "--shared-bits 4 --dense-mlp-bits 4 --scales bf16"),
     ("int8 gs32 (all int8), bf16 scales", "--experts int8 --group-size 32 --scales bf16"),
-    ("int8 gs32 (all int8)", "--experts int8 --group-size 32"),
+    ("int8 gs32 (all int8)", "--experts int8 --group-size 32 --scales f32"),
 ]
 
 

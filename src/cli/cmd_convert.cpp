@@ -146,8 +146,8 @@ void add_convert_command(CLI::App& app, Runner& run) {
   cmd->add_option("--embed-bits", o.embed_bits, "embed_tokens: 8 or 16 (default)");
   cmd->add_option("--head-bits", o.head_bits, "lm_head: 4, 8 (default) or 16");
   cmd->add_option("--scales", o.scales,
-                  "Group scales of the int8/int4 tensors: f32 (default) or bf16 (2 bytes: int4 gs32 0.5625 bytes per "
-                  "weight like Q4_0, each scale rounded to bf16 before its group is quantized)")
+                  "Group scales of the int8/int4 tensors: bf16 (default; 2 bytes: int4 gs32 0.5625 bytes per weight like "
+                  "Q4_0, each scale rounded to bf16 before its group is quantized) or f32")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--threads", o.threads, "Quantization threads (default: all cores; the output does not depend on it)");
   auto* force = cmd->add_flag("--force", o.force, "Overwrite an existing container or restart an unfinished conversion");

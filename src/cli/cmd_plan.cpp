@@ -576,8 +576,8 @@ void add_plan_command(CLI::App& app, Runner& run) {
                   "GB of memory kept beyond the weights (KV cache, activations, the OS; default 1)")
       ->check(CLI::Range(0.0, 1e4));
   cmd->add_option("--scales", f->scales,
-                  "Group scales of the int8/int4 tensors to size: f32 or bf16 (strata convert --scales; default: the "
-                  "container's, else f32)")
+                  "Group scales of the int8/int4 tensors to size: bf16 or f32 (strata convert --scales; default: the "
+                  "container's, else convert's: bf16)")
       ->check(CLI::IsMember({"f32", "bf16"}));
   cmd->add_option("--experts", f->experts, "Only this precision of routed experts: int4 or int8 (default: both)")
       ->check(CLI::IsMember({"int4", "int8"}));

@@ -300,6 +300,7 @@ ConvertOptions ConvertOptions::from_json(const Json& j) {
   num("mtp-bits", o.mtp_bits);
   num("embed-bits", o.embed_bits);
   num("head-bits", o.head_bits);
+  o.scales = "f32";  // to_json omits f32 scales (and manifests before "scales" existed had them)
   str("scales", o.scales);
   return o;
 }

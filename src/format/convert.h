@@ -51,7 +51,10 @@ struct ConvertOptions {
   int mtp_bits = 8;         // every matrix of the MTP layer(s), routed experts included
   int embed_bits = 16;      // embed_tokens: 8 | 16
   int head_bits = 8;        // lm_head: 4 | 8 | 16
-  std::string scales = "f32";  // group scales of the int8/int4 tensors: f32 | bf16 (2 bytes, docs/format.md)
+  // Group scales of the int8/int4 tensors: bf16 (2 bytes, Q4_0's / Q8_0's
+  // bytes per weight; docs/container.md) | f32. A manifest without "scales"
+  // was written with f32 scales (the default before 2026-12-04).
+  std::string scales = "bf16";
   int threads = 0;          // 0 = all cores (output does not depend on it)
   bool force = false;       // overwrite a complete container / restart an unfinished one
   bool resume = false;      // continue an unfinished conversion into out_dir
@@ -64,8 +67,8 @@ struct ConvertOptions {
   // The "options" object of the manifest and of convert-state.json.
   Json to_json() const;
   // Its inverse: the precision options a container was converted with (its
-  // manifest's "options"; a field absent keeps the default, as to_json omits
-  // "scales" when f32). Throws strata::Error naming a field of the wrong type;
+  // manifest's "options"; a field absent keeps convert's default, except
+  // "scales": absent is f32, which to_json omits). Throws strata::Error naming a field of the wrong type;
   // validate() judges the values.
   static ConvertOptions from_json(const Json& j);
   // Throws strata::Error naming the flag when a value is not allowed.

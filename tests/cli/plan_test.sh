@@ -193,20 +193,20 @@ set +e
 set -e
 [ "$rc" = 1 ] || { echo "--calibrate on a checkpoint: exit $rc"; cat "$tmp/err.txt"; exit 1; }
 grep -q "is not a strata container" "$tmp/err.txt" || { cat "$tmp/err.txt"; exit 1; }
-# Sizes follow the conversion: --scales bf16 on a checkpoint sizes what
-# `strata convert --scales bf16` writes (smaller than f32 scales, the same
-# expert count); a container is sized with its own options (here bf16
-# scales and int4 attention), its own precision's container bytes exactly
-# those on disk.
+# Sizes follow the conversion: a checkpoint is sized as `strata convert`
+# writes it by default (bf16 scales), --scales f32 sizes f32 scales (larger);
+# a container is sized with its own options (here bf16 scales and int4
+# attention), its own precision's container bytes exactly those on disk.
 "$strata" plan --model "$cfg" --disk-gbps 2 --checksum-gbps 0 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 50 \
-  --scales bf16 --json >"$tmp/plan_b.json"
+  --scales f32 --json >"$tmp/plan_f.json"
+cp "$tmp/plan.json" "$tmp/plan_b.json"
 "$strata" convert --in "$here/tests/fixtures/glm5-tiny-bf16" --out "$tmp/cb" --experts int4 --scales bf16 --attn-bits 4 \
   -q >/dev/null
 "$strata" plan --model "$tmp/cb" --disk-gbps 2 --checksum-gbps 0 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 50 \
   --json >"$tmp/plan_cb.json"
 "$strata" plan --model "$tmp/cb" --disk-gbps 2 --checksum-gbps 0 --mem-gbps 20 --ram 0.05 --headroom 0 --trace-tokens 50 \
   --scales f32 >"$tmp/plan_cb.txt"
-/usr/bin/python3 - "$tmp/plan.json" "$tmp/plan_b.json" "$tmp/plan_cb.json" <<'PY'
+/usr/bin/python3 - "$tmp/plan_f.json" "$tmp/plan_b.json" "$tmp/plan_cb.json" <<'PY'
 import json, sys
 f32, b16, cb = (json.load(open(f)) for f in sys.argv[1:4])
 assert f32["sizes_options"]["group-size"] == 32 and "scales" not in f32["sizes_options"], f32["sizes_options"]

@@ -113,6 +113,15 @@ struct Precision {  // the options as the test understands them, independent of 
   bool bf16_scales = false;
 };
 
+// What `strata convert` writes without precision flags: the struct's
+// precisions with bf16 group scales (the converter's default since
+// 2026-12-04; the other cases keep f32 scales unless they say otherwise).
+Precision convert_defaults() {
+  Precision p;
+  p.bf16_scales = true;
+  return p;
+}
+
 std::vector<std::string> precision_flags(const Precision& p) {
   return {"--experts",     p.experts == 8 ? "int8" : "int4",
           "--group-size",  std::to_string(p.group),
@@ -425,7 +434,7 @@ TEST_P(ConvertRoundTrip, EveryTensorWithinTheFormatBound) {
 std::vector<Case> cases() {
   std::vector<Case> v;
   for (const char* f : kFixtures) {
-    v.push_back({f, "default", Precision{}});
+    v.push_back({f, "default", convert_defaults()});
     v.push_back({f, "int8", int8_everywhere()});
   }
   v.push_back({"glm5-tiny-fp8", "mixed", mixed()});
@@ -661,7 +670,7 @@ TEST(ConvertSafety, WriteErrorNamesTheFileAndLeavesNoFinalFile) {
   // With room again, --resume completes it.
   r = run_strata(convert_args(fixture("glm5-tiny-bf16"), out, {"--resume"}), tmp);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  check_container(fixture("glm5-tiny-bf16"), out, Precision{});
+  check_container(fixture("glm5-tiny-bf16"), out, convert_defaults());
 }
 
 // ---------------------------------------------------------------------------

@@ -482,7 +482,7 @@ TEST(CacheModel, RecordedTraceRefusesARepeatedExpert) {
 struct Converted {
   TempDir tmp;
   std::string dir;
-  explicit Converted(int bits, const std::string& scales = "f32") {
+  explicit Converted(int bits, const std::string& scales = "bf16") {
     ConvertOptions o;
     o.in_dir = fixture("glm5-tiny-bf16");
     o.out_dir = dir = tmp.file("c");
@@ -539,8 +539,13 @@ TEST(PlanSizes, ContainerOptionsRoundTripAndSizeTheContainer) {
   EXPECT_EQ(b.to_json(), a.to_json());
   EXPECT_EQ(b.group_size, 64);
   EXPECT_EQ(b.scales, "bf16");
+  // Absent fields: convert's defaults, but f32 scales (what a manifest
+  // without "scales" holds).
+  ConvertOptions f32_default;
+  f32_default.scales = "f32";
   const ConvertOptions d = ConvertOptions::from_json(Json::object());
-  EXPECT_EQ(d.to_json(), ConvertOptions{}.to_json());
+  EXPECT_EQ(d.to_json(), f32_default.to_json());
+  EXPECT_EQ(d.scales, "f32");
   EXPECT_THROW(ConvertOptions::from_json(Json{{"attn-bits", "8"}}), Error);
   EXPECT_THROW(ConvertOptions::from_json(Json{{"experts", "int3"}}), Error);
   EXPECT_THROW(ConvertOptions::from_json(Json::array()), Error);
