@@ -78,6 +78,12 @@ void EngineFlags::add(CLI::App* cmd) {
                   fmt::format("Containers: expert reads in flight (uring, pread; default {})", kDefaultIoDepth))
       ->check(CLI::Range(1, 4096))
       ->group(kGroupCache);
+  cmd->add_option("--verify-experts", verify_experts,
+                  "Containers: check an expert's XXH3 at its first read in this process (first; the file does not "
+                  "change under a run) or at every read (every: costs ~1 s of CPU per 15 GB read; docs/streaming.md)")
+      ->check(CLI::IsMember({"first", "every"}))
+      ->capture_default_str()
+      ->group(kGroupCache);
   cmd->add_option("--cache", cache,
                   "Containers: the expert cache policy: lru (least recently used per layer), lfu (least frequently "
                   "used with decay; docs/streaming.md)")
@@ -216,6 +222,9 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   else if (io == "mmap") o.experts.io = IoMode::Mmap;
   else fail("--io {}: expected uring, pread or mmap", io);
   if (io_depth > 0) o.experts.io_depth = io_depth;
+  if (verify_experts != "first" && verify_experts != "every")
+    fail("--verify-experts {}: expected first or every", verify_experts);
+  o.experts.verify_every_read = verify_experts == "every";
   if (cache == "lru") o.experts.policy = CachePolicy::Lru;
   else if (cache == "lfu") o.experts.policy = CachePolicy::Lfu;
   else fail("--cache {}: expected lru or lfu", cache);

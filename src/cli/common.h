@@ -47,6 +47,7 @@ struct EngineFlags {
   std::string io = "uring";  // uring | pread | mmap
   int io_depth = 0;          // 0: the default (kDefaultIoDepth)
   std::string cache = "lru";  // the cache policy: lru | lfu
+  std::string verify_experts = "first";  // first | every (ExpertCacheOptions::verify_every_read)
   bool stats = false, stats_json = false;
   std::string kernels = "auto";  // auto | scalar | avx2 | avx512 | avx512vnni
   bool packed_gemm = true;       // int8 prefill on the packed kernel (--no-packed-gemm: the multi-row one; docs/kernels.md)

@@ -111,6 +111,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     l.path = dir_ + "/" + rec.file;
     l.read_bytes = (rec.blob_bytes + kExpertAlign - 1) / kExpertAlign * kExpertAlign;
     l.slot_of.assign(static_cast<size_t>(rec.count), -1);
+    l.verified.assign(static_cast<size_t>(rec.count), 0);
     l.usage.assign(static_cast<size_t>(rec.count), 0);
     l.prior.assign(static_cast<size_t>(rec.count), 0);
     l.freq.assign(static_cast<size_t>(rec.count), 0);
@@ -291,6 +292,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
   size_t slots = 0;
   for (const Layer& l : layers_) slots += l.slots.size();
   prefetch_ = o.prefetch;
+  verify_every_ = o.verify_every_read;
   ahead_auto_ = o.prefetch && o.prefetch_auto;
   plan_registration(o, prefetch_ ? 2 : 1);
   open_registration(demand_);
@@ -314,6 +316,7 @@ DiskExpertStore::DiskExpertStore(const ExpertFiles& files, const ExpertCacheOpti
     io_desc_ += ", registered buffers";
   else if (io_desc_.find("io_uring") != std::string::npos && !reg_why_.empty())
     io_desc_ += fmt::format(", buffers not registered ({})", reg_why_);
+  io_desc_ += verify_every_ ? ", checksum at every read" : ", checksum at each expert's first read";
   } catch (...) {
     release_files();  // the destructor does not run for a throwing constructor
     throw;
@@ -592,10 +595,16 @@ void DiskExpertStore::step_batch(Reader& r) {
     }
     if (again) continue;  // the chunk stays open
     if (--ld.open == 0 && (ld.next >= ld.l->read_bytes || !ld.error.empty())) {
-      if (ld.error.empty() &&
-          XXH3_64bits(ld.slot->buf, ld.l->rec->blob_bytes) != ld.l->rec->xxh[static_cast<size_t>(ld.expert)])
-        ld.error = fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)",
-                               ld.l->path, ld.expert, ld.layer, ld.l->rec->stride * static_cast<uint64_t>(ld.expert));
+      // The checksum: at an expert's first read in this store (or every read
+      // with verify_every_read); the file does not change under a run.
+      std::atomic_ref<uint8_t> verified(ld.l->verified[static_cast<size_t>(ld.expert)]);
+      if (ld.error.empty() && (verify_every_ || verified.load(std::memory_order_relaxed) == 0)) {
+        if (XXH3_64bits(ld.slot->buf, ld.l->rec->blob_bytes) != ld.l->rec->xxh[static_cast<size_t>(ld.expert)])
+          ld.error = fmt::format("{}: expert {} of layer {} at offset {}: checksum mismatch (corrupt container)",
+                                 ld.l->path, ld.expert, ld.layer, ld.l->rec->stride * static_cast<uint64_t>(ld.expert));
+        else
+          verified.store(1, std::memory_order_relaxed);
+      }
       ld.done = true;
       r.landed.push_back(c.load);
     }

@@ -112,6 +112,8 @@ class DiskExpertStore final : public ExpertStore {
     uint8_t* map = nullptr;
     size_t map_len = 0;
     std::vector<MlpWeights> mapped;
+    // verified: the expert's checksum matched once (every I/O mode; set by
+    // the reader that landed it, read through std::atomic_ref).
     std::vector<uint8_t> verified, predicted;
   };
   // One expert read: chunks of it go through a reader's engine.
@@ -253,6 +255,7 @@ class DiskExpertStore final : public ExpertStore {
 
   // The I/O thread and its queue of read-aheads (layer, expert, slot).
   bool prefetch_ = false;
+  bool verify_every_ = false;  // ExpertCacheOptions::verify_every_read
   std::thread io_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

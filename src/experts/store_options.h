@@ -76,6 +76,12 @@ struct ExpertCacheOptions {
   int io_depth = kDefaultIoDepth;        // reads in flight per reader (demand and read-ahead each; read-ahead yields to demand)
   uint64_t io_chunk = kIoChunkBytes;     // an expert is read in chunks of this size (a multiple of 4096)
   CachePolicy policy = CachePolicy::Lru;
+  // Each expert's XXH3 is checked when it is first read into the cache in
+  // this store's life; later reads of it land unchecked unless this is set
+  // (--verify-experts every). The hash costs CPU at every read (~15 GB/s on
+  // one core here: 14 ms per token for int4 experts streaming 0.21 GB), which
+  // a fast disk makes a large part of a token on few cores.
+  bool verify_every_read = false;
   // Lfu: request counts halve after this many times the layer's cache slots
   // in requests (docs/streaming.md: chosen by replaying the trained model's routing).
   int lfu_decay = kLfuDecayTurnovers;

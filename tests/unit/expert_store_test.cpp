@@ -850,6 +850,49 @@ TEST_F(ExpertStoreTest, CorruptExpertIsRefusedInEveryIoMode) {
   }
 }
 
+// The checksum is taken at an expert's first read in a store's life; later
+// reads of it land unchecked (the CPU the hash costs at every read), unless
+// verify_every_read. Shown by changing the file between two reads of one
+// expert: the re-read is refused only with verify_every_read. (The byte is
+// flipped back after each case: the XOR is its own inverse.)
+TEST_F(ExpertStoreTest, ChecksumAtFirstReadOrEveryRead) {
+  const std::string dir = copy_container();
+  auto m = open(dir);
+  const uint64_t rb = expert_bytes(*m);
+  for (IoMode mode : {IoMode::Uring, IoMode::Pread})
+    for (bool every : {false, true}) {
+      SCOPED_TRACE(std::string(mode_name(mode)) + (every ? " every read" : " first read"));
+      ExpertCacheOptions o;
+      o.ram_bytes = 1 * rb * 3;  // one slot per layer: reading 4 evicts 3
+      o.autopin = false;
+      o.prefetch = false;
+      o.io = mode;
+      o.verify_every_read = every;
+      DiskExpertStore s(m->expert_files(), o);
+      EXPECT_NE(s.describe().find(every ? "checksum at every read" : "checksum at each expert's first read"),
+                std::string::npos)
+          << s.describe();
+      std::vector<const MlpWeights*> out;
+      s.acquire(2, std::vector<int32_t>{3}, out);
+      s.acquire(2, std::vector<int32_t>{4}, out);
+      corrupt_expert(*m, dir, 2, 3);
+      if (every) {
+        const std::string msg = error_of([&] { s.acquire(2, std::vector<int32_t>{3}, out); });
+        EXPECT_NE(msg.find("expert 3 of layer 2"), std::string::npos) << msg;
+        EXPECT_NE(msg.find("checksum mismatch"), std::string::npos) << msg;
+      } else {
+        EXPECT_NO_THROW(s.acquire(2, std::vector<int32_t>{3}, out)) << "a re-read was checked";
+      }
+      EXPECT_EQ(s.stats().misses, 3u);
+      corrupt_expert(*m, dir, 2, 3);  // restored
+      // A store's first read of an expert is always checked.
+      corrupt_expert(*m, dir, 2, 5);
+      const std::string first = error_of([&] { s.acquire(2, std::vector<int32_t>{5}, out); });
+      EXPECT_NE(first.find("checksum mismatch"), std::string::npos) << first;
+      corrupt_expert(*m, dir, 2, 5);
+    }
+}
+
 // Read-ahead only fills the cache's own slots: with two slots per layer, a
 // prediction of eight experts reads two, never more than the budget holds,
 // and never evicts what the layer was just asked for.
