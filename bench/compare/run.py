@@ -208,13 +208,19 @@ def run_json(argv, timeout=3600):
     return lines, {"wall_s": time.time() - t0, "load_before": la, "load_after": loadavg(), "stderr": p.stderr[-2000:]}
 
 
+def context_timeout(n):
+    """Seconds a --context N run may take: an hour, or 0.3 s per context token above that (llama.cpp prefilled
+    16384 tokens in 1770 s on the 2-core VM; its per-token prefill cost grows with the context)."""
+    return max(3600, int(0.3 * n))
+
+
 def strata_run(a, model, ids, gen, extra, wrap=None, warmup_tokens=0, context=0):
     # --context N prefills strata bench's own --seed 1 ids: the same list as fixed_ids(N, vocab, 1).
     prompt = ["--context", str(context)] if context else ["--ids", ",".join(map(str, ids))]
     argv = [a.strata, "bench", "--model", model] + prompt + ["--gen-tokens", str(gen),
             "--threads", str(a.threads), "--reps", "1", "--warmup", "1", "--warmup-tokens", str(warmup_tokens),
             "--json", "--no-autopin"] + extra
-    lines, meta = run_json(wrap(argv) if wrap else argv)
+    lines, meta = run_json(wrap(argv) if wrap else argv, timeout=context_timeout(context))
     by = {l["bench"]: l for l in lines}
     r = {"engine": "strata", "prefill_tok_s": by["prefill"]["tok_s"], "decode_tok_s": by["decode"]["tok_s"],
          "raw": by, **meta}
@@ -229,7 +235,7 @@ def llama_run(a, gguf, ids, gen, wrap=None, warmup_tokens=0, ids_file=None):
     argv = ["node", os.path.join(HERE, "llama_bench.mjs"), "--gguf", gguf] + prompt + [
             "--gen", str(gen), "--threads", str(a.threads), "--ctx", str(ctx), "--batch", "512", "--reps", "1",
             "--warmup", "1", "--warmup-tokens", str(warmup_tokens)]
-    lines, meta = run_json(wrap(argv) if wrap else argv)
+    lines, meta = run_json(wrap(argv) if wrap else argv, timeout=context_timeout(len(ids)))
     j = lines[-1]
     return {"engine": "llama.cpp", "prefill_tok_s": j["prefill_tok_s"], "decode_tok_s": j["decode_tok_s"], "raw": j,
             **meta}
