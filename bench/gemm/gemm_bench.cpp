@@ -4,6 +4,7 @@
 //   build/strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] [--peak-only]
 //   build/strata_gemm_bench --attention [--reps N]
 //   build/strata_gemm_bench --gemv [--reps N]
+//   build/strata_gemm_bench --gemv-layout [--reps N]
 //   (--m ROWS: every shape with that many activation rows instead of its own)
 //
 // {"bench":"vnni_peak",...}: vpdpbusd (512-bit) on independent accumulator
@@ -39,7 +40,20 @@
 //   times L3) taken in turn, on 1 and 2 threads, alternating with a plain
 //   AVX-512 read of a buffer as large on the same threads; medians of the
 //   wall-clock GB/s of each (weights + scales for the GEMV) and the GEMV's
-//   fraction of the read (issue: int4 decode "at the bus").
+//   fraction of the read (issue: int4 decode "at the bus"); also the read
+//   as two streams in turn (read_two_streams_gb_s), what the int4 GEMV's
+//   two weight rows at once are measured against.
+// {"bench":"gemv_layout",...} (--gemv-layout): would a weight layout with
+//   less arithmetic per byte bring the int4 GEMV closer to the bus? The
+//   engine's int4 GEMV (row-major rows, bf16 group-32 scales) against a
+//   prototype on 16 weight rows interleaved dword by dword ("rows16": lane r
+//   of every vector is row r, so each block's integer sum lands in a lane
+//   with no reduction, half the vector operations per byte), the same
+//   matrices repacked, on huge pages, 1 and 2 threads, cache-resident (one
+//   matrix) and from DRAM (24 matrices, 151 MB), alternating; outputs
+//   compared bit for bit (the prototype keeps dot16's order: 16 float
+//   accumulators, lane = row, one per block mod 16, folded as tree16).
+//   Not an engine path: docs/kernels.md records why.
 // {"bench":"load",...}: /proc/loadavg before and after (the machine may be
 //   shared: prefer the ratios).
 #include <algorithm>
@@ -347,6 +361,25 @@ __attribute__((target("avx512f"))) int64_t read_pass(const uint8_t* buf, int64_t
   for (; i < e; ++i) r += buf[i];
   return r;
 }
+
+// The same bytes as read_pass, as two sequential streams read in turn:
+// [b, m) and [m, e), 256 bytes of each a step (the int4 GEMV walks two
+// weight rows that way: docs/kernels.md, "Two weight streams").
+__attribute__((target("avx512f"))) int64_t read_pass2(const uint8_t* buf, int64_t b, int64_t e) {
+  const int64_t half = (e - b) / 2 / 256 * 256, m = b + half;
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i < half; i += 256) {
+    a0 = _mm512_add_epi64(a0, _mm512_add_epi64(_mm512_loadu_si512(buf + b + i), _mm512_loadu_si512(buf + b + i + 64)));
+    a1 = _mm512_add_epi64(a1, _mm512_add_epi64(_mm512_loadu_si512(buf + b + i + 128), _mm512_loadu_si512(buf + b + i + 192)));
+    a2 = _mm512_add_epi64(a2, _mm512_add_epi64(_mm512_loadu_si512(buf + m + i), _mm512_loadu_si512(buf + m + i + 64)));
+    a3 = _mm512_add_epi64(a3, _mm512_add_epi64(_mm512_loadu_si512(buf + m + i + 128), _mm512_loadu_si512(buf + m + i + 192)));
+  }
+  alignas(64) int64_t lanes[8];
+  _mm512_store_si512(lanes, _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3)));
+  int64_t r = 0;
+  for (int64_t v : lanes) r += v;
+  return r + read_pass(buf, m + half, e);
+}
 #endif
 
 // --gemv (see the top).
@@ -375,20 +408,22 @@ void gemv_bench(int reps) {
       const auto gemv_all = [&] {
         for (const Weight& w : ws) matmul(c, w, x.data(), 1, y.data(), sc);
       };
-      const auto read_all = [&] {
+      const auto read_with = [&](int64_t (*pass)(const uint8_t*, int64_t, int64_t)) {
         if (!pool) {
-          sink += read_pass(buf.data(), 0, bytes);
+          sink += pass(buf.data(), 0, bytes);
           return;
         }
         std::vector<int64_t> part(static_cast<size_t>(threads));
         pool->parallel_parts(bytes / 4096, [&](int p, int64_t b, int64_t e) {
-          part[static_cast<size_t>(p)] = read_pass(buf.data(), b * 4096, std::min(bytes, e * 4096));
+          part[static_cast<size_t>(p)] = pass(buf.data(), b * 4096, std::min(bytes, e * 4096));
         });
         for (int64_t v : part) sink += v;
       };
+      const auto read_all = [&] { read_with(read_pass); };
+      const auto read_all2 = [&] { read_with(read_pass2); };
       gemv_all();  // warm-up (scratch, pages)
       read_all();
-      std::vector<double> tg, tr;
+      std::vector<double> tg, tr, tr2;
       for (int rep = 0; rep < reps; ++rep) {
         auto a = Clock::now();
         gemv_all();
@@ -396,18 +431,23 @@ void gemv_bench(int reps) {
         a = Clock::now();
         read_all();
         tr.push_back(secs(a, Clock::now()));
+        a = Clock::now();
+        read_all2();
+        tr2.push_back(secs(a, Clock::now()));
       }
       auto median = [](std::vector<double> v) {
         std::sort(v.begin(), v.end());
         return v[v.size() / 2];
       };
-      const double gg = static_cast<double>(bytes) / median(tg) / 1e9, gr = static_cast<double>(bytes) / median(tr) / 1e9;
+      const double gg = static_cast<double>(bytes) / median(tg) / 1e9, gr = static_cast<double>(bytes) / median(tr) / 1e9,
+                   gr2 = static_cast<double>(bytes) / median(tr2) / 1e9;
       if (sink == 42) std::printf("#\n");
       std::printf(
           "{\"bench\":\"gemv\",\"path\":\"%s\",\"bits\":%d,\"threads\":%d,\"matrices\":%d,\"n\":%lld,\"k\":%lld,"
-          "\"bytes\":%lld,\"gemv_gb_s\":%.2f,\"read_gb_s\":%.2f,\"fraction_of_read\":%.3f}\n",
+          "\"bytes\":%lld,\"gemv_gb_s\":%.2f,\"read_gb_s\":%.2f,\"fraction_of_read\":%.3f,\"read_two_streams_gb_s\":%.2f,"
+          "\"fraction_of_two_stream_read\":%.3f}\n",
           kernel_path_name(c.kernels().path), static_cast<int>(bits), threads, kMats, static_cast<long long>(kN),
-          static_cast<long long>(kK), static_cast<long long>(bytes), gg, gr, gg / gr);
+          static_cast<long long>(kK), static_cast<long long>(bytes), gg, gr, gg / gr, gr2, gg / gr2);
       std::fflush(stdout);
     }
   }
@@ -417,11 +457,205 @@ void gemv_bench(int reps) {
 #endif
 }
 
+#if defined(__x86_64__)
+// --gemv-layout (see the top): int4 group-32 weights with bf16 scales
+// repacked 16 rows at a time. Rows group G (rows 16G .. 16G + 15), block b
+// (columns 32b .. 32b + 31): 4 vectors of 64 bytes; in vector k, byte 4r + t
+// holds row 16G + r's column 32b + 8k + t in its low nibble and column
+// 32b + 8k + 4 + t in its high one (the row's own 4-bit codes; rows past the
+// matrix and columns past its width are code 0). Scales: per group G and
+// scale group g, the 16 rows' bf16 scales.
+struct Rows16 {
+  int64_t rows = 0, cols = 0, nblocks = 0, ngroups = 0, g16 = 0;
+  StreamedBytes q;
+  std::vector<uint16_t> s;
+};
+
+Rows16 repack_rows16(const Weight& w) {
+  Rows16 o;
+  o.rows = w.rows;
+  o.cols = w.cols;
+  o.nblocks = (w.cols + 31) / 32;
+  o.ngroups = quant_groups(w.cols, w.group);
+  o.g16 = (w.rows + 15) / 16;
+  o.q.assign(static_cast<size_t>(o.g16 * o.nblocks * 256), 0);
+  o.s.assign(static_cast<size_t>(o.g16 * o.ngroups * 16), 0);
+  const int64_t rb = quant_row_bytes(QuantBits::Int4, w.cols);
+  const auto code = [&](int64_t r, int64_t c) -> int {
+    if (r >= w.rows || c >= w.cols) return 0;
+    const uint8_t byte = w.q()[r * rb + c / 2];
+    return (c & 1) ? byte >> 4 : byte & 15;
+  };
+  for (int64_t G = 0; G < o.g16; ++G)
+    for (int64_t b = 0; b < o.nblocks; ++b)
+      for (int k = 0; k < 4; ++k)
+        for (int r = 0; r < 16; ++r)
+          for (int t = 0; t < 4; ++t) {
+            const int64_t row = 16 * G + r, c = 32 * b + 8 * k + t;
+            o.q[static_cast<size_t>(((G * o.nblocks + b) * 4 + k) * 64 + 4 * r + t)] =
+                static_cast<uint8_t>(code(row, c) | (code(row, c + 4) << 4));
+          }
+  for (int64_t G = 0; G < o.g16; ++G)
+    for (int64_t g = 0; g < o.ngroups; ++g)
+      for (int r = 0; r < 16; ++r) {
+        const int64_t row = 16 * G + r;
+        o.s[static_cast<size_t>((G * o.ngroups + g) * 16 + r)] = row < w.rows ? w.s16()[row * o.ngroups + g] : 0;
+      }
+  return o;
+}
+
+// GCC 12 reports the intrinsics' _mm512_undefined_* operands as maybe-uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// y[16G + r] for row groups [G0, G1) against one activation row quantized
+// in the plain layout (q, per-block scales xs and 8 * sums s8): per block,
+// 8 vpdpbusd with the activations' dwords broadcast, minus s8, then
+// fma(float(isum), s_w * s_x, F[b % 16]) (qgemm.h's epilogue, lane = row).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni"))) void gemv_rows16(
+    const Rows16& w, int64_t G0, int64_t G1, const uint8_t* xq, const float* xs, const int32_t* s8, float* y) {
+  const __m512i m4 = _mm512_set1_epi8(0x0f), x8 = _mm512_set1_epi8(0x08);
+  for (int64_t G = G0; G < G1; ++G) {
+    const uint8_t* p = w.q.data() + G * w.nblocks * 256;
+    const uint16_t* sp = w.s.data() + G * w.ngroups * 16;
+    __m512 F[16];
+    for (auto& f : F) f = _mm512_setzero_ps();
+    int64_t b = 0;
+    const auto block = [&](int j) __attribute__((always_inline)) {
+      const uint8_t* pb = p + b * 256;
+      for (int k = 0; k < 4; ++k) _mm_prefetch(reinterpret_cast<const char*>(pb + 2048 + 64 * k), _MM_HINT_T0);
+      __m512i acc = _mm512_setzero_si512();
+      for (int k = 0; k < 4; ++k) {
+        int32_t lo4, hi4;
+        std::memcpy(&lo4, xq + 32 * b + 8 * k, 4);
+        std::memcpy(&hi4, xq + 32 * b + 8 * k + 4, 4);
+        const __m512i v = _mm512_loadu_si512(pb + 64 * k);
+        acc = _mm512_dpbusd_epi32(acc, _mm512_ternarylogic_epi32(v, m4, x8, 0x6a), _mm512_set1_epi32(lo4));
+        acc = _mm512_dpbusd_epi32(acc, _mm512_ternarylogic_epi32(_mm512_srli_epi16(v, 4), m4, x8, 0x6a),
+                                  _mm512_set1_epi32(hi4));
+      }
+      acc = _mm512_sub_epi32(acc, _mm512_set1_epi32(s8[b]));
+      const __m512 sw = _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(sp + b * 16))), 16));  // group 32: scale group b
+      F[j] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc), _mm512_mul_ps(sw, _mm512_set1_ps(xs[b])), F[j]);
+    };
+    while (b + 16 <= w.nblocks) {
+#pragma GCC unroll 16
+      for (int j = 0; j < 16; ++j) block(j), ++b;
+    }
+    for (int j = 0; b < w.nblocks; ++j, ++b) {
+#pragma GCC unroll 16
+      for (int jj = 0; jj < 16; ++jj)
+        if (jj == j) block(jj);
+    }
+    __m512 a8[8], a4[4];
+    for (int i = 0; i < 8; ++i) a8[i] = _mm512_add_ps(F[i], F[i + 8]);
+    for (int i = 0; i < 4; ++i) a4[i] = _mm512_add_ps(a8[i], a8[i + 4]);
+    const __m512 r = _mm512_add_ps(_mm512_add_ps(a4[0], a4[2]), _mm512_add_ps(a4[1], a4[3]));
+    const int64_t n = std::min<int64_t>(16, w.rows - 16 * G);
+    _mm512_mask_storeu_ps(y + 16 * G, static_cast<__mmask16>((1u << n) - 1u), r);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+void gemv_layout_bench(int reps) {
+  if (!kernel_path_supported(KernelPath::Avx512Vnni)) {
+    std::printf("{\"bench\":\"gemv_layout\",\"error\":\"no AVX-512 VNNI on this CPU\"}\n");
+    return;
+  }
+  constexpr int64_t kN = 2048, kK = 6144;
+  constexpr int kMats = 24;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<Weight> ws;
+  std::vector<StreamedBytes> wq;  // the row-major codes on huge pages too
+  std::vector<Rows16> rs;
+  std::vector<float> row(static_cast<size_t>(kK)), sc(static_cast<size_t>(kK / 32));
+  for (int m = 0; m < kMats; ++m) {
+    Weight w;
+    w.format = WeightFormat::INT4;
+    w.rows = kN;
+    w.cols = kK;
+    w.group = 32;
+    w.scales_bf16 = true;
+    w.data.resize(static_cast<size_t>(kN * kK / 2));
+    w.scales16.resize(static_cast<size_t>(kN * kK / 32));
+    for (int64_t r = 0; r < kN; ++r) {
+      for (auto& v : row) v = nd(rng);
+      quantize_row(QuantBits::Int4, 32, row.data(), kK, w.data.data() + r * kK / 2, sc.data(), true);
+      for (int64_t g = 0; g < kK / 32; ++g) w.scales16[static_cast<size_t>(r * kK / 32 + g)] = f32_to_bf16(sc[static_cast<size_t>(g)]);
+    }
+    rs.push_back(repack_rows16(w));
+    wq.emplace_back(w.data.begin(), w.data.end());
+    w.view_data = wq.back().data();
+    w.view_scales16 = w.scales16.data();
+    w.view_bytes = w.data.size() + w.scales16.size() * sizeof(uint16_t);
+    ws.push_back(std::move(w));
+  }
+  const double bytes1 = static_cast<double>(ws[0].view_bytes);
+  std::vector<float> x(static_cast<size_t>(kK));
+  for (auto& v : x) v = nd(rng);
+  for (int threads : {1, 2}) {
+    std::unique_ptr<ThreadPool> pool = threads > 1 ? std::make_unique<ThreadPool>(threads) : nullptr;
+    const Compute c(pool.get(), ComputeOptions{.path = KernelPath::Avx512Vnni});
+    const KernelTable& kt = c.kernels();
+    MatmulScratch scr;
+    std::vector<uint8_t> q(static_cast<size_t>(qacts_qstride(kK)));
+    std::vector<float> xs(static_cast<size_t>(qacts_bstride(kK))), y0(kN), y1(kN);
+    std::vector<int32_t> s8(static_cast<size_t>(qacts_bstride(kK)));
+    for (bool hot : {true, false}) {
+      const int nm = hot ? 1 : kMats, inner = hot ? 100 : 4;
+      const auto engine = [&] {
+        for (int m = 0; m < nm; ++m) matmul(c, ws[static_cast<size_t>(m)], x.data(), 1, y0.data(), scr);
+      };
+      const auto proto = [&] {
+        for (int m = 0; m < nm; ++m) {
+          const Rows16& w = rs[static_cast<size_t>(m)];
+          (kt.quantize ? kt.quantize : quantize_acts)(x.data(), 1, kK, ActLayout::Plain, q.data(), xs.data(), s8.data());
+          const auto body = [&](int64_t g0, int64_t g1) { gemv_rows16(w, g0, g1, q.data(), xs.data(), s8.data(), y1.data()); };
+          if (pool)
+            pool->parallel_for(w.g16, body);
+          else
+            body(0, w.g16);
+        }
+      };
+      engine();
+      proto();
+      const bool same = std::memcmp(y0.data(), y1.data(), sizeof(float) * kN) == 0;
+      std::vector<double> te, tp, ratio;
+      for (int rep = 0; rep < reps; ++rep) {
+        auto a = Clock::now();
+        for (int i = 0; i < inner; ++i) engine();
+        te.push_back(secs(a, Clock::now()));
+        a = Clock::now();
+        for (int i = 0; i < inner; ++i) proto();
+        tp.push_back(secs(a, Clock::now()));
+        ratio.push_back(te.back() / tp.back());
+      }
+      auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+      };
+      const double gb = bytes1 * nm * inner / 1e9;
+      std::printf(
+          "{\"bench\":\"gemv_layout\",\"bits\":4,\"group\":32,\"scales\":\"bf16\",\"threads\":%d,\"where\":\"%s\","
+          "\"matrices\":%d,\"n\":%lld,\"k\":%lld,\"engine_gb_s\":%.2f,\"rows16_gb_s\":%.2f,\"rows16_over_engine\":%.3f,"
+          "\"pair_ratios\":[",
+          threads, hot ? "cache" : "dram", nm, static_cast<long long>(kN), static_cast<long long>(kK), gb / median(te),
+          gb / median(tp), median(ratio));
+      for (size_t i = 0; i < ratio.size(); ++i) std::printf("%s%.2f", i ? "," : "", ratio[i]);
+      std::printf("],\"identical\":%s}\n", same ? "true" : "false");
+      std::fflush(stdout);
+    }
+  }
+}
+#endif
+
 int run(int argc, char** argv) {
   int reps = 5, threads = 1;
   int64_t rows = 0;  // --m: every shape's activation rows instead of its own (0: the shape's)
   std::string which = "all", name;  // name: one shape only (e.g. expert_gate)
-  bool peak_only = false, attention = false, gemv = false;
+  bool peak_only = false, attention = false, gemv = false, gemv_layout = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--reps" && i + 1 < argc) {
@@ -440,17 +674,24 @@ int run(int argc, char** argv) {
       attention = true;
     } else if (a == "--gemv") {
       gemv = true;
+    } else if (a == "--gemv-layout") {
+      gemv_layout = true;
     } else {
       std::fprintf(stderr,
                    "usage: strata_gemm_bench [--reps N] [--threads T] [--shapes tiny|slice|all] [--name SHAPE] [--m ROWS] "
-                   "[--peak-only] | --attention [--reps N] | --gemv [--reps N]\n");
+                   "[--peak-only] | --attention [--reps N] | --gemv [--reps N] | --gemv-layout [--reps N]\n");
       return 2;
     }
   }
   std::printf("{\"bench\":\"load\",\"when\":\"start\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
-  if (attention || gemv) {
+  if (attention || gemv || gemv_layout) {
     if (attention) attention_bench(reps), indexer_bench(reps);
     if (gemv) gemv_bench(reps);
+#if defined(__x86_64__)
+    if (gemv_layout) gemv_layout_bench(reps);
+#else
+    if (gemv_layout) std::printf("{\"bench\":\"gemv_layout\",\"error\":\"x86-64 only\"}\n");
+#endif
     std::printf("{\"bench\":\"load\",\"when\":\"end\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
     return 0;
   }

@@ -441,9 +441,86 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
   for (int r = 0; r < NR; ++r) y[(r0 + r) * ldy + o] = tree16(facc[r]);
 }
 
+// The int4 GEMV and calls of up to 4 activation rows on two weight rows at
+// once, o1 and o2, far apart: qgemm_tile<4, NR>'s arithmetic for each,
+// superblock by superblock in turn, so the core reads two sequential weight
+// streams instead of one. From DRAM one stream ran at ~19-21 GB/s per core
+// and two at ~28-31 (a second stream keeps more lines in flight than the
+// prefetchers and the 2 KiB software prefetch give one; docs/kernels.md,
+// "Two weight streams"). Each output takes qgemm_tile's operations in its
+// order: the same floats.
+template <int NR>
+void qgemm4_two_rows(const QWeight& w, const WScales& wsc, int64_t o1, int64_t o2, const QActs& a, float* y,
+                     int64_t ldy) {
+  const uint8_t* const wrows[2] = {w.q + o1 * w.row_bytes, w.q + o2 * w.row_bytes};
+  const ScaleRow ws[2] = {scale_row(w, o1), scale_row(w, o2)};
+  const int64_t nsuper = a.bstride / 16;
+  constexpr int64_t kSuperBytes = kQSuper / 2;
+  const __m512i m4 = _mm512_set1_epi8(0x0f), x8 = _mm512_set1_epi8(0x08);
+  const int64_t gm = w.group / kQBlock, pf_groups = gm > 0 ? kPrefetchBytes * 2 / w.group : 0;  // as qgemm_tile
+  __m512 facc[2][NR];
+  for (int i = 0; i < 2; ++i)
+    for (int r = 0; r < NR; ++r) facc[i][r] = _mm512_setzero_ps();
+  for (int64_t sb = 0; sb < nsuper; ++sb) {
+    const int64_t b0 = sb * 16, nb = a.nblocks - b0, off = sb * kSuperBytes;
+    const __mmask16 bm = lanes16(nb);
+    const bool full = off + kSuperBytes <= w.row_bytes;
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* wrow = wrows[i];
+      const char* pf = reinterpret_cast<const char*>(wrow + off + kPrefetchBytes);
+      for (int k = 0; k < 4; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+      if (pf_groups > 0) _mm_prefetch(static_cast<const char*>(ws[i].addr(b0 / gm + pf_groups)), _MM_HINT_T0);
+      const __m512 wsv = wsc.get(ws[i], w.ngroups, b0, nb);
+      __m512i lo[4], hi[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m512i wv = full ? _mm512_loadu_si512(wrow + off + 64 * k)
+                                : _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - off - 64 * k), wrow + off + 64 * k);
+        lo[k] = _mm512_ternarylogic_epi32(wv, m4, x8, 0x6a);  // as qgemm_tile
+        hi[k] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(wv, 4), m4, x8, 0x6a);
+      }
+      for (int r = 0; r < NR; ++r) {
+        const uint8_t* xq = a.q + r * a.qstride + sb * kQSuper;
+        __m512i part[4];
+        for (int k = 0; k < 4; ++k) {
+          const __m512i xe = _mm512_loadu_si512(xq + 128 * k), xo = _mm512_loadu_si512(xq + 128 * k + 64);
+          if constexpr (kVnni) {
+            part[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], xe), hi[k], xo);
+          } else {
+            const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(lo[k], xe), _mm512_maddubs_epi16(hi[k], xo));
+            part[k] = _mm512_madd_epi16(p, _mm512_set1_epi16(1));
+          }
+        }
+        const __m512i isum = _mm512_sub_epi32(merge(merge(part[0], part[1]), merge(part[2], part[3])),
+                                              _mm512_loadu_si512(a.sum8 + r * a.bstride + b0));
+        const __m512 d = _mm512_mul_ps(wsv, _mm512_loadu_ps(a.scale + r * a.bstride + b0));
+        facc[i][r] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(isum), d, facc[i][r], bm);
+      }
+    }
+  }
+  for (int r = 0; r < NR; ++r) {
+    y[r * ldy + o1] = tree16(facc[0][r]);
+    y[r * ldy + o2] = tree16(facc[1][r]);
+  }
+}
+
 template <int BITS>
 void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   const WScales wsc = make_wscales(w);
+  if constexpr (BITS == 4) {
+    if (a.nrows >= 1 && a.nrows <= 4 && w.rows >= 2) {  // rows o and h + o together
+      const int64_t h = w.rows / 2;
+      const auto run = [&](auto nr) {
+        for (int64_t o = 0; o < h; ++o) qgemm4_two_rows<nr.n>(w, wsc, o, h + o, a, y, ldy);
+        if (w.rows % 2) qgemm_tile<4, nr.n>(w, wsc, w.rows - 1, a, 0, y, ldy);
+      };
+      switch (a.nrows) {
+        case 1: run(Extent<1>{}); return;
+        case 2: run(Extent<2>{}); return;
+        case 3: run(Extent<3>{}); return;
+        default: run(Extent<4>{}); return;
+      }
+    }
+  }
   gemm_tiles<1, 4>(w.rows, a.nrows, row_block(a.qstride),
                    [&](auto, auto tr, int64_t o, int64_t r) { qgemm_tile<BITS, tr.n>(w, wsc, o, a, r, y, ldy); });
 }
