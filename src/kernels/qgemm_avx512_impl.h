@@ -355,7 +355,7 @@ inline WScales make_wscales(const QWeight& w) {
 constexpr int64_t kPrefetchBytes = 2048;
 
 // One weight row o against NR activation rows. BITS 4: the activations are
-// SplitNibble; BITS 8: Offset128 with VNNI, Plain without.
+// SplitNibble; BITS 8: Plain.
 template <int BITS, int NR>
 void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a, int64_t r0, float* y, int64_t ldy) {
   const uint8_t* wrow = w.q + o * w.row_bytes;
@@ -387,10 +387,13 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
                    : _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - off - 64 * k), wrow + off + 64 * k);
     // BITS 4: u = nibble ^ 8 = value + 8 in [0, 15] (unsigned operand), the
     // +8 removed below with sum8; products < 2^15 without VNNI (15 * 127 * 2).
-    // BITS 8, VNNI: (x + 128) * w, the 128 * sum(w) removed by starting the
-    // accumulator at -128 * sum(w); without VNNI: |w| * (x with w's sign),
-    // pairs <= 2 * 128 * 127 < 2^15.
-    __m512i lo[BITS == 4 ? NV : 1], hi[BITS == 4 ? NV : 1], init[BITS == 8 && kVnni ? NV : 1],
+    // BITS 8, VNNI: (w + 128) * x, i.e. w ^ 0x80 as the unsigned operand, the
+    // 128 * sum(x) removed below with 16 * sum8 (one vpxor per weight vector;
+    // until 2026-12-04 the activations were offset instead, which needed
+    // -128 * sum(w) per block: a vpdpbusd, a shift and a subtraction per
+    // weight vector); without VNNI: |w| * (x with w's sign), pairs
+    // <= 2 * 128 * 127 < 2^15. Every block sum is exact in int32 either way.
+    __m512i lo[BITS == 4 ? NV : 1], hi[BITS == 4 ? NV : 1], uw[BITS == 8 && kVnni ? NV : 1],
         absw[BITS == 8 && !kVnni ? NV : 1];
     __mmask64 neg[BITS == 8 && !kVnni ? NV : 1];
     for (int k = 0; k < NV; ++k) {
@@ -399,8 +402,7 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
         lo[k] = _mm512_ternarylogic_epi32(wv[k], m4, x8, 0x6a);
         hi[k] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(wv[k], 4), m4, x8, 0x6a);
       } else if constexpr (kVnni) {
-        const __m512i sum = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_set1_epi8(1), wv[k]);
-        init[k] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum, 7));
+        uw[k] = _mm512_xor_si512(wv[k], _mm512_set1_epi8(static_cast<char>(0x80)));
       } else {
         absw[k] = _mm512_abs_epi8(wv[k]);
         neg[k] = _mm512_movepi8_mask(wv[k]);
@@ -419,7 +421,7 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
             part[k] = _mm512_madd_epi16(p, _mm512_set1_epi16(1));
           }
         } else if constexpr (kVnni) {
-          part[k] = _mm512_dpbusd_epi32(init[k], _mm512_loadu_si512(xq + 64 * k), wv[k]);
+          part[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), uw[k], _mm512_loadu_si512(xq + 64 * k));
         } else {
           const __m512i xv = _mm512_loadu_si512(xq + 64 * k);
           const __m512i sx = _mm512_mask_sub_epi8(xv, neg[k], _mm512_setzero_si512(), xv);
@@ -433,6 +435,8 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
       } else {
         isum = merge(merge(merge(part[0], part[1]), merge(part[2], part[3])),
                      merge(merge(part[4], part[5]), merge(part[6], part[7])));
+        if constexpr (kVnni)  // 128 * sum(x) = 16 * sum8
+          isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(_mm512_loadu_si512(a.sum8 + (r0 + r) * a.bstride + b0), 4));
       }
       const __m512 d = _mm512_mul_ps(wsv, _mm512_loadu_ps(a.scale + (r0 + r) * a.bstride + b0));
       facc[r] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(isum), d, facc[r], bm);

@@ -23,7 +23,7 @@ namespace {
 const KernelTable& kernel_table_avx512vnni() {
   static const KernelTable t = [] {
     KernelTable k{
-        KernelPath::Avx512Vnni, k_dot_f32, k_gemm_f32, k_gemm_bf16, k_gemm_q8, k_gemm_q4, ActLayout::Offset128,
+        KernelPath::Avx512Vnni, k_dot_f32, k_gemm_f32, k_gemm_bf16, k_gemm_q8, k_gemm_q4, ActLayout::Plain,
         ActLayout::SplitNibble, k_gemm_q8_dword, ActLayout::Offset128Dword, k_quantize_acts, k_gemm_q8_packed};
     k.gemm_q4_packed = k_gemm_q4_packed;
     k.deq_axpy = k_deq_axpy;
