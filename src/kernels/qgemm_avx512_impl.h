@@ -349,9 +349,10 @@ inline WScales make_wscales(const QWeight& w) {
 // rows', which the tiles read next), and their block scales. A prefetch
 // never faults and changes no arithmetic. Taken where it measured a gain
 // (docs/kernels.md, "Software prefetch"): the int4 GEMV (the hardware
-// prefetcher alone left decode's int4 matmuls well under the bus) and the
-// int8 multi-row kernel (2-11 rows); not the int8 GEMV, which already
-// streams near the bus and measured ~9% slower with it.
+// prefetcher alone left decode's int4 matmuls well under the bus), the
+// int8 multi-row kernel (2-11 rows) and the int8 GEMV's two-row walk
+// (qgemv8_two_rows); not a one-stream int8 GEMV, which measured ~9% slower
+// with it.
 constexpr int64_t kPrefetchBytes = 2048;
 
 // One weight row o against NR activation rows. BITS 4: the activations are
