@@ -9,6 +9,7 @@
 // weights come from memory, as in decode, not from cache.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -170,6 +171,61 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
       benchmark::Counter(static_cast<double>(rows * kCols * nrows) * it / 1e9, benchmark::Counter::kIsRate);
 }
 
+// The absorbed attention's kv_b products (attention_absorbed.cpp) on
+// GLM-5.2's shapes: per head, W_UK's 192 rows as deq_axpy (q_nope against
+// them: 512 outputs) and W_UV's 256 rows as deq_gemm against S latent rows.
+// One layer's kv_b (64 heads x 448 rows x 512 columns, ~8 MB at int4 gs32)
+// sits in L3, so the dequantizing arithmetic sets the pace. One thread;
+// GMAC/s counts both products.
+void BM_Deq(benchmark::State& state, int fi, int path, int64_t nrows) {
+  if (!kernel_path_supported(static_cast<KernelPath>(path))) {
+    state.SkipWithError("this CPU lacks the path");
+    return;
+  }
+  constexpr int64_t H = 64, nope = 192, vd = 256, kvl = 512;
+  const Fmt& f = kFormats[fi];
+  Weight w;
+  w.format = f.format;
+  w.rows = H * (nope + vd);
+  w.cols = kvl;
+  w.group = f.group;
+  {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd(0.0f, 0.02f);
+    const QuantBits b = f.format == WeightFormat::INT8 ? QuantBits::Int8 : QuantBits::Int4;
+    const int64_t rb = quant_row_bytes(b, kvl), ng = quant_groups(kvl, f.group);
+    w.data.resize(static_cast<size_t>(w.rows * rb));
+    w.scales.resize(static_cast<size_t>(w.rows * ng));
+    std::vector<float> row(kvl);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      for (auto& v : row) v = nd(rng);
+      quantize_row(b, f.group, row.data(), kvl, w.data.data() + r * rb, w.scales.data() + r * ng);
+    }
+  }
+  const KernelTable& kt = kernel_table(static_cast<KernelPath>(path));
+  std::mt19937 rng(1);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> q(static_cast<size_t>(nrows * H * (nope + 64))), lat(static_cast<size_t>(nrows * kvl));
+  for (auto& v : q) v = nd(rng);
+  for (auto& v : lat) v = nd(rng);
+  std::vector<float> qabs(static_cast<size_t>(nrows * H * kvl)), o(static_cast<size_t>(nrows * H * vd));
+  for (auto _ : state) {
+    std::fill(qabs.begin(), qabs.end(), 0.0f);
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t hs = nope + vd;
+      kt.deq_axpy(qweight_rows(w, h * hs, nope), q.data() + h * (nope + 64), H * (nope + 64), nrows,
+                  qabs.data() + h * kvl, H * kvl);
+      kt.deq_gemm(qweight_rows(w, h * hs + nope, vd), lat.data(), nrows, o.data() + h * vd, H * vd);
+    }
+    benchmark::DoNotOptimize(qabs.data());
+    benchmark::DoNotOptimize(o.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["GMAC/s"] = benchmark::Counter(
+      static_cast<double>(w.rows * kvl * nrows) * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
 const bool registered = [] {
 #if defined(__aarch64__)
   const int paths[] = {-1, static_cast<int>(KernelPath::Scalar), static_cast<int>(KernelPath::Neon),
@@ -202,6 +258,14 @@ const bool registered = [] {
                 ->Unit(benchmark::kMillisecond)
                 ->UseRealTime();
         }
+  for (int fi : {2, 3})
+    for (int64_t s : {1, 4, 64})
+      for (int path : paths) {
+        if (path < 0) continue;
+        const std::string name = std::string("Deq/kvb/") + kFormats[fi].name + "/S" + std::to_string(s) + "/" +
+                                 kernel_path_name(static_cast<KernelPath>(path));
+        benchmark::RegisterBenchmark(name.c_str(), BM_Deq, fi, path, s)->Unit(benchmark::kMillisecond);
+      }
   return true;
 }();
 

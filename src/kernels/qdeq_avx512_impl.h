@@ -38,13 +38,31 @@ inline __m512 deq16(const uint8_t* wrow, int64_t c, DeqMask m, __m512 sv) {
   } else {
     // Byte i holds values 2i (low nibble) and 2i + 1 (high): each byte to
     // two lanes, then the nibble shifted to the top and back (sign-extended).
-    const __m128i b = FULL ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(wrow + c / 2))
-                           : _mm_maskz_loadu_epi8(m.bytes, wrow + c / 2);
+    const __m128i b = _mm_maskz_loadu_epi8(m.bytes, wrow + c / 2);
     const __m128i dup = _mm_shuffle_epi8(b, _mm_setr_epi8(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7));
     const __m512i sh = _mm512_setr_epi32(28, 24, 28, 24, 28, 24, 28, 24, 28, 24, 28, 24, 28, 24, 28, 24);
     v = _mm512_srai_epi32(_mm512_sllv_epi32(_mm512_cvtepu8_epi32(dup), sh), 28);
   }
   return _mm512_mul_ps(_mm512_cvtepi32_ps(v), sv);
+}
+
+// int4, all 16 lanes, by lookup instead of arithmetic: nib_table(sv) holds
+// the 16 values a nibble stands for times the scale (the multiplication
+// deq16 does, of the same two floats: the same products), and
+// deq16_q4_lookup picks them per lane with vpermps, which reads an index's
+// low 4 bits only. Byte i (values 2i and 2i + 1) goes to qword i, or-ed with
+// itself shifted left by 28: dword 2i's low nibble is byte i's low one,
+// dword 2i + 1's its high one. A table serves every vector of its group:
+// 4 vector operations a value vector instead of deq16's 7.
+inline __m512 nib_table(__m512 sv) {
+  return _mm512_mul_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, -8, -7, -6, -5, -4, -3, -2, -1), sv);
+}
+inline __m512 deq16_q4_lookup(const uint8_t* wrow, int64_t c, __m512 table) {
+  const uint8_t* p = wrow + c / 2;
+  __m512i v = _mm512_broadcastd_epi32(_mm_loadu_si32(p));
+  v = _mm512_mask_broadcastd_epi32(v, 0xff00, _mm_loadu_si32(p + 4));
+  const __m512i sh = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+  return _mm512_permutexvar_ps(_mm512_srlv_epi32(v, sh), table);
 }
 
 inline bool deq_simd_group(const QWeight& w) { return w.group == 0 || w.group % 16 == 0; }
@@ -70,7 +88,16 @@ void deq_axpy_tile(const QWeight& w, const float* a, int64_t lda, int64_t r0, in
     const uint8_t* wrow = w.q + o * w.row_bytes;
     const ScaleRow ws = scale_row(w, o);
     __m512 wv[NV];
-    for (int v = 0; v < NV; ++v) wv[v] = deq16<BITS, FULL>(wrow, c0 + 16 * v, m[v], _mm512_set1_ps(ws[gi[v]]));
+    if constexpr (BITS == 4 && FULL && NR <= 2) {
+      // Vectors of one group (same gi, always adjacent) share a table.
+      __m512 tab = nib_table(_mm512_set1_ps(ws[gi[0]]));
+      for (int v = 0; v < NV; ++v) {
+        if (v > 0 && gi[v] != gi[v - 1]) tab = nib_table(_mm512_set1_ps(ws[gi[v]]));
+        wv[v] = deq16_q4_lookup(wrow, c0 + 16 * v, tab);
+      }
+    } else {
+      for (int v = 0; v < NV; ++v) wv[v] = deq16<BITS, FULL>(wrow, c0 + 16 * v, m[v], _mm512_set1_ps(ws[gi[v]]));
+    }
     for (int r = 0; r < NR; ++r) {
       const __m512 av = _mm512_set1_ps(a[(r0 + r) * lda + o]);
       for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);
@@ -112,6 +139,26 @@ void deq_gemm_tile(const QWeight& w, int64_t o0, const float* x, float* y, int64
     k += 16;
     if (k == w.group) k = 0, ++gi;
   };
+  if constexpr (BITS == 4 && NR <= 2) {
+    // Whole groups of 32k columns (or one scale a row): a table per weight
+    // row and group, for all the group's vectors.
+    if (w.group == 0 || w.group % 32 == 0) {
+      const int64_t step = w.group == 0 ? 32 : w.group;
+      for (; i + step <= cols; i += step, ++gi) {
+        __m512 tab[NW];
+        for (int o = 0; o < NW; ++o) tab[o] = nib_table(_mm512_set1_ps(ws[o][w.group == 0 ? 0 : gi]));
+        for (int64_t c = i; c < i + step; c += 16) {
+          __m512 wv[NW];
+          for (int o = 0; o < NW; ++o) wv[o] = deq16_q4_lookup(wr[o], c, tab[o]);
+          for (int r = 0; r < NR; ++r) {
+            const __m512 xv = _mm512_loadu_ps(x + r * cols + c);
+            for (int o = 0; o < NW; ++o) acc[o][r] = _mm512_fmadd_ps(wv[o], xv, acc[o][r]);
+          }
+        }
+      }
+      if (w.group == 0) gi = 0;
+    }
+  }
   for (; i + 16 <= cols; i += 16, next_group()) {
     __m512 wv[NW];
     for (int o = 0; o < NW; ++o) wv[o] = deq16<BITS, true>(wr[o], i, DeqMask::full(BITS), _mm512_set1_ps(ws[o][gi]));
