@@ -258,6 +258,10 @@ int run_bench(const BenchFlags& f) {
   std::vector<double> prefill_rate, decode_rate;
   Phase prefill_phase, decode_phase;
   uint64_t decode_read = 0, decode_wait_ns = 0, decode_misses = 0, decode_requests = 0;
+  // CPU seconds over the measured decode windows: strata's own, the whole
+  // machine's busy time, and steal (cpu_times()).
+  double decode_cpu_self = 0.0, decode_cpu_busy = 0.0, decode_cpu_steal = 0.0, decode_wall = 0.0;
+  bool decode_cpu_known = true;
   std::vector<float> logits(static_cast<size_t>(V));
   std::vector<Row> rows;
   std::vector<double> prefill_seconds;
@@ -290,6 +294,7 @@ int run_bench(const BenchFlags& f) {
     a = e.runner().stats();
     const ExpertStoreStats d0 = e.experts().stats();
     generated.clear();
+    const CpuTimes c0 = cpu_times();
     t0 = now_ns();
     for (int64_t i = 0; i < G; ++i) {
       const Row r{&s, static_cast<int32_t>(PP + i), argmax(logits.data(), V), true};
@@ -297,7 +302,13 @@ int run_bench(const BenchFlags& f) {
       e.forward({&r, 1}, logits.data());
     }
     dt = now_ns() - t0;
+    const CpuTimes c1 = cpu_times();
     if (measured) {
+      decode_cpu_self += c1.process_s - c0.process_s;
+      decode_cpu_busy += c1.machine_busy_s - c0.machine_busy_s;
+      decode_cpu_steal += c1.machine_steal_s - c0.machine_steal_s;
+      decode_cpu_known = decode_cpu_known && c0.machine_known && c1.machine_known;
+      decode_wall += static_cast<double>(dt) / 1e9;
       decode_rate.push_back(static_cast<double>(G) * 1e9 / static_cast<double>(dt));
       decode_phase.add(a, e.runner().stats());
       if (on_disk) {
@@ -388,6 +399,13 @@ int run_bench(const BenchFlags& f) {
              {"disk_gb_s_during_wait", stream_gb_s},
              {"prompt_ids", prompt},
              {"generated_ids", generated}};
+      // Cores kept busy while decoding (CPU seconds per wall second):
+      // strata's threads, everything else on the machine (kernel threads
+      // included: a loop device's copies), and the hypervisor's steal.
+      if (decode_cpu_known && decode_wall > 0)
+        d["cores_busy"] = Json{{"strata", decode_cpu_self / decode_wall},
+                               {"other", std::max(0.0, decode_cpu_busy - decode_cpu_self) / decode_wall},
+                               {"steal", decode_cpu_steal / decode_wall}};
       emit(d);
     }
     if (ctx_mode) emit(context_line);
@@ -412,6 +430,10 @@ int run_bench(const BenchFlags& f) {
         std::printf("experts from disk %.3f GB/token, %.2f GB per second of expert wait (read-ahead overlapped with "
                     "compute counts too)\n",
                     read_per_tok / 1e9, stream_gb_s);
+      if (decode_cpu_known && decode_wall > 0)
+        std::printf("cores busy while decoding: strata %.2f, everything else %.2f, hypervisor steal %.2f\n",
+                    decode_cpu_self / decode_wall, std::max(0.0, decode_cpu_busy - decode_cpu_self) / decode_wall,
+                    decode_cpu_steal / decode_wall);
     } else if (mem > 0) {
       std::printf("memory read bandwidth %.1f GB/s (%d threads)\n", mem, threads);
     }

@@ -1,6 +1,7 @@
 #include "core/system_info.h"
 
 #include <sched.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -168,6 +169,29 @@ double memory_read_gb_s(size_t bytes, int threads, int tries) {
   std::free(buf);
   if (sink.load() == 42) std::fputc(' ', stderr);  // keep the reads
   return best;
+}
+
+CpuTimes cpu_times() {
+  CpuTimes t;
+  rusage ru{};
+  if (getrusage(RUSAGE_SELF, &ru) == 0)
+    t.process_s = static_cast<double>(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) +
+                  static_cast<double>(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  // user nice system idle iowait irq softirq steal (guest time is inside user)
+  unsigned long long v[8] = {};
+  if (f >> cpu && cpu == "cpu") {
+    int n = 0;
+    while (n < 8 && f >> v[n]) ++n;
+    const long hz = sysconf(_SC_CLK_TCK);
+    if (n == 8 && hz > 0) {
+      t.machine_busy_s = static_cast<double>(v[0] + v[1] + v[2] + v[5] + v[6]) / static_cast<double>(hz);
+      t.machine_steal_s = static_cast<double>(v[7]) / static_cast<double>(hz);
+      t.machine_known = true;
+    }
+  }
+  return t;
 }
 
 }  // namespace strata

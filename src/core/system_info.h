@@ -36,4 +36,19 @@ int usable_cores();
 // here.
 double memory_read_gb_s(size_t bytes, int threads, int tries);
 
+// CPU time so far, in seconds: this process's (user + system, every thread;
+// getrusage) and the whole machine's from /proc/stat's "cpu" line: busy
+// (user, nice, system, irq, softirq: work done on this machine, by any
+// process or kernel thread) and steal (time the hypervisor gave this
+// machine's CPUs to someone else). machine_known is false where /proc/stat
+// cannot be read. Differences of two readings say, over an interval, how
+// many cores this process kept busy and how many went to everything else
+// (e.g. a loop device copying the reads of an emulated disk).
+struct CpuTimes {
+  double process_s = 0.0;
+  double machine_busy_s = 0.0, machine_steal_s = 0.0;
+  bool machine_known = false;
+};
+CpuTimes cpu_times();
+
 }  // namespace strata
