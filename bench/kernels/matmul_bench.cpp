@@ -259,7 +259,7 @@ const bool registered = [] {
                 ->UseRealTime();
         }
   for (int fi : {2, 3})
-    for (int64_t s : {1, 4, 64})
+    for (int64_t s : {1, 4, 8, 64, 512})
       for (int path : paths) {
         if (path < 0) continue;
         const std::string name = std::string("Deq/kvb/") + kFormats[fi].name + "/S" + std::to_string(s) + "/" +

@@ -118,11 +118,6 @@ void deq_axpy(const QWeight& w, const float* a, int64_t lda, int64_t nrows, floa
   });
 }
 
-void k_deq_axpy(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y, int64_t ldy) {
-  if (!deq_simd_group(w)) return deq_axpy_ref(w, a, lda, nrows, y, ldy);
-  if (w.bits == 4) return deq_axpy<4>(w, a, lda, nrows, y, ldy);
-  deq_axpy<8>(w, a, lda, nrows, y, ldy);
-}
 
 // deq_gemm of weight rows [o, o + NW) against activation rows [r, r + NR).
 template <int BITS, int NW, int NR>
@@ -187,8 +182,121 @@ void deq_gemm(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t
   });
 }
 
+// ---- Prefill-sized calls: dequantize once, then f32 tiles ----
+// Above kDeqPanelRows activation rows every row tile would dequantize the
+// same weight vectors again (a prefill of 512 rows: 128 times), so a panel
+// of weight values is dequantized once into an f32 buffer on the stack
+// (deq16: the same products) and each row tile loads it instead. The tiles
+// keep the in-register kernels' arithmetic: deq_gemm's is fgemm_tile's
+// dot16, deq_axpy's the same fma chain over the weight rows in row order
+// (a chain that crosses a chunk of kAxpyChunk weight rows is stored to y
+// and loaded back, which changes no float). So either form gives the same
+// floats for any row count.
+constexpr int64_t kDeqPanelRows = 8;     // nrows from which the panel forms run
+constexpr int64_t kDeqPanelCols = 4096;  // deq_gemm: 4 weight rows of at most this many columns (64 KiB)
+constexpr int64_t kAxpyChunk = 128;      // deq_axpy: weight rows per panel of 64 columns (32 KiB)
+
+// Values [c0, c0 + 16 nv) of weight row o into dst (c0 % 16 == 0): those
+// below w.cols dequantized, the rest 0.
+template <int BITS>
+inline void deq_span_f32(const QWeight& w, int64_t o, int64_t c0, int64_t nv, float* dst) {
+  const uint8_t* wrow = w.q + o * w.row_bytes;
+  const ScaleRow ws = scale_row(w, o);
+  for (int64_t v = 0; v < nv; ++v) {
+    const int64_t c = c0 + 16 * v;
+    __m512 d = _mm512_setzero_ps();
+    if (c + 16 <= w.cols)
+      d = deq16<BITS, true>(wrow, c, DeqMask::full(BITS), _mm512_set1_ps(ws[w.group > 0 ? c / w.group : 0]));
+    else if (c < w.cols)
+      d = _mm512_maskz_mov_ps(deq_lanes(w.cols - c), deq16<BITS, false>(wrow, c, DeqMask::of(BITS, w.cols - c),
+                                                                       _mm512_set1_ps(ws[w.group > 0 ? c / w.group : 0])));
+    _mm512_storeu_ps(dst + 16 * v, d);
+  }
+}
+
+// deq_axpy_tile over a panel of no weight rows (16 NV values each, the
+// columns [c0, c0 + ncols) of y) for activation rows [r0, r0 + NR): the
+// chain starts at 0 (first) or from what y holds.
+template <int NR, int NV, bool FULL>
+void axpy_panel_tile(const float* panel, int64_t no, const float* a, int64_t lda, int64_t r0, float* y, int64_t ldy,
+                     bool first, int64_t ncols) {
+  __mmask16 m[NV];
+  for (int v = 0; v < NV; ++v) m[v] = FULL ? __mmask16(0xffff) : deq_lanes(ncols - 16 * v);
+  __m512 acc[NR][NV];
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v)
+      acc[r][v] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(m[v], y + (r0 + r) * ldy + 16 * v);
+  for (int64_t o = 0; o < no; ++o) {
+    __m512 wv[NV];
+    for (int v = 0; v < NV; ++v) wv[v] = _mm512_load_ps(panel + (o * NV + v) * 16);
+    for (int r = 0; r < NR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[(r0 + r) * lda + o]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v) _mm512_mask_storeu_ps(y + (r0 + r) * ldy + 16 * v, m[v], acc[r][v]);
+}
+
+template <int BITS>
+void deq_axpy_panel(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y, int64_t ldy) {
+  constexpr int NV = 4;
+  alignas(64) float panel[kAxpyChunk * NV * 16];
+  for (int64_t c0 = 0; c0 < w.cols; c0 += 16 * NV) {
+    const int64_t ncols = w.cols - c0 < 16 * NV ? w.cols - c0 : 16 * NV;
+    for (int64_t o0 = 0; o0 < w.rows; o0 += kAxpyChunk) {
+      const int64_t no = w.rows - o0 < kAxpyChunk ? w.rows - o0 : kAxpyChunk;
+      for (int64_t o = 0; o < no; ++o) deq_span_f32<BITS>(w, o0 + o, c0, NV, panel + o * NV * 16);
+      row_tiles<4>(0, nrows, [&](auto nr, int64_t r) {
+        if (ncols == 16 * NV)
+          axpy_panel_tile<nr.n, NV, true>(panel, no, a + o0, lda, r, y + c0, ldy, o0 == 0, ncols);
+        else
+          axpy_panel_tile<nr.n, NV, false>(panel, no, a + o0, lda, r, y + c0, ldy, o0 == 0, ncols);
+      });
+    }
+  }
+}
+
+template <int BITS>
+void deq_gemm_panel(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  alignas(64) float panel[4 * kDeqPanelCols];
+  const int64_t cols = w.cols, ld = (cols + 15) / 16 * 16;
+  const int64_t rb = row_block(cols * 4);
+  for (int64_t r0 = 0; r0 < nrows; r0 += rb) {
+    const int64_t r1 = nrows - r0 < rb ? nrows : r0 + rb;
+    for (int64_t o = 0; o < w.rows; o += 4) {
+      const int nw = w.rows - o < 4 ? static_cast<int>(w.rows - o) : 4;
+      const float* wr[4];
+      for (int i = 0; i < nw; ++i) {
+        deq_span_f32<BITS>(w, o + i, 0, ld / 16, panel + i * ld);
+        wr[i] = panel + i * ld;
+      }
+      if (nw == 4) {
+        row_tiles<4>(r0, r1, [&](auto nr, int64_t r) {
+          fgemm_tile<false, 4, nr.n>(wr, cols, x + r * cols, y + r * ldy + o, ldy);
+        });
+      } else {
+        for (int i = 0; i < nw; ++i)
+          row_tiles<4>(r0, r1, [&](auto nr, int64_t r) {
+            fgemm_tile<false, 1, nr.n>(wr + i, cols, x + r * cols, y + r * ldy + o + i, ldy);
+          });
+      }
+    }
+  }
+}
+
+void k_deq_axpy(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y, int64_t ldy) {
+  if (!deq_simd_group(w)) return deq_axpy_ref(w, a, lda, nrows, y, ldy);
+  if (nrows >= kDeqPanelRows)
+    return w.bits == 4 ? deq_axpy_panel<4>(w, a, lda, nrows, y, ldy) : deq_axpy_panel<8>(w, a, lda, nrows, y, ldy);
+  if (w.bits == 4) return deq_axpy<4>(w, a, lda, nrows, y, ldy);
+  deq_axpy<8>(w, a, lda, nrows, y, ldy);
+}
+
 void k_deq_gemm(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy) {
   if (!deq_simd_group(w)) return deq_gemm_ref(w, x, nrows, y, ldy);
+  if (nrows >= kDeqPanelRows && w.cols <= kDeqPanelCols)
+    return w.bits == 4 ? deq_gemm_panel<4>(w, x, nrows, y, ldy) : deq_gemm_panel<8>(w, x, nrows, y, ldy);
   if (w.bits == 4) return deq_gemm<4>(w, x, nrows, y, ldy);
   deq_gemm<8>(w, x, nrows, y, ldy);
 }

@@ -770,14 +770,18 @@ TEST(KernelDeq, RowsDequantizedInRegistersEqualRowF32OnEveryPath) {
   // row_f32: odd widths (vector tails, int4 rows ending mid-byte), groups 0,
   // multiples of 16 and of 32, odd groups (the scalar fallback; int4 groups
   // starting mid-byte), 1-9 activation rows (every row tile), strided a and
-  // y (deq_axpy must leave the gaps alone), zero and large scales.
+  // y (deq_axpy must leave the gaps alone), zero and large scales. From 8
+  // activation rows the AVX-512 kernels dequantize a panel once and run f32
+  // tiles over it: 9, 13 and 40 rows, with 129-136 weight rows on every
+  // other call (deq_axpy's fma chains then cross its 128-row panels).
   std::mt19937 rng(1616);
   int cases = 0;
   for (int bits : {8, 4})
     for (int64_t group : {0, 16, 32, 48, 64, 5})
       for (int64_t cols : {1, 15, 16, 17, 33, 64, 100, 129, 512, 515})
-        for (int64_t nrows : {1, 2, 3, 4, 5, 9}) {
-          const int64_t rows = 1 + static_cast<int64_t>(rng() % 7);
+        for (int64_t nrows : {1, 2, 3, 4, 5, 9, 13, 40}) {
+          const int64_t rows = nrows >= 13 && cases % 2 ? 129 + static_cast<int64_t>(rng() % 8)
+                                                         : 1 + static_cast<int64_t>(rng() % 7);
           Weight w = make_int_weight(bits, group, rows, cols, rng);
           w.scales[0] = 3.0e30f;  // products near the float range
           const int64_t lda = rows + 3, ldy = cols + 5;
@@ -801,7 +805,7 @@ TEST(KernelDeq, RowsDequantizedInRegistersEqualRowF32OnEveryPath) {
           }
           ++cases;
         }
-  EXPECT_EQ(cases, 2 * 6 * 10 * 6);
+  EXPECT_EQ(cases, 2 * 6 * 10 * 8);
 }
 
 // The same int8/int4 weight twice: with bf16 group scales (scales16) and
