@@ -68,4 +68,37 @@ void StreamedAllocator<T>::deallocate(T* p, std::size_t) noexcept {
 // Bytes in alloc_streamed memory (Model::dense_blob).
 using StreamedBytes = std::vector<unsigned char, StreamedAllocator<unsigned char>>;
 
+// A forward's scratch (model/forward.h's Workspace): alloc_streamed memory
+// (2 MiB pages for the large buffers, so that the first forward of a long
+// prompt takes a page fault per 2 MiB rather than per 4 KiB as its buffers
+// grow) whose elements a resize leaves uninitialised instead of zeroing
+// them: every user writes a buffer before reading it. The first 512-row
+// prefill of the GLM-5.2 slice grows ~0.5 GB of it; zeroing that on the
+// calling thread, with 4 KiB faults, made it ~20% slower than the next one
+// (docs/kernels.md, "The first prefill").
+template <typename T>
+struct ScratchAllocator : StreamedAllocator<T> {
+  using value_type = T;
+  template <typename U>
+  struct rebind {
+    using other = ScratchAllocator<U>;
+  };
+  ScratchAllocator() = default;
+  template <typename U>
+  ScratchAllocator(const ScratchAllocator<U>&) noexcept {}
+  template <typename U, typename... Args>
+  void construct(U* p, Args&&... args) {
+    if constexpr (sizeof...(Args) == 0)
+      ::new (static_cast<void*>(p)) U;  // default-initialised: no zeroing
+    else
+      ::new (static_cast<void*>(p)) U(static_cast<Args&&>(args)...);
+  }
+  template <typename U>
+  bool operator==(const ScratchAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
+using ScratchFloats = std::vector<float, ScratchAllocator<float>>;
+
 }  // namespace strata

@@ -39,124 +39,141 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   // expanded to f32 and the same fma chain written out (the fma the
   // -march=native build always contracted `+= a * w` to; a build without FMA
   // instructions now computes it too).
+  //
+  // A long batch (a prefill chunk) runs in blocks of kAbsorbedBlockRows
+  // rows, each through all three steps below: q_abs and the latent outputs
+  // of a block ([rows, H, kv_lora_rank] each, 8 MiB at 64 rows on GLM-5)
+  // stay in the last-level cache between the steps, and the scratch does
+  // not grow with the chunk. Every row's floats are the same in any block.
   const bool qkvb = aw.kv_b.format == WeightFormat::INT8 || aw.kv_b.format == WeightFormat::INT4;
-  float* qabs = grow(ws_.qabs, static_cast<size_t>(n * H * kvl));
-  float* olat = grow(ws_.olat, static_cast<size_t>(n * H * kvl));
-  if (qkvb) {
-    parts(n * H * nope * kvl, H, [&](int, int64_t h0, int64_t h1) {
-      for (int64_t h = h0; h < h1; ++h)
-        kt.deq_axpy(qweight_rows(aw.kv_b, h * hs, nope), q + h * qk, H * qk, n, qabs + h * kvl, H * kvl);
-    });
-  } else {
-    std::fill(qabs, qabs + n * H * kvl, 0.0f);
-    parts(n * H * nope * kvl, H, [&](int part, int64_t h0, int64_t h1) {
-      float* wrow = grow(ws_.parts[static_cast<size_t>(part)].wrow, static_cast<size_t>(kvl));
-      for (int64_t h = h0; h < h1; ++h)
-        for (int64_t d = 0; d < nope; ++d) {
-          aw.kv_b.row_f32(h * hs + d, wrow);
-          for (int64_t r = 0; r < n; ++r) {
-            const float a = q[(r * H + h) * qk + d];
-            float* dst = qabs + (r * H + h) * kvl;
-            for (int64_t i = 0; i < kvl; ++i) dst[i] = std::fma(a, wrow[i], dst[i]);
+  const int64_t block = std::min(n, kAbsorbedBlockRows);
+  float* qabs = grow(ws_.qabs, static_cast<size_t>(block * H * kvl));
+  float* olat = grow(ws_.olat, static_cast<size_t>(block * H * kvl));
+  for (int64_t r0 = 0; r0 < n; r0 += block) {
+    const int64_t nb = std::min(block, n - r0);
+    const float* qb = q + r0 * H * qk;  // the block's queries
+    if (qkvb) {
+      parts(nb * H * nope * kvl, H, [&](int, int64_t h0, int64_t h1) {
+        for (int64_t h = h0; h < h1; ++h)
+          kt.deq_axpy(qweight_rows(aw.kv_b, h * hs, nope), qb + h * qk, H * qk, nb, qabs + h * kvl, H * kvl);
+      });
+    } else {
+      std::fill(qabs, qabs + nb * H * kvl, 0.0f);
+      parts(nb * H * nope * kvl, H, [&](int part, int64_t h0, int64_t h1) {
+        float* wrow = grow(ws_.parts[static_cast<size_t>(part)].wrow, static_cast<size_t>(kvl));
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t d = 0; d < nope; ++d) {
+            aw.kv_b.row_f32(h * hs + d, wrow);
+            for (int64_t r = 0; r < nb; ++r) {
+              const float a = qb[(r * H + h) * qk + d];
+              float* dst = qabs + (r * H + h) * kvl;
+              for (int64_t i = 0; i < kvl; ++i) dst[i] = std::fma(a, wrow[i], dst[i]);
+            }
           }
-        }
-    });
-  }
+      });
+    }
 
-  // Per row, every head at once over the row's keys (each key read once for
-  // all heads): scores = two gemm_f32_rows over the picked latent and rope
-  // rows (dot16 of a key row and a query row, the scores score_keys
-  // computes), a softmax per head, then the weighted sum of the latents
-  // (wsum_f32: per output one fma per key in key order, softmax_sum's
-  // chain). Prefill (several rows): one task per row. Decode (few rows): the
-  // row's keys, heads and latent columns split over the pool in turn. The
-  // same floats either way, in any split.
-  const bool by_row = n >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
-  // A scores buffer: all heads of the most keys a row can ever attend (DSA:
-  // index_topk; else its session's capacity), and at least one
-  // capacity-long row: one size for both paths, so a context that grows by a
-  // key per step, or a step that takes the other path, never reallocates it.
-  const auto score_room = [&](const Row& row, int64_t keys) {
-    const int64_t cap = row.seq->capacity();
-    const int64_t most = std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap);
-    return static_cast<size_t>(std::max(H * most, cap));
-  };
-  // Row r's picked latent and rope rows, and its rope queries packed [H, rd].
-  const auto key_rows = [&](int64_t r, const KeySet& ks, FRows& lat, FRows& rope) {
-    const LayerCache& cache = rows[r].seq->layer(L);
-    const int32_t* idx = ks.sel ? ks.sel->data() : nullptr;
-    lat = FRows{cache.latent.data(), idx, kvl};
-    rope = FRows{cache.rope_key.data(), idx, rd};
-  };
-  const auto pack_rope = [&](int64_t r, float* qp) {
-    for (int64_t h = 0; h < H; ++h) std::copy_n(q + (r * H + h) * qk + nope, rd, qp + h * rd);
-  };
-  // Keys [j0, j1) of a row's scores s[H, K]: (latent part + rope part) * scale.
-  const auto scores = [&](FRows lat, FRows rope, const float* qp, int64_t r, int64_t K, int64_t j0, int64_t j1,
-                          float* s, float* s2) {
-    kt.gemm_f32_rows(lat.from(j0), j1 - j0, kvl, qabs + r * H * kvl, H, s + j0, K);
-    kt.gemm_f32_rows(rope.from(j0), j1 - j0, rd, qp, H, s2 + j0, K);
-    for (int64_t h = 0; h < H; ++h)
-      for (int64_t j = j0; j < j1; ++j) s[h * K + j] = (s[h * K + j] + s2[h * K + j]) * scale;
-  };
-  if (by_row) {
-    pool_.parallel_parts(n, [&](int part, int64_t b, int64_t e) {
-      Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
-      for (int64_t r = b; r < e; ++r) {
-        const KeySet ks = keys_of(ws_, rows, r);
-        const int64_t K = ks.size();
-        FRows lat, rope;
-        key_rows(r, ks, lat, rope);
-        float* s = grow(ps.scores, score_room(rows[r], K));
-        float* s2 = grow(ps.scores2, score_room(rows[r], K));
-        float* qp = grow(ps.qrope, static_cast<size_t>(H * rd));
-        pack_rope(r, qp);
-        scores(lat, rope, qp, r, K, 0, K, s, s2);
-        for (int64_t h = 0; h < H; ++h) softmax(s + h * K, K);
-        kt.wsum_f32(s, K, H, lat, K, 0, kvl, olat + r * H * kvl, kvl);
-      }
-    });
-  } else {
-    // One row at a time, its buffers part 0's (each pool part writes its own
-    // keys, heads or columns of them).
-    Workspace::Part& p0 = ws_.parts[0];
-    for (int64_t r = 0; r < n; ++r) {
-      const KeySet ks = keys_of(ws_, rows, r);
-      const int64_t K = ks.size();
+    // Per row, every head at once over the row's keys (each key read once for
+    // all heads): scores = two gemm_f32_rows over the picked latent and rope
+    // rows (dot16 of a key row and a query row, the scores score_keys
+    // computes), a softmax per head, then the weighted sum of the latents
+    // (wsum_f32: per output one fma per key in key order, softmax_sum's
+    // chain). Prefill (several rows): one task per row. Decode (few rows): the
+    // row's keys, heads and latent columns split over the pool in turn. The
+    // same floats either way, in any split.
+    const bool by_row = nb >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
+    // A scores buffer: all heads of the most keys a row can ever attend (DSA:
+    // index_topk; else its session's capacity), and at least one
+    // capacity-long row: one size for both paths, so a context that grows by a
+    // key per step, or a step that takes the other path, never reallocates it.
+    const auto score_room = [&](const Row& row, int64_t keys) {
+      const int64_t cap = row.seq->capacity();
+      const int64_t most = std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap);
+      return static_cast<size_t>(std::max(H * most, cap));
+    };
+    // Row r's picked latent and rope rows, and its rope queries packed [H, rd].
+    const auto key_rows = [&](int64_t r, const KeySet& ks, FRows& lat, FRows& rope) {
+      const LayerCache& cache = rows[r].seq->layer(L);
+      const int32_t* idx = ks.sel ? ks.sel->data() : nullptr;
+      lat = FRows{cache.latent.data(), idx, kvl};
+      rope = FRows{cache.rope_key.data(), idx, rd};
+    };
+    const auto pack_rope = [&](int64_t r, float* qp) {
+      for (int64_t h = 0; h < H; ++h) std::copy_n(q + (r * H + h) * qk + nope, rd, qp + h * rd);
+    };
+    // Keys [j0, j1) of a row's scores s[H, K]: (latent part + rope part) * scale.
+    const auto scores = [&](FRows lat, FRows rope, const float* qp, int64_t r, int64_t K, int64_t j0, int64_t j1,
+                            float* s, float* s2) {
+      kt.gemm_f32_rows(lat.from(j0), j1 - j0, kvl, qabs + (r - r0) * H * kvl, H, s + j0, K);
+      kt.gemm_f32_rows(rope.from(j0), j1 - j0, rd, qp, H, s2 + j0, K);
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t j = j0; j < j1; ++j) s[h * K + j] = (s[h * K + j] + s2[h * K + j]) * scale;
+    };
+    // Row r's keys, its score buffers (part ps's) and its rope queries, packed.
+    struct RowWork {
+      KeySet ks;
+      int64_t K;
       FRows lat, rope;
-      key_rows(r, ks, lat, rope);
-      float* s = grow(p0.scores, score_room(rows[r], K));
-      float* s2 = grow(p0.scores2, score_room(rows[r], K));
-      float* qp = grow(p0.qrope, static_cast<size_t>(H * rd));
-      pack_rope(r, qp);
-      parts(K * H * (kvl + rd), K, [&](int, int64_t j0, int64_t j1) { scores(lat, rope, qp, r, K, j0, j1, s, s2); });
-      parts(H * K * 16, H, [&](int, int64_t h0, int64_t h1) {  // an exp ~ 16 multiply-adds
-        for (int64_t h = h0; h < h1; ++h) softmax(s + h * K, K);
+      float *s, *s2, *qp;
+    };
+    const auto row_work = [&](int64_t r, Workspace::Part& ps) {
+      RowWork w{keys_of(ws_, rows, r), 0, {}, {}, nullptr, nullptr, nullptr};
+      w.K = w.ks.size();
+      key_rows(r, w.ks, w.lat, w.rope);
+      w.s = grow(ps.scores, score_room(rows[r], w.K));
+      w.s2 = grow(ps.scores2, score_room(rows[r], w.K));
+      w.qp = grow(ps.qrope, static_cast<size_t>(H * rd));
+      pack_rope(r, w.qp);
+      return w;
+    };
+    if (by_row) {
+      pool_.parallel_parts(nb, [&](int part, int64_t b, int64_t e) {
+        Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
+        for (int64_t r = r0 + b; r < r0 + e; ++r) {
+          const RowWork w = row_work(r, ps);
+          scores(w.lat, w.rope, w.qp, r, w.K, 0, w.K, w.s, w.s2);
+          for (int64_t h = 0; h < H; ++h) softmax(w.s + h * w.K, w.K);
+          kt.wsum_f32(w.s, w.K, H, w.lat, w.K, 0, kvl, olat + (r - r0) * H * kvl, kvl);
+        }
       });
-      // Latent columns in whole vectors of 16 per part.
-      parts(K * H * kvl, (kvl + 15) / 16, [&](int, int64_t v0, int64_t v1) {
-        kt.wsum_f32(s, K, H, lat, K, v0 * 16, std::min(kvl, v1 * 16), olat + r * H * kvl, kvl);
-      });
-    }
-  }
-
-  // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows against
-  // the rows' latents as one deq_gemm (int8/int4, dequantized in registers)
-  // or gemm_f32 over the rows expanded to f32: the same floats either way.
-  parts(n * H * vd * kvl, H, [&](int part, int64_t h0, int64_t h1) {
-    Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
-    float* wv = qkvb ? nullptr : grow(ps.wv, static_cast<size_t>(vd * kvl));
-    float* xh = grow(ps.xh, static_cast<size_t>(n * kvl));
-    for (int64_t h = h0; h < h1; ++h) {
-      for (int64_t r = 0; r < n; ++r) std::copy_n(olat + (r * H + h) * kvl, kvl, xh + r * kvl);
-      if (qkvb) {
-        kt.deq_gemm(qweight_rows(aw.kv_b, h * hs + nope, vd), xh, n, o + h * vd, H * vd);
-      } else {
-        for (int64_t d = 0; d < vd; ++d) aw.kv_b.row_f32(h * hs + nope + d, wv + d * kvl);
-        kt.gemm_f32(wv, vd, kvl, xh, n, o + h * vd, H * vd);
+    } else {
+      // One row at a time, its buffers part 0's (each pool part writes its own
+      // keys, heads or columns of them).
+      Workspace::Part& p0 = ws_.parts[0];
+      for (int64_t r = r0; r < r0 + nb; ++r) {
+        const RowWork w = row_work(r, p0);
+        const int64_t K = w.K;
+        parts(K * H * (kvl + rd), K,
+              [&](int, int64_t j0, int64_t j1) { scores(w.lat, w.rope, w.qp, r, K, j0, j1, w.s, w.s2); });
+        parts(H * K * 16, H, [&](int, int64_t h0, int64_t h1) {  // an exp ~ 16 multiply-adds
+          for (int64_t h = h0; h < h1; ++h) softmax(w.s + h * K, K);
+        });
+        // Latent columns in whole vectors of 16 per part.
+        parts(K * H * kvl, (kvl + 15) / 16, [&](int, int64_t v0, int64_t v1) {
+          kt.wsum_f32(w.s, K, H, w.lat, K, v0 * 16, std::min(kvl, v1 * 16), olat + (r - r0) * H * kvl, kvl);
+        });
       }
     }
-  });
+
+    // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows against
+    // the rows' latents as one deq_gemm (int8/int4, dequantized in registers)
+    // or gemm_f32 over the rows expanded to f32: the same floats either way.
+    parts(nb * H * vd * kvl, H, [&](int part, int64_t h0, int64_t h1) {
+      Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
+      float* wv = qkvb ? nullptr : grow(ps.wv, static_cast<size_t>(vd * kvl));
+      float* xh = grow(ps.xh, static_cast<size_t>(nb * kvl));
+      float* ob = o + r0 * H * vd;
+      for (int64_t h = h0; h < h1; ++h) {
+        for (int64_t r = 0; r < nb; ++r) std::copy_n(olat + (r * H + h) * kvl, kvl, xh + r * kvl);
+        if (qkvb) {
+          kt.deq_gemm(qweight_rows(aw.kv_b, h * hs + nope, vd), xh, nb, ob + h * vd, H * vd);
+        } else {
+          for (int64_t d = 0; d < vd; ++d) aw.kv_b.row_f32(h * hs + nope + d, wv + d * kvl);
+          kt.gemm_f32(wv, vd, kvl, xh, nb, ob + h * vd, H * vd);
+        }
+      }
+    });
+  }  // row blocks
 }
 
 }  // namespace strata

@@ -7,6 +7,7 @@
 #include <span>
 #include <vector>
 
+#include "core/aligned.h"
 #include "experts/expert_store.h"
 #include "model/expert_peers.h"
 #include "kernels/matmul.h"
@@ -39,20 +40,20 @@ struct ForwardOptions {
 // num_experts_per_tok, E = n_routed_experts, keys = positions attended to.
 struct Workspace {
   // The residual stream and its normed copy, [n, D].
-  std::vector<float> h, xn;
+  ScratchFloats h, xn;
   // [n, 2D]: the MTP layer's (embedding, hidden) concatenation; then the
   // MLP / MoE output of a layer, [n, D].
-  std::vector<float> tmp;
+  ScratchFloats tmp;
   std::vector<float> logits_in;  // [n, D]: final-normed rows that want logits
 
   // Attention.
   std::vector<float> rope_cos, rope_sin;  // [n, qk_rope_head_dim / 2] (GQA: [n, head_dim / 2])
-  std::vector<float> q_lat;               // [n, q_lora_rank]
-  std::vector<float> q;                   // [n, H * qk_head_dim] (GQA: [n, H * head_dim])
-  std::vector<float> kv;                  // [n, kv_lora_rank + qk_rope_head_dim] (GQA: k then v, [n, kv_heads * head_dim] each)
-  std::vector<float> o;                   // [n, H * v_head_dim]: per-head outputs (GQA: [n, H * head_dim])
-  std::vector<float> attn_out;            // [n, D]
-  AlignedFloats qabs, olat;               // absorbed form: [n, H, kv_lora_rank] (cache-line aligned)
+  ScratchFloats q_lat;                    // [n, q_lora_rank]
+  ScratchFloats q;                        // [n, H * qk_head_dim] (GQA: [n, H * head_dim])
+  ScratchFloats kv;                       // [n, kv_lora_rank + qk_rope_head_dim] (GQA: k then v, [n, kv_heads * head_dim] each)
+  ScratchFloats o;                        // [n, H * v_head_dim]: per-head outputs (GQA: [n, H * head_dim])
+  ScratchFloats attn_out;                 // [n, D]
+  ScratchFloats qabs, olat;               // absorbed form: [n, H, kv_lora_rank] (cache-line aligned)
   std::vector<float> expanded;            // naive form: [keys, H * (qk_nope_head_dim + v_head_dim)]
   std::vector<Session*> sessions;         // naive form: the batch's distinct sessions
   // DSA indexer.
@@ -64,7 +65,7 @@ struct Workspace {
   int64_t most_keys = 0;                        // the most keys a row attends (DSA: index_topk; 0: its capacity)
 
   // MLPs and the MoE.
-  std::vector<float> mlp_g, mlp_u;           // [m, intermediate width] (m = rows of that MLP call)
+  ScratchFloats mlp_g, mlp_u;                // [m, intermediate width] (m = rows of that MLP call)
   std::vector<float> router;                 // [n, E]: router scores
   std::vector<float> route_choice;           // [E]: biased scores of one row
   std::vector<float> route_group;            // [n_group]
@@ -80,8 +81,8 @@ struct Workspace {
   std::vector<size_t> expert_order;          // joint experts: the chunk's experts in the order next() served them
   std::vector<MatmulTask> mm_tasks;          // joint experts: one matmul_batch's tasks
   std::vector<const MlpWeights*> experts;    // what the store handed out for one chunk
-  std::vector<float> xs, ys;                 // [m, D]: one expert's input rows, its output
-  std::vector<float> slot_out;               // [n, K, D]: each (row, k) expert output, then [n, D]: the shared expert's
+  ScratchFloats xs, ys;                      // [m, D]: one expert's input rows, its output
+  ScratchFloats slot_out;                    // [n, K, D]: each (row, k) expert output, then [n, D]: the shared expert's
   // Experts over MPI (model/expert_peers.h): the union's experts other
   // processes own, packed in peer order, their row counts, and per peer the
   // first of them; the (row, k) slot of each packed row; the rows and outputs.
@@ -210,6 +211,8 @@ class ModelRunner {
   // experts jointly (compute_joint): two pool jobs per layer instead of
   // three per expert, the same floats.
   static constexpr int64_t kJointRows = 16;
+  // The absorbed attention's rows per block (attention_absorbed.cpp).
+  static constexpr int64_t kAbsorbedBlockRows = 64;
   // The next `wave` experts the store serves of the chunk that starts at
   // union index c0: every (row, k) slot of them into `slot`, gate/up of all
   // of them as one matmul_batch, down as one.
