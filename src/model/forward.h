@@ -53,7 +53,7 @@ struct Workspace {
   ScratchFloats kv;                       // [n, kv_lora_rank + qk_rope_head_dim] (GQA: k then v, [n, kv_heads * head_dim] each)
   ScratchFloats o;                        // [n, H * v_head_dim]: per-head outputs (GQA: [n, H * head_dim])
   ScratchFloats attn_out;                 // [n, D]
-  ScratchFloats qabs, olat;               // absorbed form: [n, H, kv_lora_rank] (cache-line aligned)
+  ScratchFloats qabs, olat;               // absorbed form: [block rows, H, kv_lora_rank] (kAbsorbedBlockRows)
   std::vector<float> expanded;            // naive form: [keys, H * (qk_nope_head_dim + v_head_dim)]
   std::vector<Session*> sessions;         // naive form: the batch's distinct sessions
   // DSA indexer.
