@@ -10,6 +10,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -41,6 +42,20 @@ class ThreadPool {
   void parallel_parts(int64_t n, const F& fn) {
     run(n, Job{&fn, [](const void* f, int p, int64_t b, int64_t e) { (*static_cast<const F*>(f))(p, b, e); }});
   }
+  // Calls fn(begin, end) over [0, n) in pieces that begin at multiples of
+  // grain, balanced at run time: each thread starts on its parallel_for
+  // share, front to back, in shrinking pieces, and a thread that runs out
+  // takes the back half of what is left of another's share. Which thread
+  // runs which piece, and where pieces begin, depend on timing, so fn must
+  // compute each index the same in any piece (the output rows of a matmul).
+  // The threads' shares stay contiguous, so each still reads one stream;
+  // a late or slower thread (a wake-up, a core the host took away) no longer
+  // makes the others wait. docs/kernels.md has the measurements.
+  template <typename F>
+  void parallel_for_balanced(int64_t n, int64_t grain, const F& fn) {
+    run(n, Job{&fn, [](const void* f, int, int64_t b, int64_t e) { (*static_cast<const F*>(f))(b, e); }},
+        grain < 1 ? 1 : grain);
+  }
 
  private:
   // A callable by reference: what run() hands to the workers.
@@ -48,7 +63,10 @@ class ThreadPool {
     const void* fn;
     void (*call)(const void* fn, int part, int64_t b, int64_t e);
   };
-  void run(int64_t n, Job job);
+  // grain > 0: balanced (parallel_for_balanced), in units of grain indices.
+  void run(int64_t n, Job job, int64_t grain = 0);
+  void run_share(int id);  // the job's pieces for part id
+  void run_balanced(int id);
   void worker_loop(int id);
   bool wait_for_job(uint64_t* seen);  // false: stop
 
@@ -58,6 +76,14 @@ class ThreadPool {
   // workers after they see the new generation.
   Job job_{nullptr, nullptr};
   int64_t job_n_ = 0;
+  int64_t job_grain_ = 0;  // 0: static shares
+  // Balanced jobs: per part, the units [lo, hi) of its share not yet taken,
+  // as lo | hi << 32, one cache line each (the owner takes from the front,
+  // a thief from the back, both by compare-and-swap).
+  struct alignas(64) Share {
+    std::atomic<uint64_t> v{0};
+  };
+  std::unique_ptr<Share[]> shares_;
   alignas(64) std::atomic<uint64_t> generation_{0};
   alignas(64) std::atomic<int> pending_{0};  // workers still running the job
   std::atomic<int> sleepers_{0};             // workers on (or heading for) cv_work_

@@ -39,10 +39,16 @@ void expand_row(const Weight& W, int64_t r, float* out) {
   }
 }
 
+// Output rows in pieces of whole kRowGrain rows (a multiple of every
+// kernel's row tile), balanced between the threads at run time
+// (ThreadPool::parallel_for_balanced): every row is computed the same in
+// any piece, so the floats do not depend on who ran what.
+constexpr int64_t kRowGrain = 16;
+
 template <typename Body>
 void run(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
   if (parallel)
-    pool->parallel_for(n, body);
+    pool->parallel_for_balanced(n, kRowGrain, body);
   else
     body(0, n);
 }
@@ -239,10 +245,7 @@ void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBat
   ThreadPool* pool = c.pool();
   int64_t madds = 0;
   for (size_t i = 0; i < plans.size(); ++i) madds += plans[i].w.rows * plans[i].w.cols * plans[i].a.nrows;
-  if (pool && pool->size() > 1 && madds > kMatmulParallelMadds)
-    pool->parallel_for(total, body);
-  else
-    body(0, total);
+  run(pool, pool && pool->size() > 1 && madds > kMatmulParallelMadds, total, body);
 }
 
 }  // namespace strata

@@ -663,6 +663,70 @@ TEST(KernelThreadPool, ChunksAreContiguousAndIndependentOfTiming) {
   }
 }
 
+// parallel_for_balanced: every index exactly once, in pieces that begin at
+// multiples of the grain (the last one ends at n), for any thread count,
+// spin and grain -- also when one thread stalls, so the others take pieces
+// of its share (checked below).
+TEST(KernelThreadPool, BalancedRunsEveryIndexOnceInGrainAlignedPieces) {
+  for (int spin_us : {-1, 0}) {
+    for (int threads : {1, 2, 3, 4}) {
+      ThreadPool pool(threads, spin_us);
+      std::vector<std::atomic<int>> hits(300);
+      int bad_jobs = 0;
+      for (int it = 0; it < 1500; ++it) {
+        const int64_t n = 1 + (it * 7) % 299, grain = 1 + it % 5;
+        for (auto& h : hits) h.store(0, std::memory_order_relaxed);
+        std::atomic<int> misaligned{0};
+        pool.parallel_for_balanced(n, grain, [&](int64_t b, int64_t e) {
+          if (b % grain != 0 || b >= e || e > n || (e != n && e % grain != 0)) misaligned.fetch_add(1);
+          if (it % 50 == 0 && b == 0) std::this_thread::sleep_for(std::chrono::microseconds(300));  // a late thread
+          for (int64_t i = b; i < e; ++i) hits[static_cast<size_t>(i)].fetch_add(1, std::memory_order_relaxed);
+        });
+        bool ok = misaligned.load() == 0;
+        for (int64_t i = 0; i < static_cast<int64_t>(hits.size()); ++i)
+          if (hits[static_cast<size_t>(i)].load(std::memory_order_relaxed) != (i < n ? 1 : 0)) ok = false;
+        if (!ok && bad_jobs++ < 5)
+          ADD_FAILURE() << "spin_us " << spin_us << ", " << threads << " threads, job " << it << " (n=" << n
+                        << ", grain " << grain << "): an index not run exactly once, or " << misaligned.load()
+                        << " pieces off the grain";
+      }
+      EXPECT_EQ(bad_jobs, 0) << "spin_us " << spin_us << ", " << threads << " threads";
+    }
+  }
+}
+
+// A thread that stalls in its first piece has the rest of its share taken by
+// the other: with the caller (share [0, 64)) asleep for 30 ms in its first
+// piece, the worker runs indices below 64. Timing decides who runs what, so
+// the test allows a few tries (a loaded machine may not run the worker at
+// all for 30 ms); with static shares (parallel_for) it never happens.
+TEST(KernelThreadPool, BalancedHandsAStalledThreadsShareToTheOther) {
+  ThreadPool pool(2);
+  const std::thread::id caller = std::this_thread::get_id();
+  bool stolen = false;
+  for (int attempt = 0; attempt < 5 && !stolen; ++attempt) {
+    std::atomic<int> worker_low{0};
+    pool.parallel_for_balanced(128, 4, [&](int64_t b, int64_t e) {
+      if (std::this_thread::get_id() == caller) {
+        if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+      } else if (b < 64) {
+        worker_low.fetch_add(static_cast<int>(std::min<int64_t>(e, 64) - b));
+      }
+    });
+    stolen = worker_low.load() > 0;
+  }
+  EXPECT_TRUE(stolen) << "the worker never ran a piece of the stalled caller's share in 5 tries";
+  std::atomic<int> worker_low{0};
+  pool.parallel_for(128, [&](int64_t b, int64_t) {
+    if (std::this_thread::get_id() == caller) {
+      if (b == 0) std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    } else if (b < 64) {
+      worker_low.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(worker_low.load(), 0) << "parallel_for's shares are static";
+}
+
 }  // namespace
 
 // ---- gemm_f32_rows / wsum_f32: attention over a picked key set ----
