@@ -56,6 +56,14 @@ class ThreadPool {
     run(n, Job{&fn, [](const void* f, int, int64_t b, int64_t e) { (*static_cast<const F*>(f))(b, e); }},
         grain < 1 ? 1 : grain);
   }
+  // The same, passing the number of the thread that runs the piece (< size();
+  // a thread runs one piece at a time, so per-part scratch stays private to
+  // the piece, but a part may run several pieces, of several shares).
+  template <typename F>
+  void parallel_parts_balanced(int64_t n, int64_t grain, const F& fn) {
+    run(n, Job{&fn, [](const void* f, int p, int64_t b, int64_t e) { (*static_cast<const F*>(f))(p, b, e); }},
+        grain < 1 ? 1 : grain);
+  }
 
  private:
   // A callable by reference: what run() hands to the workers.

@@ -25,10 +25,12 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   const KernelTable& kt = compute_.kernels();
   // A step of under kMatmulParallelMadds multiply-adds runs on the caller, as
   // a small matmul does (a small model's decode row: waking the pool costs
-  // more than the second core saves). Any split gives the same floats.
-  const auto parts = [&](int64_t madds, int64_t count, const auto& fn) {
+  // more than the second core saves). Any split gives the same floats, so
+  // the pieces are balanced between the threads at run time (as matmul rows
+  // are; per-part scratch is the running thread's). grain: keys in 16s.
+  const auto parts = [&](int64_t madds, int64_t count, const auto& fn, int64_t grain = 1) {
     if (matmul_on_pool(1, madds, 1))
-      pool_.parallel_parts(count, fn);
+      pool_.parallel_parts_balanced(count, grain, fn);
     else
       fn(0, 0, count);
   };
@@ -127,7 +129,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       return w;
     };
     if (by_row) {
-      pool_.parallel_parts(nb, [&](int part, int64_t b, int64_t e) {
+      pool_.parallel_parts_balanced(nb, 1, [&](int part, int64_t b, int64_t e) {  // later rows: more keys
         Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
         for (int64_t r = r0 + b; r < r0 + e; ++r) {
           const RowWork w = row_work(r, ps);
@@ -143,8 +145,9 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       for (int64_t r = r0; r < r0 + nb; ++r) {
         const RowWork w = row_work(r, p0);
         const int64_t K = w.K;
-        parts(K * H * (kvl + rd), K,
-              [&](int, int64_t j0, int64_t j1) { scores(w.lat, w.rope, w.qp, r, K, j0, j1, w.s, w.s2); });
+        parts(
+            K * H * (kvl + rd), K,
+            [&](int, int64_t j0, int64_t j1) { scores(w.lat, w.rope, w.qp, r, K, j0, j1, w.s, w.s2); }, 16);
         parts(H * K * 16, H, [&](int, int64_t h0, int64_t h1) {  // an exp ~ 16 multiply-adds
           for (int64_t h = h0; h < h1; ++h) softmax(w.s + h * K, K);
         });
