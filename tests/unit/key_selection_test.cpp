@@ -1,11 +1,15 @@
 // The DSA key selection (model/key_selection.h) against a full sort by the
 // same order -- higher score first, the lower position on an exact tie -- on
 // random scores where ties are forced (scores drawn from a few values, runs of
-// equal scores, all equal) and on plain random ones.
+// equal scores, all equal, +0.0 against -0.0), where only the last bits
+// differ, with infinities, denormals and huge values, all negative, and on
+// plain random ones; every 10th row up to 40000 keys long.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -27,17 +31,37 @@ TEST(KeySelection, EqualsFullSortWithForcedTies) {
   std::mt19937 rng(20261202);
   std::vector<int32_t> scratch, got;
   int cases = 0, tied_at_boundary = 0;
-  for (int trial = 0; trial < 600; ++trial) {
-    const int64_t n = 1 + static_cast<int64_t>(rng() % 3000);
+  for (int trial = 0; trial < 1200; ++trial) {
+    // Every 10th trial long (a 40k context against GLM-5's index_topk 2048).
+    const int64_t n = 1 + static_cast<int64_t>(rng() % (trial % 10 == 9 ? 40000 : 3000));
     const int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(n));
     std::vector<float> s(static_cast<size_t>(n));
-    const int kind = trial % 4;
+    const int kind = trial % 8;
     const int levels = 1 + static_cast<int>(rng() % 8);
     for (int64_t i = 0; i < n; ++i) {
       switch (kind) {
         case 0: s[i] = static_cast<float>(rng() % static_cast<uint32_t>(levels)) * 0.25f; break;  // few values
         case 1: s[i] = static_cast<float>((i / 37) % levels);  break;                              // runs of ties
         case 2: s[i] = 1.5f; break;                                                                // all equal
+        case 3: {  // +0.0 and -0.0 (equal scores) with a few higher ones
+          const uint32_t v = rng() % 3;
+          s[i] = v == 0 ? 0.0f : v == 1 ? -0.0f : 0.5f;
+          break;
+        }
+        case 4: {  // neighbours in the last bits (every radix digit decides), both signs
+          const float base = (rng() % 2 ? 1.0f : -1.0f) * 0.75f;
+          s[i] = std::nextafter(base, static_cast<float>(rng() % 2 ? 2 : -2));
+          for (uint32_t steps = rng() % 300; steps > 0; --steps) s[i] = std::nextafter(s[i], 2.0f);
+          break;
+        }
+        case 5: {  // infinities, zeros of both signs, denormals and huge values mixed
+          const float pick[] = {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(), 0.0f,
+                                -0.0f, std::numeric_limits<float>::denorm_min(), -std::numeric_limits<float>::denorm_min(),
+                                3e38f, -3e38f, 1.0f};
+          s[i] = pick[rng() % 9];
+          break;
+        }
+        case 6: s[i] = -static_cast<float>(rng() % 1000) * 1e-3f; break;                          // all negative
         default: s[i] = std::uniform_real_distribution<float>(-1.0f, 1.0f)(rng); break;            // plain
       }
     }
@@ -55,8 +79,8 @@ TEST(KeySelection, EqualsFullSortWithForcedTies) {
       tied_at_boundary += sorted[static_cast<size_t>(k - 1)] == sorted[static_cast<size_t>(k)];
     }
   }
-  EXPECT_EQ(cases, 600);
-  EXPECT_GT(tied_at_boundary, 200) << "the trials must exercise ties at the selection boundary";
+  EXPECT_EQ(cases, 1200);
+  EXPECT_GT(tied_at_boundary, 400) << "the trials must exercise ties at the selection boundary";
 }
 
 TEST(KeySelection, ReservedOutputDoesNotReallocate) {
