@@ -49,6 +49,33 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   // not grow with the chunk. Every row's floats are the same in any block.
   const bool qkvb = aw.kv_b.format == WeightFormat::INT8 || aw.kv_b.format == WeightFormat::INT4;
   const int64_t block = std::min(n, kAbsorbedBlockRows);
+  // A scores buffer: all heads of the most keys a row can ever attend (DSA:
+  // index_topk; else its session's capacity), and at least one
+  // capacity-long row: one size for both paths, so a context that grows by a
+  // key per step, or a step that takes the other path, never reallocates it.
+  const auto score_room = [&](const Row& row, int64_t keys) {
+    const int64_t cap = row.seq->capacity();
+    const int64_t most = std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap);
+    return static_cast<size_t>(std::max(H * most, cap));
+  };
+  // Every part's scratch is sized here, on the caller, for anything a piece
+  // of this call may ask of it: the pieces are balanced at run time, so which
+  // thread -- and so which part's buffers -- runs a piece changes from call
+  // to call, and a buffer grown only inside the pieces could first grow many
+  // steps later (an allocation in a warmed-up decode step: seen under load in
+  // Allocation.DecodeStepWithSpeculationAllocatesNothing).
+  size_t room = 0;
+  for (int64_t r = 0; r < n; ++r) room = std::max(room, score_room(rows[r], keys_of(ws_, rows, r).size()));
+  for (Workspace::Part& ps : ws_.parts) {
+    grow(ps.scores, room);
+    grow(ps.scores2, room);
+    grow(ps.qrope, static_cast<size_t>(H * rd));
+    grow(ps.xh, static_cast<size_t>(block * kvl));
+    if (!qkvb) {
+      grow(ps.wrow, static_cast<size_t>(kvl));
+      grow(ps.wv, static_cast<size_t>(vd * kvl));
+    }
+  }
   float* qabs = grow(ws_.qabs, static_cast<size_t>(block * H * kvl));
   float* olat = grow(ws_.olat, static_cast<size_t>(block * H * kvl));
   for (int64_t r0 = 0; r0 < n; r0 += block) {
@@ -84,15 +111,6 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     // row's keys, heads and latent columns split over the pool in turn. The
     // same floats either way, in any split.
     const bool by_row = nb >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
-    // A scores buffer: all heads of the most keys a row can ever attend (DSA:
-    // index_topk; else its session's capacity), and at least one
-    // capacity-long row: one size for both paths, so a context that grows by a
-    // key per step, or a step that takes the other path, never reallocates it.
-    const auto score_room = [&](const Row& row, int64_t keys) {
-      const int64_t cap = row.seq->capacity();
-      const int64_t most = std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap);
-      return static_cast<size_t>(std::max(H * most, cap));
-    };
     // Row r's picked latent and rope rows, and its rope queries packed [H, rd].
     const auto key_rows = [&](int64_t r, const KeySet& ks, FRows& lat, FRows& rope) {
       const LayerCache& cache = rows[r].seq->layer(L);
