@@ -31,9 +31,10 @@ std::string cpu_model_name();
 int usable_cores();
 
 // Multi-threaded streaming read of a `bytes` buffer (much larger than the
-// last-level cache), best of `tries`, in GB/s (1e9 bytes per second). Each
-// try reads the buffer once; the buffer is allocated, faulted in and freed
-// here.
+// last-level cache), in GB/s (1e9 bytes per second): the best of `tries`
+// tries, each of which reads the buffer three times, every thread reading its
+// share as 1, 2 and 4 sequential streams at once. The buffer is allocated,
+// faulted in and freed here.
 double memory_read_gb_s(size_t bytes, int threads, int tries);
 
 // CPU time so far, in seconds: this process's (user + system, every thread;
