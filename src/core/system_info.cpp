@@ -138,8 +138,8 @@ double memory_read_gb_s(size_t bytes, int threads, int tries) {
   // share cut in as many parts, read side by side): one stream keeps fewer
   // lines in flight than a core can, and the engine's GEMVs read two weight
   // rows and their scales at once, so the machine's read bandwidth is the
-  // best of the three (on the development VM 2 and 4 streams read ~10% more
-  // than 1: docs/benchmarks.md).
+  // best of the three (on the development VMs 2 and 4 streams read 1.2-1.5x
+  // what 1 does: docs/benchmarks.md, "The bandwidth probe").
   constexpr int kMaxStreams = 4;
   for (int t = 0; t < tries; ++t)
     for (int streams = 1; streams <= kMaxStreams; streams *= 2) {
