@@ -1,5 +1,6 @@
 // core/system_info: the CPU-time readings `strata bench` reports as cores
-// busy while decoding (this process, the rest of the machine, steal).
+// busy while decoding (this process, the rest of the machine, steal), and the
+// memory-bandwidth probe.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -43,6 +44,24 @@ TEST(SystemInfo, CpuTimesCountThisProcessesWorkAndTheMachines) {
   const double cores = static_cast<double>(std::thread::hardware_concurrency());
   EXPECT_LT(busy, cores * 5.0);
   EXPECT_GE(b.machine_steal_s, a.machine_steal_s);
+}
+
+// The bandwidth probe reads its buffer as 1, 2 and 4 streams per thread and
+// returns the best rate. The best of the three is at least the buffer's bytes
+// over the whole call's wall time (which covers all three reads and the
+// set-up), so a probe that returned 0, or lost its reads' time, fails here;
+// reads the compiler dropped would give rates far above any two cores' cache
+// bandwidth, which the upper bound catches.
+TEST(SystemInfo, MemoryReadProbeReportsARateTheCallsTimeAllows) {
+  constexpr size_t kBytes = size_t{64} << 20;
+  const auto t0 = std::chrono::steady_clock::now();
+  const double gb_s = memory_read_gb_s(kBytes, 2, 1);
+  const double wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // The probe reads a multiple of 16 vectors per thread: at most 2 x 16 x 64
+  // bytes fewer than the buffer.
+  const double read_gb = static_cast<double>(kBytes - 2 * 16 * 64) / 1e9;
+  EXPECT_GE(gb_s, read_gb / wall_s) << "wall " << wall_s << " s";
+  EXPECT_LT(gb_s, 1000.0);
 }
 
 }  // namespace
