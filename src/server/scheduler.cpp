@@ -387,9 +387,13 @@ void Scheduler::end(Seq& s, Finish f, const std::string& error) {
   const int64_t generated = s.seq ? s.seq->generated() : 0;
   const int64_t drafted = s.seq ? s.seq->drafted() : 0, accepted = s.seq ? s.seq->accepted() : 0;
   const uint64_t now = now_ns();
+  // The engine's counters too (speculation's drafted/accepted include this
+  // answer's last step; publish_stats runs only after the step that ended it).
+  const EngineStats engine = m_.engine->stats();
   // Counters first: a client that hears of the end may read /metrics at once.
   {
     std::lock_guard l(mu_);
+    stats_.engine = engine;
     ++stats_.requests_done;
     if (f == Finish::Timeout) ++stats_.timeouts;
     if (f == Finish::Cancelled) ++stats_.cancelled;
