@@ -176,8 +176,11 @@ void BM_Matmul(benchmark::State& state, int fi, int path, int64_t nrows, int thr
 // them: 512 outputs) and W_UV's 256 rows as deq_gemm against S latent rows.
 // One layer's kv_b (64 heads x 448 rows x 512 columns, ~8 MB at int4 gs32)
 // sits in L3, so the dequantizing arithmetic sets the pace. One thread;
-// GMAC/s counts both products.
-void BM_Deq(benchmark::State& state, int fi, int path, int64_t nrows) {
+// GMAC/s counts the products run. what: "kvb" both as deq kernels, "uk"
+// W_UK alone, "uv" W_UV alone as deq_gemm, "uv-int" W_UV alone as
+// matmul_qrows (int8 activations: what the engine runs with its default
+// integer activations).
+void BM_Deq(benchmark::State& state, int fi, int path, int64_t nrows, std::string what) {
   if (!kernel_path_supported(static_cast<KernelPath>(path))) {
     state.SkipWithError("this CPU lacks the path");
     return;
@@ -209,20 +212,30 @@ void BM_Deq(benchmark::State& state, int fi, int path, int64_t nrows) {
   for (auto& v : q) v = nd(rng);
   for (auto& v : lat) v = nd(rng);
   std::vector<float> qabs(static_cast<size_t>(nrows * H * kvl)), o(static_cast<size_t>(nrows * H * vd));
+  ComputeOptions co;
+  co.path = static_cast<KernelPath>(path);
+  const Compute compute(nullptr, co);
+  MatmulScratch scratch;
+  const bool uk = what == "kvb" || what == "uk", uv = what == "kvb" || what == "uv", uv_int = what == "uv-int";
   for (auto _ : state) {
     std::fill(qabs.begin(), qabs.end(), 0.0f);
     for (int64_t h = 0; h < H; ++h) {
       const int64_t hs = nope + vd;
-      kt.deq_axpy(qweight_rows(w, h * hs, nope), q.data() + h * (nope + 64), H * (nope + 64), nrows,
-                  qabs.data() + h * kvl, H * kvl);
-      kt.deq_gemm(qweight_rows(w, h * hs + nope, vd), lat.data(), nrows, o.data() + h * vd, H * vd);
+      if (uk)
+        kt.deq_axpy(qweight_rows(w, h * hs, nope), q.data() + h * (nope + 64), H * (nope + 64), nrows,
+                    qabs.data() + h * kvl, H * kvl);
+      if (uv) kt.deq_gemm(qweight_rows(w, h * hs + nope, vd), lat.data(), nrows, o.data() + h * vd, H * vd);
+      if (uv_int)
+        matmul_qrows(compute, qweight_rows(w, h * hs + nope, vd), lat.data(), nrows, o.data() + h * vd, H * vd,
+                     scratch);
     }
     benchmark::DoNotOptimize(qabs.data());
     benchmark::DoNotOptimize(o.data());
     benchmark::ClobberMemory();
   }
+  const int64_t macs = H * ((uk ? nope : 0) + (uv || uv_int ? vd : 0)) * kvl * nrows;
   state.counters["GMAC/s"] = benchmark::Counter(
-      static_cast<double>(w.rows * kvl * nrows) * static_cast<double>(state.iterations()) / 1e9,
+      static_cast<double>(macs) * static_cast<double>(state.iterations()) / 1e9,
       benchmark::Counter::kIsRate);
 }
 
@@ -260,12 +273,14 @@ const bool registered = [] {
         }
   for (int fi : {2, 3})
     for (int64_t s : {1, 4, 8, 64, 512})
-      for (int path : paths) {
-        if (path < 0) continue;
-        const std::string name = std::string("Deq/kvb/") + kFormats[fi].name + "/S" + std::to_string(s) + "/" +
-                                 kernel_path_name(static_cast<KernelPath>(path));
-        benchmark::RegisterBenchmark(name.c_str(), BM_Deq, fi, path, s)->Unit(benchmark::kMillisecond);
-      }
+      for (int path : paths)
+        for (const char* what : {"kvb", "uk", "uv", "uv-int"}) {
+          if (path < 0) continue;
+          const std::string name = std::string("Deq/") + what + "/" + kFormats[fi].name + "/S" + std::to_string(s) +
+                                   "/" + kernel_path_name(static_cast<KernelPath>(path));
+          benchmark::RegisterBenchmark(name.c_str(), BM_Deq, fi, path, s, std::string(what))
+              ->Unit(benchmark::kMillisecond);
+        }
   return true;
 }();
 

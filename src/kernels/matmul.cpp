@@ -62,21 +62,14 @@ void run_parts(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
     body(0, 0, n);
 }
 
-// Whether W has an integer kernel (int8/int4 in groups of 32, integer
-// activations).
-bool has_int_kernel(const Compute& c, const Weight& W) {
-  if (W.format != WeightFormat::INT8 && W.format != WeightFormat::INT4) return false;
-  if (W.group != 0 && W.group % kQBlock != 0) return false;
-  return c.acts() != IntActivations::F32;
-}
-
-// Quantizes x into q/scale/sum8 (room for nrows rows of W.cols columns) and
-// picks the kernel for an int8/int4 W that has_int_kernel().
-void plan_int(const Compute& c, const Weight& W, const float* x, int64_t nrows, float* y, uint8_t* q, float* scale,
-              int32_t* sum8, IntMatmul& p) {
-  const int64_t out = W.rows, in = W.cols;
+// Quantizes x into q/scale/sum8 (room for nrows rows of w.cols columns) and
+// picks the kernel for the integer weight rows w (group 0 or a multiple of
+// 32); y row r at y + r * ldy.
+void plan_int(const Compute& c, const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy, uint8_t* q,
+              float* scale, int32_t* sum8, IntMatmul& p) {
+  const int64_t in = w.cols;
   const KernelTable& kt = c.kernels();
-  const bool b4 = W.format == WeightFormat::INT4;
+  const bool b4 = w.bits == 4;
   const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && c.multi_row();
   // The packed kernel (ComputeOptions::packed, the default) from 12 rows
   // on: below that its per-call weight packing costs more than the
@@ -85,12 +78,13 @@ void plan_int(const Compute& c, const Weight& W, const float* x, int64_t nrows, 
                       (b4 ? kt.gemm_q4_packed != nullptr : multi && kt.gemm_q8_packed != nullptr);
   const ActLayout layout = packed || multi ? kt.q8_multi_layout : b4 ? kt.q4_layout : kt.q8_layout;
   p.a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q, scale, sum8);
-  p.w = qweight_rows(W, 0, out);
+  p.w = w;
   p.gemm = packed ? (b4 ? kt.gemm_q4_packed : kt.gemm_q8_packed)
            : b4   ? kt.gemm_q4
            : multi ? kt.gemm_q8_multi
                    : kt.gemm_q8;
   p.y = y;
+  p.ldy = ldy;
 }
 
 // Output rows [o0, o1) of a planned integer matmul.
@@ -102,10 +96,32 @@ void run_int_rows(const IntMatmul& p, int64_t o0, int64_t o1) {
   else
     part.s += o0 * p.w.ngroups;
   part.rows = o1 - o0;
-  p.gemm(part, p.a, p.y + o0, p.w.rows);
+  p.gemm(part, p.a, p.y + o0, p.ldy);
 }
 
 }  // namespace
+
+void MatmulScratch::reserve(int64_t nrows, int64_t cols) {
+  const size_t qn = static_cast<size_t>(nrows * qacts_qstride(cols)), bn = static_cast<size_t>(nrows * qacts_bstride(cols));
+  if (q.size() < qn) q.resize(qn);
+  if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
+}
+
+bool has_int_kernel(const Compute& c, const Weight& W) {
+  if (W.format != WeightFormat::INT8 && W.format != WeightFormat::INT4) return false;
+  if (W.group != 0 && W.group % kQBlock != 0) return false;
+  return c.acts() != IntActivations::F32;
+}
+
+void matmul_qrows(const Compute& c, const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy,
+                  MatmulScratch& scratch) {
+  if (nrows <= 0 || w.rows <= 0) return;
+  if (w.group != 0 && w.group % kQBlock != 0) fail("matmul_qrows: group {} is not 0 or a multiple of {}", w.group, kQBlock);
+  scratch.reserve(nrows, w.cols);
+  IntMatmul p;
+  plan_int(c, w, x, nrows, y, ldy, scratch.q.data(), scratch.scale.data(), scratch.sum8.data(), p);
+  run_int_rows(p, 0, w.rows);
+}
 
 Compute::Compute(ThreadPool* pool, const ComputeOptions& o)
     : pool_(pool), path_(o.path.value_or(best_kernel_path())), acts_(o.acts), multi_row_(o.multi_row), packed_(o.packed) {
@@ -146,12 +162,10 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
     case WeightFormat::INT8:
     case WeightFormat::INT4: {
       if (!has_int_kernel(c, W)) break;  // no integer kernel: expand below
-      const size_t qn = static_cast<size_t>(nrows * qacts_qstride(in)),
-                   bn = static_cast<size_t>(nrows * qacts_bstride(in));
-      if (scratch.q.size() < qn) scratch.q.resize(qn);
-      if (scratch.scale.size() < bn) scratch.scale.resize(bn), scratch.sum8.resize(bn);
+      scratch.reserve(nrows, in);
       IntMatmul p;
-      plan_int(c, W, x, nrows, y, scratch.q.data(), scratch.scale.data(), scratch.sum8.data(), p);
+      plan_int(c, qweight_rows(W, 0, out), x, nrows, y, out, scratch.q.data(), scratch.scale.data(),
+               scratch.sum8.data(), p);
       run(pool, par, out, [&](int64_t o0, int64_t o1) { run_int_rows(p, o0, o1); });
       return;
     }
@@ -224,8 +238,8 @@ void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBat
       continue;
     }
     IntMatmul p;
-    plan_int(c, *t.w, t.x, t.nrows, t.y, scratch.q.data() + qn, scratch.scale.data() + bn, scratch.sum8.data() + bn,
-             p);
+    plan_int(c, qweight_rows(*t.w, 0, t.w->rows), t.x, t.nrows, t.y, t.w->rows, scratch.q.data() + qn,
+             scratch.scale.data() + bn, scratch.sum8.data() + bn, p);
     qn += static_cast<size_t>(t.nrows * qacts_qstride(t.w->cols));
     bn += static_cast<size_t>(t.nrows * qacts_bstride(t.w->cols));
     plans.push_back(p);

@@ -73,6 +73,8 @@ struct MatmulScratch {
   std::vector<float> scale;        // [nrows, qacts_bstride(cols)]
   std::vector<int32_t> sum8;       // [nrows, qacts_bstride(cols)]
   std::vector<std::vector<float>> rows;  // per part: [4, cols]
+  // Room for the quantized activations of nrows rows of cols columns.
+  void reserve(int64_t nrows, int64_t cols);
 };
 
 // y[r*W.rows + o] = sum_i W[o][i] * x[r*W.cols + i] for r < nrows.
@@ -85,6 +87,18 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
 
 // Rows [r0, r0 + n) of an INT8/INT4 weight as the integer kernels see them.
 QWeight qweight_rows(const Weight& W, int64_t r0, int64_t n);
+
+// Whether matmul() multiplies W in integers (int8/int4 in groups of 0 or a
+// multiple of 32, and c.acts() Int8).
+bool has_int_kernel(const Compute& c, const Weight& W);
+// y[r * ldy + o] = weight row o times x row r (x rows w.cols apart) for
+// o < w.rows, r < nrows, on the calling thread: the activation quantization
+// and kernel matmul() picks for an integer weight of w's rows, so the same
+// floats as matmul() over a Weight holding just those rows (and in any row
+// count). w.group 0 or a multiple of 32. For a weight's slices (the absorbed
+// MLA's per-head W_UV): a pool part's own scratch.
+void matmul_qrows(const Compute& c, const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy,
+                  MatmulScratch& scratch);
 
 // One matmul of a batch (matmul_batch): y = W x over nrows rows.
 struct MatmulTask {
@@ -101,6 +115,7 @@ struct IntMatmul {
   QActs a;
   void (*gemm)(const QWeight& w, const QActs& a, float* y, int64_t ldy) = nullptr;
   float* y = nullptr;
+  int64_t ldy = 0;  // y's row stride (matmul: w.rows)
 };
 
 // matmul_batch's scratch: every task's quantized activations in one buffer

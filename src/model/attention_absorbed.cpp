@@ -48,6 +48,10 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   // stay in the last-level cache between the steps, and the scratch does
   // not grow with the chunk. Every row's floats are the same in any block.
   const bool qkvb = aw.kv_b.format == WeightFormat::INT8 || aw.kv_b.format == WeightFormat::INT4;
+  // W_UV in integers (matmul's int8 activations, as every other integer
+  // weight) where matmul would multiply kv_b in integers; the F32 activation
+  // mode keeps deq_gemm's exact W8A32 floats.
+  const bool uv_int = qkvb && has_int_kernel(compute_, aw.kv_b);
   const int64_t block = std::min(n, kAbsorbedBlockRows);
   // A scores buffer: all heads of the most keys a row can ever attend (DSA:
   // index_topk; else its session's capacity), and at least one
@@ -71,6 +75,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     grow(ps.scores2, room);
     grow(ps.qrope, static_cast<size_t>(H * rd));
     grow(ps.xh, static_cast<size_t>(block * kvl));
+    if (uv_int) ps.mm.reserve(block, kvl);
     if (!qkvb) {
       grow(ps.wrow, static_cast<size_t>(kvl));
       grow(ps.wv, static_cast<size_t>(vd * kvl));
@@ -176,9 +181,11 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       }
     }
 
-    // o[r,h,d] = dot16(W_UV row, olat[r,h]): per head, its W_UV rows against
-    // the rows' latents as one deq_gemm (int8/int4, dequantized in registers)
-    // or gemm_f32 over the rows expanded to f32: the same floats either way.
+    // o[r,h,d] = W_UV row . olat[r,h]: per head, its W_UV rows against the
+    // rows' latents. Integer kv_b: matmul's integer kernel over the head's
+    // rows (the latents quantized per 32 columns, as any matmul input), or
+    // with F32 activations deq_gemm (dequantized in registers). Other
+    // formats: gemm_f32 over the rows expanded to f32, deq_gemm's floats.
     parts(nb * H * vd * kvl, H, [&](int part, int64_t h0, int64_t h1) {
       Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
       float* wv = qkvb ? nullptr : grow(ps.wv, static_cast<size_t>(vd * kvl));
@@ -186,7 +193,9 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       float* ob = o + r0 * H * vd;
       for (int64_t h = h0; h < h1; ++h) {
         for (int64_t r = 0; r < nb; ++r) std::copy_n(olat + (r * H + h) * kvl, kvl, xh + r * kvl);
-        if (qkvb) {
+        if (uv_int) {
+          matmul_qrows(compute_, qweight_rows(aw.kv_b, h * hs + nope, vd), xh, nb, ob + h * vd, H * vd, ps.mm);
+        } else if (qkvb) {
           kt.deq_gemm(qweight_rows(aw.kv_b, h * hs + nope, vd), xh, nb, ob + h * vd, H * vd);
         } else {
           for (int64_t d = 0; d < vd; ++d) aw.kv_b.row_f32(h * hs + nope + d, wv + d * kvl);

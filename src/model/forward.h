@@ -102,6 +102,7 @@ struct Workspace {
     std::vector<float> wrow;     // [kv_lora_rank]: one kv_b row as f32
     std::vector<float> wv;       // [v_head_dim, kv_lora_rank]: one head's W_UV rows as f32
     std::vector<float> xh;       // [n, kv_lora_rank]: one head's latents over the batch
+    MatmulScratch mm;            // [n, kv_lora_rank] quantized: W_UV's activations (integer kv_b)
     std::vector<float> iscore;   // [8, keys]: indexer scores of a group of rows (indexer.cpp)
     std::vector<float> idot;     // [index_n_heads, kIndexKeyBlock]: a key block's per-head indexer dots
     std::vector<int32_t> order;  // [keys]: key order for the indexer's top-k

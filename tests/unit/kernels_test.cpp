@@ -1010,32 +1010,42 @@ TEST(KernelDeq, SubrangeOfRowsReadsOnlyThoseRows) {
 }
 
 TEST(KernelDeq, AbsorbedAttentionWithIntKvBEqualsItsF32Copy) {
-  // The absorbed (decode) attention on an int8/int4 kv_b, whose W_UK / W_UV
-  // rows go through deq_axpy / deq_gemm, gives the logits of the same model
-  // with kv_b stored as f32 holding row_f32's values (rows expanded, then
-  // the f32 axpy and gemm_f32): ==, on every path, decoding a token at a
-  // time and in a 3-row step, over 2 threads.
+  // The absorbed (decode) attention on an int8/int4 kv_b. With F32
+  // activations (W8A32) its W_UK / W_UV rows go through deq_axpy / deq_gemm
+  // and give the logits of the same model with kv_b stored as f32 holding
+  // row_f32's values (rows expanded, then the f32 axpy and gemm_f32): ==, on
+  // every path. With int8 activations (the default) W_UV is matmul's integer
+  // kernel over each head's rows (its activation-rounding bound:
+  // KernelQGemm.ActivationQuantizationErrorWithinStatedBound; the same floats as matmul:
+  // KernelMatmul.QrowsEqualsMatmulOverTheRowsAsAWeight): the logits differ from the f32 copy's, and are the same
+  // on every path and in any batching (a token at a time, a 3-row step, a
+  // 12-row step that takes the packed kernels). Over 2 threads.
   const std::string dir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-bf16";
   if (!std::filesystem::exists(dir + "/config.json")) GTEST_SKIP() << "fixture missing";
-  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 8, 4};
-  const auto logits_of = [&](const Model& m, KernelPath p) {
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7, 3, 8, 4, 6, 10, 12, 11, 14, 13, 15, 16};
+  // steps: rows per forward call, in order (summing to ids.size()).
+  const auto logits_of = [&](const Model& m, KernelPath p, IntActivations acts, const std::vector<size_t>& steps) {
     ComputeOptions o;
     o.path = p;
+    o.acts = acts;
     ThreadPool pool(2);
     ResidentExpertStore store(m.weights.experts);
     ModelRunner runner(m, store, pool, o);
     Session s(m.config, static_cast<int64_t>(ids.size()), false);
     const int64_t V = m.config.vocab_size;
     std::vector<float> all(ids.size() * static_cast<size_t>(V));
-    for (size_t i = 0; i < ids.size();) {
-      const size_t step = i == 2 ? 3 : 1;  // positions 2-4 as one 3-row step
+    size_t i = 0;
+    for (size_t step : steps) {
       std::vector<Row> rows;
       for (size_t k = i; k < i + step; ++k) rows.push_back({&s, static_cast<int32_t>(k), ids[k], true});
       runner.forward(rows, {}, all.data() + i * static_cast<size_t>(V), nullptr);
       i += step;
     }
+    EXPECT_EQ(i, ids.size());
     return all;
   };
+  const std::vector<size_t> singles(ids.size(), 1), mixed = {1, 1, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1},
+                            packed = {1, 1, 12, 1, 1};
   for (int bits : {8, 4})
     for (int64_t group : {0, 32}) {
       auto qm = load_model(dir), fm = load_model(dir);
@@ -1066,10 +1076,73 @@ TEST(KernelDeq, AbsorbedAttentionWithIntKvBEqualsItsF32Copy) {
           std::memcpy(kf.data.data() + r * C * 4, row.data(), static_cast<size_t>(C) * 4);
         }
       }
-      for (KernelPath p : supported_paths())
-        EXPECT_TRUE(all_same(logits_of(*fm, p), logits_of(*qm, p)))
-            << "int" << bits << " group " << group << " " << kernel_path_name(p);
+      const std::string what = "int" + std::to_string(bits) + " group " + std::to_string(group);
+      const std::vector<float> want = logits_of(*qm, KernelPath::Scalar, IntActivations::Int8, singles);
+      EXPECT_FALSE(all_same(logits_of(*fm, KernelPath::Scalar, IntActivations::Int8, singles), want))
+          << what << ": the integer W_UV gave the f32 copy's logits exactly (is it running?)";
+      for (KernelPath p : supported_paths()) {
+        EXPECT_TRUE(all_same(logits_of(*fm, p, IntActivations::F32, mixed), logits_of(*qm, p, IntActivations::F32, mixed)))
+            << what << " " << kernel_path_name(p);
+        EXPECT_TRUE(all_same(logits_of(*qm, p, IntActivations::Int8, mixed), want)) << what << " " << kernel_path_name(p);
+        EXPECT_TRUE(all_same(logits_of(*qm, p, IntActivations::Int8, packed), want)) << what << " " << kernel_path_name(p);
+      }
     }
+}
+
+TEST(KernelMatmul, QrowsEqualsMatmulOverTheRowsAsAWeight) {
+  // matmul_qrows over rows [r0, r0 + n) of an integer weight (a head's W_UV
+  // in kv_b) writes what matmul() writes for a Weight holding just those
+  // rows, into a strided y: ==, on every path, int8/int4, f32/bf16 scales,
+  // groups 0/32/64, row counts that take the single-row, multi-row and packed
+  // kernels.
+  std::mt19937 rng(77);
+  const int64_t R = 40, C = 160, r0 = 9, n = 21, ldy = 50;
+  const std::vector<float> wf = random_floats(rng, R * C);
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 64})
+      for (bool bf16 : {false, true}) {
+        const QuantBits b = bits == 8 ? QuantBits::Int8 : QuantBits::Int4;
+        const auto make = [&](int64_t first, int64_t rows) {
+          Weight w;
+          w.format = bits == 8 ? WeightFormat::INT8 : WeightFormat::INT4;
+          w.rows = rows;
+          w.cols = C;
+          w.group = group;
+          const int64_t rb = quant_row_bytes(b, C), ng = quant_groups(C, group);
+          w.data.resize(static_cast<size_t>(rows * rb));
+          w.scales.resize(static_cast<size_t>(rows * ng));
+          for (int64_t r = 0; r < rows; ++r)
+            quantize_row(b, group, wf.data() + (first + r) * C, C, w.data.data() + r * rb, w.scales.data() + r * ng);
+          if (bf16) {
+            w.scales_bf16 = true;
+            w.scales16.resize(w.scales.size());
+            for (size_t i = 0; i < w.scales.size(); ++i) w.scales16[i] = f32_to_bf16(w.scales[i]);
+            w.scales.clear();
+          }
+          return w;
+        };
+        const Weight whole = make(0, R), part = make(r0, n);
+        for (int64_t nrows : {1, 3, 13}) {
+          const std::vector<float> x = random_floats(rng, nrows * C, 2.0f);
+          for (KernelPath p : supported_paths()) {
+            ComputeOptions o;
+            o.path = p;
+            const Compute c(nullptr, o);
+            std::vector<float> want(static_cast<size_t>(nrows * n)), got(static_cast<size_t>(nrows * ldy), -7.0f);
+            matmul(c, part, x.data(), nrows, want.data());
+            MatmulScratch scratch;
+            matmul_qrows(c, qweight_rows(whole, r0, n), x.data(), nrows, got.data(), ldy, scratch);
+            bool ok = true;
+            for (int64_t r = 0; r < nrows; ++r)
+              for (int64_t j = 0; j < ldy; ++j) {
+                const float g = got[static_cast<size_t>(r * ldy + j)];
+                if (j < n ? !same(g, want[static_cast<size_t>(r * n + j)]) : g != -7.0f) ok = false;
+              }
+            EXPECT_TRUE(ok) << "int" << bits << " group " << group << (bf16 ? " bf16" : " f32") << " scales, "
+                              << nrows << " rows, " << kernel_path_name(p);
+          }
+        }
+      }
 }
 
 }  // namespace strata
