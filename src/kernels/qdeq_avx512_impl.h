@@ -108,11 +108,62 @@ void deq_axpy_tile(const QWeight& w, const float* a, int64_t lda, int64_t r0, in
       _mm512_mask_storeu_ps(y + (r0 + r) * ldy + c0 + 16 * v, m[v].lanes, acc[r][v]);
 }
 
+// deq_axpy_tile for int4, all 16 NV columns below w.cols, groups of 32k
+// (or 0), NR <= 2: per 32 columns one 16-byte load widened to 16 dwords
+// (byte i, values 2i and 2i + 1, in lane i), looked up twice in the group's
+// table (vpermps reads the low nibble; then the byte shifted right by 4):
+// the even columns' values in one vector, the odd columns' in another, 3
+// vector operations a value vector instead of deq16_q4_lookup's 4. The
+// accumulators hold even and odd columns apart and are interleaved back
+// only when stored: each output's fma chain over the weight rows is the
+// same, so are its floats.
+template <int NR, int NV>
+void deq_axpy_tile_q4_pairs(const QWeight& w, const float* a, int64_t lda, int64_t r0, int64_t c0, float* y,
+                            int64_t ldy) {
+  static_assert(NV % 2 == 0);
+  constexpr int NP = NV / 2;  // 32-column blocks
+  int64_t gi[NP];
+  for (int p = 0; p < NP; ++p) gi[p] = w.group > 0 ? (c0 + 32 * p) / w.group : 0;
+  __m512 acc[NR][NV];  // [2p]: block p's even columns, [2p + 1]: its odd ones
+  for (int r = 0; r < NR; ++r)
+    for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  for (int64_t o = 0; o < w.rows; ++o) {
+    const uint8_t* wrow = w.q + o * w.row_bytes + c0 / 2;
+    const ScaleRow ws = scale_row(w, o);
+    __m512 tab = nib_table(_mm512_set1_ps(ws[gi[0]]));
+    __m512 wv[NV];
+    for (int p = 0; p < NP; ++p) {
+      if (p > 0 && gi[p] != gi[p - 1]) tab = nib_table(_mm512_set1_ps(ws[gi[p]]));
+      const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(wrow + 16 * p)));
+      wv[2 * p] = _mm512_permutexvar_ps(b, tab);
+      wv[2 * p + 1] = _mm512_permutexvar_ps(_mm512_srli_epi32(b, 4), tab);
+    }
+    for (int r = 0; r < NR; ++r) {
+      const __m512 av = _mm512_set1_ps(a[(r0 + r) * lda + o]);
+      for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_fmadd_ps(av, wv[v], acc[r][v]);
+    }
+  }
+  // Columns 32p + j: j even from the even vector's lane j / 2, odd from the
+  // odd one's (index + 16 selects the second source).
+  const __m512i lo = _mm512_setr_epi32(0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23);
+  const __m512i hi = _mm512_setr_epi32(8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31);
+  for (int r = 0; r < NR; ++r)
+    for (int p = 0; p < NP; ++p) {
+      float* dst = y + (r0 + r) * ldy + c0 + 32 * p;
+      _mm512_storeu_ps(dst, _mm512_permutex2var_ps(acc[r][2 * p], lo, acc[r][2 * p + 1]));
+      _mm512_storeu_ps(dst + 16, _mm512_permutex2var_ps(acc[r][2 * p], hi, acc[r][2 * p + 1]));
+    }
+}
+
 template <int BITS>
 void deq_axpy(const QWeight& w, const float* a, int64_t lda, int64_t nrows, float* y, int64_t ldy) {
   row_tiles<4>(0, nrows, [&](auto nr, int64_t r) {
     constexpr int NV = nr.n <= 2 ? 8 : 4;  // 16 accumulators at most
     int64_t c0 = 0;
+    if constexpr (BITS == 4 && nr.n <= 2) {
+      if (w.group == 0 || w.group % 32 == 0)
+        for (; c0 + 16 * NV <= w.cols; c0 += 16 * NV) deq_axpy_tile_q4_pairs<nr.n, NV>(w, a, lda, r, c0, y, ldy);
+    }
     for (; c0 + 16 * NV <= w.cols; c0 += 16 * NV) deq_axpy_tile<BITS, nr.n, NV, true>(w, a, lda, r, c0, y, ldy);
     if (c0 < w.cols) deq_axpy_tile<BITS, nr.n, NV, false>(w, a, lda, r, c0, y, ldy);
   });
