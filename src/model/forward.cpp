@@ -61,11 +61,72 @@ void ModelRunner::forward(std::span<const Row> rows, const ForwardOptions& opts,
   stats_.rows += rows.size();
   const ModelConfig& c = m_.config;
   const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
+  if (n > touched_rows_) touch_scratch(n);
   float* h = grow(ws_.h, static_cast<size_t>(n * D));
   for (int64_t r = 0; r < n; ++r) m_.weights.embed.row_f32(rows[r].token, h + r * D);
   for (int64_t L = 0; L < c.num_hidden_layers; ++L) layer(L, rows, opts);
   head(rows, m_.weights.final_norm, logits, hidden_out);
   for (const Row& r : rows) r.seq->n_past = std::max<int64_t>(r.seq->n_past, r.pos + 1);
+}
+
+// The first forward of a long prompt grows the workspace by hundreds of MB
+// (~0.31 GB touched here at 512 rows on the GLM-5.2 slice). Left to the forward, each
+// fresh 2 MiB page faults inside a kernel on one thread while the other waits
+// for it at the job's end; touched here first, on every pool thread, the
+// same pages cost the first 512-token prefill of the slice ~8% less
+// (docs/kernels.md, "The first prefill"). Only the large per-row buffers
+// (the forward grows the rest); the sizes are the forward's own, which
+// Forward.TouchedScratchIsWhatTheForwardUses checks. Nothing is held that the
+// forward would not grow into anyway, and the contents need no care: every
+// user of a workspace buffer writes it before reading it.
+void ModelRunner::touch_scratch(int64_t n) {
+  touched_rows_ = n;
+  const ModelConfig& c = m_.config;
+  const int64_t D = c.hidden_size, K = c.num_experts_per_tok, H = c.num_attention_heads;
+  std::vector<std::pair<float*, size_t>> fresh;
+  auto add = [&](ScratchFloats& v, int64_t count) {
+    if (count <= 0 || v.size() >= static_cast<size_t>(count)) return;
+    v.clear();  // what it held is not needed: growing then moves nothing
+    grow(v, static_cast<size_t>(count));
+    fresh.emplace_back(v.data(), v.size());
+  };
+  add(ws_.h, n * D);
+  add(ws_.xn, n * D);
+  add(ws_.tmp, n * D);
+  add(ws_.attn_out, n * D);
+  if (c.attention == AttentionKind::Gqa) {
+    add(ws_.q, n * H * c.head_dim);
+    add(ws_.kv, 2 * n * c.num_key_value_heads * c.head_dim);
+    add(ws_.o, n * H * c.head_dim);
+  } else {
+    add(ws_.q_lat, n * c.q_lora_rank);
+    add(ws_.q, n * H * (c.qk_nope_head_dim + c.qk_rope_head_dim));
+    add(ws_.kv, n * (c.kv_lora_rank + c.qk_rope_head_dim));
+    add(ws_.o, n * H * c.v_head_dim);
+  }
+  // mlp_g / mlp_u: the widest of the dense MLP, the shared experts (one MLP
+  // of n_shared * moe_intermediate_size) and the routed experts' packed rows.
+  int64_t gu = 0;
+  for (int64_t L = 0; L < c.num_hidden_layers; ++L)
+    if (!c.is_moe(L)) gu = n * c.intermediate_size;
+  if (c.n_routed_experts > 0 && K > 0) {
+    add(ws_.slot_out, n * (K + 1) * D);
+    const int64_t packed_rows = std::max(n, std::min(n, kJointRows) * K);  // as moe()
+    add(ws_.xs, packed_rows * D);
+    add(ws_.ys, packed_rows * D);
+    gu = std::max({gu, n * c.n_shared_experts * c.moe_intermediate_size, packed_rows * c.moe_intermediate_size});
+  }
+  add(ws_.mlp_g, gu);
+  add(ws_.mlp_u, gu);
+  constexpr size_t kPiece = size_t{1} << 19;  // floats: 2 MiB
+  int64_t pieces = 0;
+  for (const auto& f : fresh) pieces += static_cast<int64_t>((f.second + kPiece - 1) / kPiece);
+  pool_.parallel_for(pieces, [&](int64_t b, int64_t e) {
+    int64_t i = 0;
+    for (const auto& f : fresh)
+      for (size_t off = 0; off < f.second; off += kPiece, ++i)
+        if (i >= b && i < e) std::memset(f.first + off, 0, std::min(kPiece, f.second - off) * sizeof(float));
+  });
 }
 
 void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, const ForwardOptions& opts,

@@ -191,6 +191,12 @@ class ModelRunner {
   const Compute& compute() const { return compute_; }
   ExpertStore& store() const { return store_; }
   const PhaseStats& stats() const { return stats_; }
+  // Before a forward of more rows than any before it, the workspace's large
+  // per-row buffers are grown to that many rows and their pages touched on
+  // every pool thread (forward.cpp). Public for the test that checks the
+  // forward then grows none of them.
+  void touch_scratch(int64_t n);
+  const Workspace& workspace() const { return ws_; }
   // Routing observer (nullptr: none). Not owned; must outlive its use.
   void set_routing_observer(RoutingObserver* o) { observer_ = o; }
   // Indexer observer (nullptr: none). Not owned; must outlive its use.
@@ -226,6 +232,7 @@ class ModelRunner {
   void head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out,
             const Weight* w = nullptr);
   Weight draft_head_;  // the lm_head's first rows: forward_mtp's head_rows
+  int64_t touched_rows_ = 0;  // touch_scratch's largest n so far
 
   const Model& m_;
   ExpertStore& store_;

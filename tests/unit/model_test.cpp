@@ -196,3 +196,52 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest,
 
 }  // namespace
 }  // namespace strata
+
+namespace strata {
+namespace {
+
+// ModelRunner::touch_scratch grows the workspace's large buffers before the
+// first forward of a larger batch, with its own copy of their sizes: those
+// must be what the forward uses, or the forward reallocates (and faults in)
+// the buffer after all. On every family's fixture (MLA with and without a
+// dense first layer, GQA), in the joint-expert path (5 rows) and the
+// per-expert one (40 rows): the forward after the touch grows none of the
+// touched buffers. (forward_mtp's wider tmp is left to it.)
+TEST(Forward, TouchedScratchIsWhatTheForwardUses) {
+  int checked = 0;
+  for (const char* name : {"glm5-tiny-bf16", "glm52-tiny-bf16", "dsv3-tiny-bf16", "qwen3moe-tiny-bf16",
+                           "glm4moe-tiny-bf16"}) {
+    const std::unique_ptr<Model> model = load_model(fixture_dir(name));
+    const ModelConfig& c = model->config;
+    for (int64_t n : {5, 40}) {
+      ThreadPool pool(2);
+      ResidentExpertStore store(model->weights.experts);
+      ModelRunner runner(*model, store, pool);
+      runner.touch_scratch(n);
+      const Workspace& ws = runner.workspace();
+      const std::pair<const char*, const ScratchFloats*> bufs[] = {
+          {"h", &ws.h},     {"xn", &ws.xn},       {"tmp", &ws.tmp},     {"attn_out", &ws.attn_out},
+          {"q_lat", &ws.q_lat}, {"q", &ws.q},     {"kv", &ws.kv},       {"o", &ws.o},
+          {"slot_out", &ws.slot_out}, {"xs", &ws.xs}, {"ys", &ws.ys}, {"mlp_g", &ws.mlp_g}, {"mlp_u", &ws.mlp_u}};
+      std::vector<std::pair<const float*, size_t>> before;
+      for (const auto& b : bufs) before.emplace_back(b.second->data(), b.second->size());
+      ASSERT_EQ(ws.h.size(), static_cast<size_t>(n * c.hidden_size)) << name;
+      ASSERT_GT(ws.q.size(), 0u) << name;
+      ASSERT_GT(ws.mlp_g.size(), 0u) << name;
+      Session s(c, 64, false);
+      std::vector<Row> rows;
+      for (int64_t p = 0; p < n; ++p) rows.push_back({&s, static_cast<int32_t>(p), static_cast<int32_t>((7 * p + 3) % 200 + 1), true});
+      std::vector<float> logits(static_cast<size_t>(n * c.vocab_size));
+      runner.forward(rows, {}, logits.data(), nullptr);
+      for (size_t i = 0; i < std::size(bufs); ++i) {
+        EXPECT_EQ(bufs[i].second->data(), before[i].first) << name << " n " << n << ": the forward reallocated " << bufs[i].first;
+        EXPECT_EQ(bufs[i].second->size(), before[i].second) << name << " n " << n << ": the forward grew " << bufs[i].first;
+      }
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, 10);
+}
+
+}  // namespace
+}  // namespace strata
