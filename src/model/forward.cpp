@@ -70,11 +70,12 @@ void ModelRunner::forward(std::span<const Row> rows, const ForwardOptions& opts,
 }
 
 // The first forward of a long prompt grows the workspace by hundreds of MB
-// (~0.31 GB touched here at 512 rows on the GLM-5.2 slice). Left to the forward, each
-// fresh 2 MiB page faults inside a kernel on one thread while the other waits
-// for it at the job's end; touched here first, on every pool thread, the
-// same pages cost the first 512-token prefill of the slice ~8% less
-// (docs/kernels.md, "The first prefill"). Only the large per-row buffers
+// (~0.31 GB touched here at 512 rows on the GLM-5.2 slice). Left to the
+// forward, each fresh 2 MiB page faults inside a kernel on one thread while
+// the other waits for it at the job's end; touched here first, on every
+// pool thread, the same pages cost less: slice-int4's first 512-token
+// prefill ran 1.10x as fast (docs/kernels.md, "The first prefill"), slice-
+// int8's the same as before. Only the large per-row buffers
 // (the forward grows the rest); the sizes are the forward's own, which
 // Forward.TouchedScratchIsWhatTheForwardUses checks. Nothing is held that the
 // forward would not grow into anyway, and the contents need no care: every
