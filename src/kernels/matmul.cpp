@@ -62,12 +62,9 @@ void run_parts(ThreadPool* pool, bool parallel, int64_t n, const Body& body) {
     body(0, 0, n);
 }
 
-// Quantizes x into q/scale/sum8 (room for nrows rows of w.cols columns) and
-// picks the kernel for the integer weight rows w (group 0 or a multiple of
-// 32); y row r at y + r * ldy.
-void plan_int(const Compute& c, const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy, uint8_t* q,
-              float* scale, int32_t* sum8, IntMatmul& p) {
-  const int64_t in = w.cols;
+// The activation layout and kernel for an integer weight w over nrows rows
+// (group 0 or a multiple of 32).
+IntMatmul pick_int(const Compute& c, const QWeight& w, int64_t nrows, ActLayout& layout) {
   const KernelTable& kt = c.kernels();
   const bool b4 = w.bits == 4;
   const bool multi = !b4 && kt.gemm_q8_multi && nrows >= 2 && c.multi_row();
@@ -76,13 +73,79 @@ void plan_int(const Compute& c, const QWeight& w, const float* x, int64_t nrows,
   // register blocking gains (docs/kernels.md). Either gives the same floats.
   const bool packed = c.packed() && c.multi_row() && nrows >= 12 &&
                       (b4 ? kt.gemm_q4_packed != nullptr : multi && kt.gemm_q8_packed != nullptr);
-  const ActLayout layout = packed || multi ? kt.q8_multi_layout : b4 ? kt.q4_layout : kt.q8_layout;
-  p.a = (kt.quantize ? kt.quantize : quantize_acts)(x, nrows, in, layout, q, scale, sum8);
+  layout = packed || multi ? kt.q8_multi_layout : b4 ? kt.q4_layout : kt.q8_layout;
+  IntMatmul p;
   p.w = w;
   p.gemm = packed ? (b4 ? kt.gemm_q4_packed : kt.gemm_q8_packed)
            : b4   ? kt.gemm_q4
            : multi ? kt.gemm_q8_multi
                    : kt.gemm_q8;
+  return p;
+}
+
+// What quantize_acts returns for nrows rows of cols columns in q/scale/sum8.
+QActs qacts_in(int64_t nrows, int64_t cols, uint8_t* q, float* scale, int32_t* sum8) {
+  QActs a;
+  a.nrows = nrows;
+  a.cols = cols;
+  a.nblocks = (cols + kQBlock - 1) / kQBlock;
+  a.qstride = qacts_qstride(cols);
+  a.bstride = qacts_bstride(cols);
+  a.q = q;
+  a.scale = scale;
+  a.sum8 = sum8;
+  return a;
+}
+
+// Rows [r0, r1) of one quantization job.
+void quantize_part(const KernelTable& kt, const QuantJob& j, int64_t r0, int64_t r1) {
+  const int64_t qs = qacts_qstride(j.cols), bs = qacts_bstride(j.cols);
+  (kt.quantize ? kt.quantize : quantize_acts)(j.x + r0 * j.cols, r1 - r0, j.cols, j.layout, j.q + r0 * qs,
+                                              j.scale + r0 * bs, j.sum8 + r0 * bs);
+}
+
+// Below this many activation values in all, quantizing on the caller alone
+// costs less than a pool job (a 2048-column row is ~1 us).
+constexpr int64_t kQuantParallelValues = 16384;
+
+// Quantizes every job's rows, over the pool's threads when there are enough
+// (and the pool is not running a job already: matmul() and matmul_batch()
+// are called from outside pool jobs). Each row is quantized alone, so the
+// bytes and scales do not depend on who quantized which rows. rows: scratch
+// for the jobs' first rows in the joint range.
+void quantize_jobs(const Compute& c, std::span<const QuantJob> jobs, std::vector<int64_t>& rows) {
+  const KernelTable& kt = c.kernels();
+  rows.clear();
+  rows.push_back(0);
+  int64_t values = 0;
+  for (const QuantJob& j : jobs) {
+    rows.push_back(rows.back() + j.nrows);
+    values += j.nrows * j.cols;
+  }
+  ThreadPool* pool = c.pool();
+  if (!pool || pool->size() < 2 || rows.back() < 2 || values < kQuantParallelValues) {
+    for (const QuantJob& j : jobs) quantize_part(kt, j, 0, j.nrows);
+    return;
+  }
+  pool->parallel_for_balanced(rows.back(), 1, [&](int64_t b, int64_t e) {
+    size_t i = static_cast<size_t>(std::upper_bound(rows.begin(), rows.end(), b) - rows.begin()) - 1;
+    for (; b < e; ++i) {
+      const int64_t r1 = std::min(e, rows[i + 1]);
+      quantize_part(kt, jobs[i], b - rows[i], r1 - rows[i]);
+      b = r1;
+    }
+  });
+}
+
+// Quantizes x into q/scale/sum8 (room for nrows rows of w.cols columns) on
+// the calling thread and picks the kernel for the integer weight rows w;
+// y row r at y + r * ldy.
+void plan_int(const Compute& c, const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy, uint8_t* q,
+              float* scale, int32_t* sum8, IntMatmul& p) {
+  ActLayout layout;
+  p = pick_int(c, w, nrows, layout);
+  quantize_part(c.kernels(), QuantJob{x, nrows, w.cols, layout, q, scale, sum8}, 0, nrows);
+  p.a = qacts_in(nrows, w.cols, q, scale, sum8);
   p.y = y;
   p.ldy = ldy;
 }
@@ -163,9 +226,13 @@ void matmul(const Compute& c, const Weight& W, const float* x, int64_t nrows, fl
     case WeightFormat::INT4: {
       if (!has_int_kernel(c, W)) break;  // no integer kernel: expand below
       scratch.reserve(nrows, in);
-      IntMatmul p;
-      plan_int(c, qweight_rows(W, 0, out), x, nrows, y, out, scratch.q.data(), scratch.scale.data(),
-               scratch.sum8.data(), p);
+      ActLayout layout;
+      IntMatmul p = pick_int(c, qweight_rows(W, 0, out), nrows, layout);
+      p.a = qacts_in(nrows, in, scratch.q.data(), scratch.scale.data(), scratch.sum8.data());
+      p.y = y;
+      p.ldy = out;
+      const QuantJob j{x, nrows, in, layout, scratch.q.data(), scratch.scale.data(), scratch.sum8.data()};
+      quantize_jobs(c, std::span<const QuantJob>(&j, 1), scratch.job_rows);
       run(pool, par, out, [&](int64_t o0, int64_t o1) { run_int_rows(p, o0, o1); });
       return;
     }
@@ -227,8 +294,10 @@ void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBat
   if (scratch.scale.size() < bn) scratch.scale.resize(bn), scratch.sum8.resize(bn);
   std::vector<IntMatmul>& plans = scratch.plans;
   std::vector<int64_t>& first = scratch.first;
+  std::vector<QuantJob>& quant = scratch.quant;
   plans.clear();
   first.clear();
+  quant.clear();
   first.push_back(0);
   qn = bn = 0;
   for (const MatmulTask& t : tasks) {
@@ -237,14 +306,25 @@ void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBat
       matmul(c, *t.w, t.x, t.nrows, t.y, scratch.fallback);
       continue;
     }
-    IntMatmul p;
-    plan_int(c, qweight_rows(*t.w, 0, t.w->rows), t.x, t.nrows, t.y, t.w->rows, scratch.q.data() + qn,
-             scratch.scale.data() + bn, scratch.sum8.data() + bn, p);
-    qn += static_cast<size_t>(t.nrows * qacts_qstride(t.w->cols));
-    bn += static_cast<size_t>(t.nrows * qacts_bstride(t.w->cols));
+    ActLayout layout;
+    IntMatmul p = pick_int(c, qweight_rows(*t.w, 0, t.w->rows), t.nrows, layout);
+    // Tasks next to each other on the same rows in the same layout (an
+    // MLP's gate and up) share one quantization: the same bytes either way.
+    const QuantJob* prev = quant.empty() ? nullptr : &quant.back();
+    if (!prev || prev->x != t.x || prev->nrows != t.nrows || prev->cols != t.w->cols || prev->layout != layout) {
+      quant.push_back({t.x, t.nrows, t.w->cols, layout, scratch.q.data() + qn, scratch.scale.data() + bn,
+                       scratch.sum8.data() + bn});
+      qn += static_cast<size_t>(t.nrows * qacts_qstride(t.w->cols));
+      bn += static_cast<size_t>(t.nrows * qacts_bstride(t.w->cols));
+      prev = &quant.back();
+    }
+    p.a = qacts_in(t.nrows, t.w->cols, prev->q, prev->scale, prev->sum8);
+    p.y = t.y;
+    p.ldy = t.w->rows;
     plans.push_back(p);
     first.push_back(first.back() + t.w->rows);
   }
+  quantize_jobs(c, quant, scratch.quant_rows);
   const int64_t total = first.back();
   if (total == 0) return;
   // Output rows [b, e) of the joint range, task by task.

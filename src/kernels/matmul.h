@@ -65,6 +65,18 @@ class Compute {
   bool packed_;
 };
 
+// One activation quantization: nrows rows of x (cols columns each) into
+// q / scale / sum8 (quantize_acts' buffers, rows qacts_qstride(cols) and
+// qacts_bstride(cols) apart).
+struct QuantJob {
+  const float* x;
+  int64_t nrows, cols;
+  ActLayout layout;
+  uint8_t* q;
+  float* scale;
+  int32_t* sum8;
+};
+
 // What one matmul call needs besides its operands: the quantized
 // activations, and per pool part a few weight rows expanded to f32 (formats
 // without a direct kernel). Grown on first use, then reused.
@@ -73,6 +85,7 @@ struct MatmulScratch {
   std::vector<float> scale;        // [nrows, qacts_bstride(cols)]
   std::vector<int32_t> sum8;       // [nrows, qacts_bstride(cols)]
   std::vector<std::vector<float>> rows;  // per part: [4, cols]
+  std::vector<int64_t> job_rows;         // the quantization's split over the pool
   // Room for the quantized activations of nrows rows of cols columns.
   void reserve(int64_t nrows, int64_t cols);
 };
@@ -127,6 +140,8 @@ struct MatmulBatchScratch {
   std::vector<int32_t> sum8;
   std::vector<IntMatmul> plans;
   std::vector<int64_t> first;  // [tasks + 1]: each task's first output row in the joint range
+  std::vector<QuantJob> quant;  // the distinct activation quantizations
+  std::vector<int64_t> quant_rows;
   MatmulScratch fallback;
   // Room for `tasks` tasks whose activations total `rows` rows of `cols`
   // columns, so that batches within it allocate nothing.
@@ -137,8 +152,10 @@ struct MatmulBatchScratch {
 // them (a layer's experts at decode: one wake-up of the pool instead of one
 // per matrix). Every y is the same, bit for bit, as matmul() computes it:
 // the same activation quantization and kernel per task, and a kernel's row
-// computes the same floats in any row range. Tasks without an integer
-// kernel run one by one through matmul().
+// computes the same floats in any row range. Adjacent tasks on the same x
+// rows and layout share one quantization, and the quantizations run as one
+// pool job before the matmuls. Tasks without an integer kernel run one by
+// one through matmul(). No task may write what another reads.
 void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBatchScratch& scratch);
 
 // Fixed-order dot product (16 lanes, lane i % 16 accumulating with fused

@@ -41,25 +41,31 @@ void ModelRunner::attention(int64_t L, std::span<const Row> rows, const ForwardO
   }
 
   float* q_lat = grow(ws_.q_lat, static_cast<size_t>(n * c.q_lora_rank));
-  mm(aw.q_a, xn, n, q_lat);
-  for (int64_t r = 0; r < n; ++r)
-    rmsnorm(q_lat + r * c.q_lora_rank, aw.q_a_norm.data(), c.q_lora_rank, kLatentNormEps, q_lat + r * c.q_lora_rank);
+  float* kv = grow(ws_.kv, static_cast<size_t>(n * (kvl + rd)));
+  // q_a and kv_a read the same rows: one pool job, one quantization of xn.
+  const MatmulTask down[] = {{&aw.q_a, xn, n, q_lat}, {&aw.kv_a, xn, n, kv}};
+  matmul_batch(compute_, down, ws_.mmb);
+  split(n, c.q_lora_rank, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      rmsnorm(q_lat + r * c.q_lora_rank, aw.q_a_norm.data(), c.q_lora_rank, kLatentNormEps, q_lat + r * c.q_lora_rank);
+  });
   float* q = grow(ws_.q, static_cast<size_t>(n * H * qk));
   mm(aw.q_b, q_lat, n, q);
-  float* kv = grow(ws_.kv, static_cast<size_t>(n * (kvl + rd)));
-  mm(aw.kv_a, xn, n, kv);
 
-  for (int64_t r = 0; r < n; ++r) {
-    LayerCache& cache = rows[r].seq->layer(L);
-    const int64_t p = rows[r].pos;
-    const float* cs = rc + r * rd / 2;
-    const float* sn = rsn + r * rd / 2;
-    rmsnorm(kv + r * (kvl + rd), aw.kv_a_norm.data(), kvl, kLatentNormEps, cache.latent.data() + p * kvl);
-    float* kr = cache.rope_key.data() + p * rd;
-    std::memcpy(kr, kv + r * (kvl + rd) + kvl, rd * sizeof(float));
-    rope_interleaved(kr, cs, sn, rd);
-    for (int64_t h = 0; h < H; ++h) rope_interleaved(q + (r * H + h) * qk + nope, cs, sn, rd);
-  }
+  // Every row writes its own (sequence, position) of the cache.
+  split(n, kvl + H * rd, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      LayerCache& cache = rows[r].seq->layer(L);
+      const int64_t p = rows[r].pos;
+      const float* cs = rc + r * rd / 2;
+      const float* sn = rsn + r * rd / 2;
+      rmsnorm(kv + r * (kvl + rd), aw.kv_a_norm.data(), kvl, kLatentNormEps, cache.latent.data() + p * kvl);
+      float* kr = cache.rope_key.data() + p * rd;
+      std::memcpy(kr, kv + r * (kvl + rd) + kvl, rd * sizeof(float));
+      rope_interleaved(kr, cs, sn, rd);
+      for (int64_t h = 0; h < H; ++h) rope_interleaved(q + (r * H + h) * qk + nope, cs, sn, rd);
+    }
+  });
 
   // The indexer's own time (part of attention's): its projections and key
   // writes, then the scores and the top-k selection.

@@ -165,21 +165,27 @@ void ModelRunner::layer(int64_t L, std::span<const Row> rows, const ForwardOptio
   const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
   float* h = ws_.h.data();
   float* xn = grow(ws_.xn, static_cast<size_t>(n * D));
-  for (int64_t r = 0; r < n; ++r) rmsnorm(h + r * D, lw.input_norm.data(), D, c.rms_norm_eps, xn + r * D);
+  split(n, D, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) rmsnorm(h + r * D, lw.input_norm.data(), D, c.rms_norm_eps, xn + r * D);
+  });
   {
     ScopedTimer t{stats_.attention_ns};
     attention(L, rows, opts);
   }
   const float* a = ws_.attn_out.data();
-  for (int64_t i = 0; i < n * D; ++i) h[i] += a[i];
-
-  for (int64_t r = 0; r < n; ++r) rmsnorm(h + r * D, lw.post_attention_norm.data(), D, c.rms_norm_eps, xn + r * D);
+  split(n, D, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * D; i < r1 * D; ++i) h[i] += a[i];
+    for (int64_t r = r0; r < r1; ++r)
+      rmsnorm(h + r * D, lw.post_attention_norm.data(), D, c.rms_norm_eps, xn + r * D);
+  });
   float* y = grow(ws_.tmp, static_cast<size_t>(n * D));
   if (lw.is_moe)
     moe(L, n, xn, y);
   else
     mlp(lw.dense, xn, n, y);
-  for (int64_t i = 0; i < n * D; ++i) h[i] += y[i];
+  split(n, D, [&](int64_t r0, int64_t r1) {
+    for (int64_t i = r0 * D; i < r1 * D; ++i) h[i] += y[i];
+  });
 }
 
 void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) {
@@ -188,7 +194,9 @@ void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) 
   float* u = grow(ws_.mlp_u, static_cast<size_t>(n * I));
   const MatmulTask gate_up[] = {{&w.gate, x, n, g}, {&w.up, x, n, u}};  // one pool job, the same floats
   matmul_batch(compute_, gate_up, ws_.mmb);
-  for (int64_t i = 0; i < n * I; ++i) g[i] = silu(g[i]) * u[i];
+  split(n * I, 1, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) g[i] = silu(g[i]) * u[i];
+  });
   mm(w.down, g, n, y);
 }
 
@@ -375,9 +383,14 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
       const int64_t m = static_cast<int64_t>(ws_.expert_slot.size());
       float* xs = grow(ws_.xs, static_cast<size_t>(m * D));
       float* ys = grow(ws_.ys, static_cast<size_t>(m * D));
-      for (int64_t j = 0; j < m; ++j) std::memcpy(xs + j * D, x + (ws_.expert_slot[j] / K) * D, D * sizeof(float));
+      const int32_t* es = ws_.expert_slot.data();
+      split(m, D, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) std::memcpy(xs + j * D, x + (es[j] / K) * D, D * sizeof(float));
+      });
       mlp(*ws_.experts[ui - c0], xs, m, ys);
-      for (int64_t j = 0; j < m; ++j) std::memcpy(slot + ws_.expert_slot[j] * D, ys + j * D, D * sizeof(float));
+      split(m, D, [&](int64_t b, int64_t e) {
+        for (int64_t j = b; j < e; ++j) std::memcpy(slot + es[j] * D, ys + j * D, D * sizeof(float));
+      });
     }
     store_.release(L);
   }
@@ -393,19 +406,21 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   }
 
   // Per row, in the row's own top-k order: the same sum whatever the batch.
-  for (int64_t r = 0; r < n; ++r) {
-    float* yr = y + r * D;
-    std::fill(yr, yr + D, 0.0f);
-    for (int64_t k = 0; k < K; ++k) {
-      const float w = wts[r * K + k];
-      const float* o = slot + (r * K + k) * D;
-      for (int64_t d = 0; d < D; ++d) yr[d] += w * o[d];
-    }
-  }
   // The shared expert's output (computed above, under the reads) is added
   // last, as it always was: the float order of the sum does not change.
-  if (lw.has_shared)
-    for (int64_t i = 0; i < n * D; ++i) y[i] += shared[i];
+  split(n, (K + 1) * D, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      float* yr = y + r * D;
+      std::fill(yr, yr + D, 0.0f);
+      for (int64_t k = 0; k < K; ++k) {
+        const float w = wts[r * K + k];
+        const float* o = slot + (r * K + k) * D;
+        for (int64_t d = 0; d < D; ++d) yr[d] += w * o[d];
+      }
+      if (lw.has_shared)
+        for (int64_t d = 0; d < D; ++d) yr[d] += shared[r * D + d];
+    }
+  });
 }
 
 void ModelRunner::compute_joint(int64_t n, int64_t K, const float* x, size_t c0, size_t wave, float* slot) {

@@ -212,6 +212,19 @@ class ModelRunner {
   void indexer(int64_t L, std::span<const Row> rows);
   void select_keys(int64_t L, std::span<const Row> rows, const ForwardOptions& opts);
   void mm(const Weight& w, const float* x, int64_t n, float* y) { matmul(compute_, w, x, n, y, ws_.mm); }
+  // fn(b, e) over [0, n): on the pool when the loop touches enough values
+  // (n * per) to pay for a job, else on the caller. For per-row and
+  // elementwise loops whose every index computes the same wherever it runs
+  // (no index reads what another writes), so the floats do not depend on
+  // the split. Not from inside a pool job.
+  template <typename F>
+  void split(int64_t n, int64_t per, const F& fn) {
+    if (n > 1 && n * per >= kSplitValues && pool_.size() > 1)
+      pool_.parallel_for(n, fn);
+    else
+      fn(int64_t{0}, n);
+  }
+  static constexpr int64_t kSplitValues = 32768;
   void mlp(const MlpWeights& w, const float* x, int64_t n, float* y);
   void moe(int64_t L, int64_t n, const float* x, float* y);
   // Batches of at most this many rows on resident experts compute a chunk's

@@ -46,8 +46,8 @@ void ModelRunner::indexer(int64_t L, std::span<const Row> rows) {
   float* ik = grow(ws_.idx_k, static_cast<size_t>(n * Di));
   float* iwt = grow(ws_.idx_w, static_cast<size_t>(n * Hi));
   mm(iw.wq_b, ws_.q_lat.data(), n, iq);
-  mm(iw.wk, xn, n, ik);
-  mm(iw.weights_proj, xn, n, iwt);
+  const MatmulTask kw[] = {{&iw.wk, xn, n, ik}, {&iw.weights_proj, xn, n, iwt}};  // one quantization of xn
+  matmul_batch(compute_, kw, ws_.mmb);
   const float wscale = 1.0f / std::sqrt(static_cast<float>(Hi));
   for (int64_t r = 0; r < n; ++r) {
     const float* cs = rc + r * rd / 2;

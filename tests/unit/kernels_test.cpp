@@ -486,8 +486,12 @@ TEST(KernelMatmul, RowsAreBatchThreadAndPathInvariant) {
 TEST(KernelMatmul, BatchOfTasksIsEachMatmulBitForBit) {
   // matmul_batch (a layer's experts, q/k/v as one pool job): every task's y
   // is what matmul() gives it alone, whatever the path, thread count, row
-  // count (1: single-row kernel, 3: multi-row) and format (bf16 and the
-  // 48-column int4 group have no integer kernel: run one by one).
+  // count (1: single-row kernel, 3: multi-row, 40 and 130: the packed
+  // kernel, and at 130 the quantization split over the pool) and format
+  // (bf16 and the 48-column int4 group have no integer kernel: run one by
+  // one). Tasks 0-3 read the same x: 0 and 1 share one quantization, the
+  // bf16 task sits between them and the int4 task 3, which shares it only
+  // where its layout is the int8 one's (the packed kernel's).
   std::mt19937 rng(11);
   std::vector<Weight> ws;
   ws.push_back(make_int_weight(8, 32, 37, 300, rng));
@@ -497,9 +501,10 @@ TEST(KernelMatmul, BatchOfTasksIsEachMatmulBitForBit) {
   ws.push_back(make_int_weight(4, 48, 7, 300, rng));
   ws.push_back(make_int_weight(8, 64, 130, 300, rng));
   ThreadPool two(2), three(3);
-  for (int64_t nrows : {1, 3}) {
+  for (int64_t nrows : {1, 3, 40, 130}) {
     std::vector<std::vector<float>> xs;
     for (size_t i = 0; i < ws.size(); ++i) xs.push_back(random_floats(rng, nrows * 300));
+    for (size_t i = 1; i < 4; ++i) xs[i] = xs[0];
     for (KernelPath p : supported_paths()) {
       for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two, &three}) {
         ComputeOptions o;
@@ -509,7 +514,7 @@ TEST(KernelMatmul, BatchOfTasksIsEachMatmulBitForBit) {
         std::vector<MatmulTask> tasks;
         for (size_t i = 0; i < ws.size(); ++i) {
           ys[i].assign(static_cast<size_t>(nrows * ws[i].rows), -1.0f);
-          tasks.push_back({&ws[i], xs[i].data(), nrows, ys[i].data()});
+          tasks.push_back({&ws[i], xs[i < 4 ? 0 : i].data(), nrows, ys[i].data()});
         }
         MatmulBatchScratch scratch;
         matmul_batch(c, tasks, scratch);
