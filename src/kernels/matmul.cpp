@@ -168,6 +168,7 @@ void MatmulScratch::reserve(int64_t nrows, int64_t cols) {
   const size_t qn = static_cast<size_t>(nrows * qacts_qstride(cols)), bn = static_cast<size_t>(nrows * qacts_bstride(cols));
   if (q.size() < qn) q.resize(qn);
   if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
+  job_rows.reserve(2);  // quantize_jobs' split of one job
 }
 
 bool has_int_kernel(const Compute& c, const Weight& W) {
@@ -280,6 +281,8 @@ void MatmulBatchScratch::reserve(size_t tasks, int64_t rows, int64_t cols) {
   if (scale.size() < bn) scale.resize(bn), sum8.resize(bn);
   plans.reserve(tasks);
   first.reserve(tasks + 1);
+  quant.reserve(tasks);
+  quant_rows.reserve(tasks + 1);
 }
 
 void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBatchScratch& scratch) {
