@@ -317,6 +317,11 @@ struct WScales {
   __m512i idx;
   __m512 get(const ScaleRow& ws, int64_t ngroups, int64_t b0, int64_t nb) const {
     if (m == 0) return _mm512_set1_ps(ws[0]);
+    if (m == 1) {  // group 32: block j's scale is group b0 + j's (no division, no permute)
+      const __mmask16 k = lanes16(ngroups - b0 < nb ? ngroups - b0 : nb);
+      return ws.h ? _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(k, ws.h + b0)), 16))
+                  : _mm512_maskz_loadu_ps(k, ws.f + b0);
+    }
     if (m % 16 == 0) return _mm512_set1_ps(ws[b0 / m]);
     if (16 % m == 0) {
       const int64_t g0 = b0 / m, cnt = ngroups - g0 < 16 / m ? ngroups - g0 : 16 / m;
@@ -776,28 +781,76 @@ constexpr int64_t kPackK = 4;     // superblocks per chunk (2048 columns)
 constexpr int kPackVecs = 10;     // per superblock and weight row: T[0..7], init, scales
 constexpr int64_t kPackMaxRows = 256;  // rows per block at most (the float accumulators' buffer)
 
-// 64 columns of an int4 row as 64 int8 values in column order (what an int8
-// row holds): p points at their 32 bytes, of which only `avail` are in the
-// row (the rest read as zero weights). Byte i becomes the 16-bit lane
-// (low nibble) | (high nibble << 8), i.e. bytes 2i and 2i + 1 = columns 2i
-// and 2i + 1; (n ^ 8) - 8 sign-extends each nibble.
-inline __m512i unpack_q4_64(const uint8_t* p, int64_t avail) {
-  const __m256i b = avail >= 32 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
-                  : avail <= 0  ? _mm256_setzero_si256()
-                                : _mm256_maskz_loadu_epi8(__mmask32((uint32_t{1} << avail) - 1u), p);
-  const __m512i w = _mm512_cvtepu8_epi16(b);
-  const __m512i u = _mm512_or_si512(_mm512_and_si512(w, _mm512_set1_epi16(0x000f)),
-                                    _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi16(0x0f00)));
-  const __m512i e = _mm512_set1_epi8(8);
-  return _mm512_sub_epi8(_mm512_xor_si512(u, e), e);
-}
+// An int4 superblock (512 columns in 256 bytes) straight into the packed
+// dword-major vectors, without unpacking it in column order first and
+// transposing 512 bytes (24 dword permutes): T[k] lane j holds block j's
+// columns 32j + 4k .. 32j + 4k + 3, which are the 16-bit word 8j + k of the
+// int4 bytes (2 columns a byte). So the words are transposed instead (half
+// the bytes: 4 + 8 word permutes), each landing in the low half of its
+// dword, and a word's 4 nibbles spread into the dword's 4 bytes: bytes
+// [b0, 0, b1, 0] (vpshufb), then (s | s << 4) & 0x0f0f per 16 bits puts
+// b0's low nibble in byte 0 and its high one in byte 1 (b1 likewise), and
+// a 16-entry vpshufb sign-extends each nibble ((n ^ 8) - 8). The same int8
+// values in the same places as unpacking the row in column order and
+// transposing it as int8 rows are (so the same floats: the packed kernel's
+// exactness tests compare it with the unpacked kernels and fail when one
+// vector's bytes are moved). About 5 operations a vector instead of 10.
+// `avail`: the superblock's bytes inside the row (the rest read as zero).
+struct Q4DwordUnpack {
+  __m512i stage1[2], stage2[4], spread, nibbles, lut;
+  Q4DwordUnpack() {
+    alignas(64) int16_t t[32];
+    // stage1[h]: of two inputs (blocks 0-3, 4-7 of 8), word kk * 8 + j is
+    // word 8j + k of the pair, k = 4h + kk.
+    for (int h = 0; h < 2; ++h) {
+      for (int p = 0; p < 32; ++p) {
+        const int kk = p / 8, j = p % 8, k = 4 * h + kk;
+        t[p] = static_cast<int16_t>(j < 4 ? 8 * j + k : 32 + 8 * (j - 4) + k);
+      }
+      stage1[h] = _mm512_load_si512(t);
+    }
+    // stage2[kk]: of a stage-1 pair (blocks 0-7, 8-15), word 2j (and 2j + 1)
+    // is block j's word kk * 8 + (j % 8).
+    for (int kk = 0; kk < 4; ++kk) {
+      for (int p = 0; p < 32; ++p) {
+        const int j = p / 2;
+        t[p] = static_cast<int16_t>(j < 8 ? kk * 8 + j : 32 + kk * 8 + (j - 8));
+      }
+      stage2[kk] = _mm512_load_si512(t);
+    }
+    alignas(64) int8_t b[64];
+    for (int i = 0; i < 64; ++i) {
+      const int d = (i % 16) / 4, e = i % 4;  // dword d of the 128-bit lane, byte e
+      b[i] = static_cast<int8_t>(e == 0 ? 4 * d : e == 2 ? 4 * d + 1 : -128);
+    }
+    spread = _mm512_load_si512(b);
+    for (int i = 0; i < 64; ++i) b[i] = static_cast<int8_t>(((i % 16) ^ 8) - 8);
+    lut = _mm512_load_si512(b);
+    nibbles = _mm512_set1_epi16(0x0f0f);
+  }
+  void run(const uint8_t* p, int64_t avail, __m512i t[8]) const {
+    __m512i in[4];
+    for (int q = 0; q < 4; ++q)
+      in[q] = avail >= 64 * (q + 1) ? _mm512_loadu_si512(p + 64 * q) : _mm512_maskz_loadu_epi8(lanes64(avail - 64 * q), p + 64 * q);
+    for (int h = 0; h < 2; ++h) {
+      const __m512i a = _mm512_permutex2var_epi16(in[0], stage1[h], in[1]);
+      const __m512i b = _mm512_permutex2var_epi16(in[2], stage1[h], in[3]);
+      for (int kk = 0; kk < 4; ++kk) {
+        const __m512i s = _mm512_shuffle_epi8(_mm512_permutex2var_epi16(a, stage2[kk], b), spread);
+        const __m512i u = _mm512_ternarylogic_epi32(s, _mm512_slli_epi16(s, 4), nibbles, 0xA8);  // (s | s<<4) & m
+        t[4 * h + kk] = _mm512_shuffle_epi8(lut, u);
+      }
+    }
+  }
+};
 
 // Superblocks [sb0, sb0 + kc) of weight rows [o, o + NW) into pk. int4 rows
-// are unpacked to int8 values first, so both widths share the tiles below
+// become int8 values (Q4DwordUnpack), so both widths share the tiles below
 // (the integer block sums, hence the floats, are the same either way).
 template <int BITS, int NW>
 void pack_q(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int64_t o, int64_t sb0, int64_t kc,
             int64_t nblocks, __m512i* pk) {
+  static const Q4DwordUnpack q4;
   const __m512i ones = _mm512_set1_epi8(1);
   constexpr int64_t kSuperBytes = kQSuper * BITS / 8, kVecBytes = 64 * BITS / 8;
   for (int64_t j = 0; j < kc; ++j) {
@@ -806,14 +859,15 @@ void pack_q(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int6
     for (int i = 0; i < NW; ++i) {
       const uint8_t* wrow = w.q + (o + i) * w.row_bytes;
       __m512i t[8];
-      for (int k = 0; k < 8; ++k) {
-        const int64_t at = off + kVecBytes * k;
-        if constexpr (BITS == 4)
-          t[k] = unpack_q4_64(wrow + at, full ? kVecBytes : w.row_bytes - at);
-        else
+      if constexpr (BITS == 4) {
+        q4.run(wrow + off, full ? kSuperBytes : w.row_bytes - off, t);
+      } else {
+        for (int k = 0; k < 8; ++k) {
+          const int64_t at = off + kVecBytes * k;
           t[k] = full ? _mm512_loadu_si512(wrow + at) : _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - at), wrow + at);
+        }
+        tr.run(t);
       }
-      tr.run(t);
       __m512i wsum = _mm512_setzero_si512();
       for (int k = 0; k < 8; ++k) wsum = _mm512_dpbusd_epi32(wsum, ones, t[k]);
       __m512i* p = pk + (j * NW + i) * kPackVecs;
@@ -877,6 +931,36 @@ void qgemm8_packed_tile(const __m512i* pk, int64_t sb0, int64_t kc_rt, const QAc
     }
 }
 
+// The weight bytes and scales the next pack_q will read (superblocks from
+// sb of the tile's rows [o, o + nw), or, past the rows' end, the next
+// tile's first chunk), asked for while the tiles compute the current pack:
+// left to the hardware prefetchers, pack_q waited on them (its loads had
+// most of its samples, the weights coming from DRAM).
+template <int BITS>
+inline void prefetch_next_pack(const QWeight& w, int64_t o, int64_t nw, int64_t sb, int64_t nsuper) {
+  if (sb >= nsuper) o += nw, sb = 0, nw = kPackW;
+  constexpr int64_t kSuperBytes = kQSuper * BITS / 8;
+  const int64_t kc = nsuper - sb < kPackK ? nsuper - sb : kPackK;
+  const int64_t off = sb * kSuperBytes;
+  const int64_t len = (w.row_bytes - off < kc * kSuperBytes ? w.row_bytes - off : kc * kSuperBytes);
+  const int64_t g0 = w.group > 0 ? sb * 16 * kQBlock / w.group : 0;
+  const int64_t g1 = w.group > 0 ? (sb + kc) * 16 * kQBlock / w.group : 1;
+  // Every cache line of [b, e). The empty asm keeps the loop: a loop of
+  // nothing but prefetches is one GCC may drop as doing nothing (it did here).
+  const auto lines = [](const void* b, const void* e) {
+    for (uintptr_t q = reinterpret_cast<uintptr_t>(b) & ~uintptr_t{63}; q < reinterpret_cast<uintptr_t>(e); q += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(q), _MM_HINT_T0);
+      __asm__ volatile("");
+    }
+  };
+  for (int64_t i = o; i < o + nw && i < w.rows; ++i) {
+    const uint8_t* p = w.q + i * w.row_bytes + off;
+    lines(p, p + len);
+    const ScaleRow ws = scale_row(w, i);
+    lines(ws.addr(g0), ws.addr(g1 < w.ngroups ? g1 : w.ngroups));
+  }
+}
+
 template <int BITS>
 void gemm_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   static const DwordTranspose transpose;
@@ -899,6 +983,7 @@ void gemm_packed(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
         const int64_t kc = nsuper - sb0 < kPackK ? nsuper - sb0 : kPackK;
         const bool first = sb0 == 0, last = sb0 + kc == nsuper;
         pack_q<BITS, NW>(w, wsc, transpose, o, sb0, kc, a.nblocks, pk);
+        if constexpr (BITS == 4) prefetch_next_pack<BITS>(w, o, NW, sb0 + kc, nsuper);
         row_tiles<kPackR>(r0, r1, [&](auto nr, int64_t r) {
           float* const fr = fa + (r - r0) * NW * 16;
           if (kc == kPackK)
