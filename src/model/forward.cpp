@@ -69,21 +69,106 @@ void ModelRunner::forward(std::span<const Row> rows, const ForwardOptions& opts,
   for (const Row& r : rows) r.seq->n_past = std::max<int64_t>(r.seq->n_past, r.pos + 1);
 }
 
+namespace {
+// One view of a phase and its floats; each starts on a 64-byte boundary.
+struct PhasePart {
+  ScratchView Workspace::*view;
+  int64_t floats;
+};
+constexpr size_t kPartAlign = 16;  // floats
+size_t aligned_part(int64_t floats) { return (static_cast<size_t>(floats) + kPartAlign - 1) / kPartAlign * kPartAlign; }
+
+// Phase ph's views at n rows, in the order they are laid out; returns how
+// many. The sizes are what the phase's code asks of each view (attention.cpp,
+// attention_gqa.cpp, mlp(), moe(), compute_joint()).
+template <typename Phase>
+int phase_parts(const ModelConfig& c, Phase ph, int64_t n, int64_t joint_rows, PhasePart (&out)[5]) {
+  const int64_t D = c.hidden_size, H = c.num_attention_heads, K = c.num_experts_per_tok;
+  switch (ph) {
+    case Phase::Attention:
+      if (c.attention == AttentionKind::Gqa) {
+        out[0] = {&Workspace::q, n * H * c.head_dim};
+        out[1] = {&Workspace::kv, 2 * n * c.num_key_value_heads * c.head_dim};
+        out[2] = {&Workspace::o, n * H * c.head_dim};
+        out[3] = {&Workspace::attn_out, n * D};
+        return 4;
+      }
+      out[0] = {&Workspace::q_lat, n * c.q_lora_rank};
+      out[1] = {&Workspace::q, n * H * (c.qk_nope_head_dim + c.qk_rope_head_dim)};
+      out[2] = {&Workspace::kv, n * (c.kv_lora_rank + c.qk_rope_head_dim)};
+      out[3] = {&Workspace::o, n * H * c.v_head_dim};
+      out[4] = {&Workspace::attn_out, n * D};
+      return 5;
+    case Phase::Dense:
+      out[0] = {&Workspace::mlp_g, n * c.intermediate_size};
+      out[1] = {&Workspace::mlp_u, n * c.intermediate_size};
+      return 2;
+    case Phase::Moe: {
+      // An expert gets m <= n of the rows: xs / ys / mlp_g / mlp_u are sized
+      // for all n, so a forward never grows the phase after one of at least
+      // as many rows, whichever experts its rows share (a decode step after
+      // the prompt's forward allocates nothing, however speculation groups
+      // rows). Batches of up to joint_rows rows compute a chunk's experts
+      // jointly: their rows packed one expert after another, n * K at most.
+      const int64_t packed = std::max(n, std::min(n, joint_rows) * K);
+      const int64_t gu = std::max(n * c.n_shared_experts * c.moe_intermediate_size, packed * c.moe_intermediate_size);
+      out[0] = {&Workspace::slot_out, n * (K + 1) * D};
+      out[1] = {&Workspace::xs, packed * D};
+      out[2] = {&Workspace::ys, packed * D};
+      out[3] = {&Workspace::mlp_g, gu};
+      out[4] = {&Workspace::mlp_u, gu};
+      return 5;
+    }
+    case Phase::Experts:
+      out[0] = {&Workspace::mlp_g, n * c.moe_intermediate_size};
+      out[1] = {&Workspace::mlp_u, n * c.moe_intermediate_size};
+      return 2;
+  }
+  return 0;
+}
+}  // namespace
+
+size_t ModelRunner::phase_floats(Phase ph, int64_t n) const {
+  PhasePart parts[5];
+  const int cnt = phase_parts(m_.config, ph, n, kJointRows, parts);
+  size_t total = 0;
+  for (int i = 0; i < cnt; ++i) total += aligned_part(parts[i].floats);
+  return total;
+}
+
+size_t ModelRunner::set_phase(Phase ph, int64_t n) {
+  PhasePart parts[5];
+  const int cnt = phase_parts(m_.config, ph, n, kJointRows, parts);
+  size_t total = 0;
+  for (int i = 0; i < cnt; ++i) total += aligned_part(parts[i].floats);
+  if (ws_.phase.size() < total) {
+    ws_.phase.clear();  // no phase reads what the one before it left: nothing to move
+    grow(ws_.phase, total);
+  }
+  float* p = ws_.phase.data();
+  for (int i = 0; i < cnt; ++i) {
+    ws_.*(parts[i].view) = {p, static_cast<size_t>(parts[i].floats)};
+    p += aligned_part(parts[i].floats);
+  }
+  return total;
+}
+
 // The first forward of a long prompt grows the workspace by hundreds of MB
-// (~0.31 GB touched here at 512 rows on the GLM-5.2 slice). Left to the
+// (~0.18 GB touched here at 512 rows on the GLM-5.2 slice; 0.31 GB before
+// attention and the MoE shared one memory). Left to the
 // forward, each fresh 2 MiB page faults inside a kernel on one thread while
 // the other waits for it at the job's end; touched here first, on every
 // pool thread, the same pages cost less: slice-int4's first 512-token
 // prefill ran 1.10x as fast (docs/kernels.md, "The first prefill"), slice-
-// int8's the same as before. Only the large per-row buffers
-// (the forward grows the rest); the sizes are the forward's own, which
+// int8's the same as before. Only the large per-row buffers and the phase
+// memory (the forward grows the rest); the sizes are the forward's own, which
 // Forward.TouchedScratchIsWhatTheForwardUses checks. Nothing is held that the
 // forward would not grow into anyway, and the contents need no care: every
 // user of a workspace buffer writes it before reading it.
 void ModelRunner::touch_scratch(int64_t n) {
   touched_rows_ = n;
   const ModelConfig& c = m_.config;
-  const int64_t D = c.hidden_size, K = c.num_experts_per_tok, H = c.num_attention_heads;
+  const int64_t D = c.hidden_size;
   std::vector<std::pair<float*, size_t>> fresh;
   auto add = [&](ScratchFloats& v, int64_t count) {
     if (count <= 0 || v.size() >= static_cast<size_t>(count)) return;
@@ -94,31 +179,12 @@ void ModelRunner::touch_scratch(int64_t n) {
   add(ws_.h, n * D);
   add(ws_.xn, n * D);
   add(ws_.tmp, n * D);
-  add(ws_.attn_out, n * D);
-  if (c.attention == AttentionKind::Gqa) {
-    add(ws_.q, n * H * c.head_dim);
-    add(ws_.kv, 2 * n * c.num_key_value_heads * c.head_dim);
-    add(ws_.o, n * H * c.head_dim);
-  } else {
-    add(ws_.q_lat, n * c.q_lora_rank);
-    add(ws_.q, n * H * (c.qk_nope_head_dim + c.qk_rope_head_dim));
-    add(ws_.kv, n * (c.kv_lora_rank + c.qk_rope_head_dim));
-    add(ws_.o, n * H * c.v_head_dim);
-  }
-  // mlp_g / mlp_u: the widest of the dense MLP, the shared experts (one MLP
-  // of n_shared * moe_intermediate_size) and the routed experts' packed rows.
-  int64_t gu = 0;
+  // The phases' shared memory: the largest of them at n rows.
+  size_t phase = phase_floats(Phase::Attention, n);
   for (int64_t L = 0; L < c.num_hidden_layers; ++L)
-    if (!c.is_moe(L)) gu = n * c.intermediate_size;
-  if (c.n_routed_experts > 0 && K > 0) {
-    add(ws_.slot_out, n * (K + 1) * D);
-    const int64_t packed_rows = std::max(n, std::min(n, kJointRows) * K);  // as moe()
-    add(ws_.xs, packed_rows * D);
-    add(ws_.ys, packed_rows * D);
-    gu = std::max({gu, n * c.n_shared_experts * c.moe_intermediate_size, packed_rows * c.moe_intermediate_size});
-  }
-  add(ws_.mlp_g, gu);
-  add(ws_.mlp_u, gu);
+    if (!c.is_moe(L)) phase = std::max(phase, phase_floats(Phase::Dense, n));
+  if (c.n_routed_experts > 0 && c.num_experts_per_tok > 0) phase = std::max(phase, phase_floats(Phase::Moe, n));
+  add(ws_.phase, static_cast<int64_t>(phase));
   constexpr size_t kPiece = size_t{1} << 19;  // floats: 2 MiB
   int64_t pieces = 0;
   for (const auto& f : fresh) pieces += static_cast<int64_t>((f.second + kPiece - 1) / kPiece);
@@ -170,6 +236,7 @@ void ModelRunner::layer(int64_t L, std::span<const Row> rows, const ForwardOptio
   });
   {
     ScopedTimer t{stats_.attention_ns};
+    set_phase(Phase::Attention, n);
     attention(L, rows, opts);
   }
   const float* a = ws_.attn_out.data();
@@ -179,10 +246,12 @@ void ModelRunner::layer(int64_t L, std::span<const Row> rows, const ForwardOptio
       rmsnorm(h + r * D, lw.post_attention_norm.data(), D, c.rms_norm_eps, xn + r * D);
   });
   float* y = grow(ws_.tmp, static_cast<size_t>(n * D));
-  if (lw.is_moe)
+  if (lw.is_moe) {
     moe(L, n, xn, y);
-  else
+  } else {
+    set_phase(Phase::Dense, n);
     mlp(lw.dense, xn, n, y);
+  }
   split(n, D, [&](int64_t r0, int64_t r1) {
     for (int64_t i = r0 * D; i < r1 * D; ++i) h[i] += y[i];
   });
@@ -292,19 +361,12 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   uni.assign(idx, idx + n * K);
   std::sort(uni.begin(), uni.end());
   uni.erase(std::unique(uni.begin(), uni.end()), uni.end());
-  float* slot = grow(ws_.slot_out, static_cast<size_t>(n * (K + 1) * D));
-  // An expert gets m <= n of the rows: its scratch is sized for all n here,
-  // so a forward never allocates after one of at least as many rows,
-  // whichever experts its rows happen to share (a decode step after the
-  // prompt's forward allocates nothing, however speculation groups rows).
-  // Batches of up to kJointRows rows compute a chunk's experts jointly: their
-  // rows packed one expert after another, n * K of them at most.
+  // slot_out, xs / ys and mlp_g / mlp_u for n rows (phase_parts: sized so
+  // that whichever experts the rows share, nothing grows).
+  set_phase(Phase::Moe, n);
+  float* slot = ws_.slot_out.data();
   const bool joint = n <= kJointRows;
   const int64_t packed_rows = std::max(n, std::min(n, kJointRows) * K);
-  grow(ws_.xs, static_cast<size_t>(packed_rows * D));
-  grow(ws_.ys, static_cast<size_t>(packed_rows * D));
-  grow(ws_.mlp_g, static_cast<size_t>(packed_rows * c.moe_intermediate_size));
-  grow(ws_.mlp_u, static_cast<size_t>(packed_rows * c.moe_intermediate_size));
   ws_.expert_slot.reserve(static_cast<size_t>(packed_rows));
   ws_.expert_rows.reserve(static_cast<size_t>(n * K));
   ws_.experts.reserve(static_cast<size_t>(n * K));
@@ -529,6 +591,9 @@ void ModelRunner::compute_experts(int64_t L, std::span<const int32_t> experts, s
   const int64_t D = m_.config.hidden_size;
   const int64_t chunk = std::max<int64_t>(1, store_.max_batch(L));
   int64_t row = 0;
+  int32_t most = 0;
+  for (int32_t m : rows) most = std::max(most, m);
+  set_phase(Phase::Experts, most);
   for (size_t c0 = 0; c0 < experts.size(); c0 += static_cast<size_t>(chunk)) {
     const size_t c1 = std::min(experts.size(), c0 + static_cast<size_t>(chunk));
     {

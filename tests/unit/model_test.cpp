@@ -201,18 +201,22 @@ namespace strata {
 namespace {
 
 // ModelRunner::touch_scratch grows the workspace's large buffers before the
-// first forward of a larger batch, with its own copy of their sizes: those
-// must be what the forward uses, or the forward reallocates (and faults in)
-// the buffer after all. On every family's fixture (MLA with and without a
-// dense first layer, GQA), in the joint-expert path (5 rows) and the
-// per-expert one (40 rows): the forward after the touch grows none of the
-// touched buffers. (forward_mtp's wider tmp is left to it.)
+// first forward of a larger batch, with the sizes the forward's phases lay
+// out: those must be what the forward uses, or the forward reallocates (and
+// faults in) the buffer after all. On every family's fixture (MLA with and
+// without a dense first layer, GQA), in the joint-expert path (5 rows) and
+// the per-expert one (40 rows): the forward after the touch grows none of the
+// touched buffers. (forward_mtp's wider tmp is left to it.) The views the
+// last layer laid out in the shared phase memory lie inside it and, within
+// one phase, do not overlap; the attention phase's and the MoE phase's do
+// share memory, which is what the phase memory is for.
 TEST(Forward, TouchedScratchIsWhatTheForwardUses) {
   int checked = 0;
   for (const char* name : {"glm5-tiny-bf16", "glm52-tiny-bf16", "dsv3-tiny-bf16", "qwen3moe-tiny-bf16",
                            "glm4moe-tiny-bf16"}) {
     const std::unique_ptr<Model> model = load_model(fixture_dir(name));
     const ModelConfig& c = model->config;
+    ASSERT_TRUE(c.is_moe(c.num_hidden_layers - 1)) << name << ": the view checks below want a MoE last layer";
     for (int64_t n : {5, 40}) {
       ThreadPool pool(2);
       ResidentExpertStore store(model->weights.experts);
@@ -220,14 +224,11 @@ TEST(Forward, TouchedScratchIsWhatTheForwardUses) {
       runner.touch_scratch(n);
       const Workspace& ws = runner.workspace();
       const std::pair<const char*, const ScratchFloats*> bufs[] = {
-          {"h", &ws.h},     {"xn", &ws.xn},       {"tmp", &ws.tmp},     {"attn_out", &ws.attn_out},
-          {"q_lat", &ws.q_lat}, {"q", &ws.q},     {"kv", &ws.kv},       {"o", &ws.o},
-          {"slot_out", &ws.slot_out}, {"xs", &ws.xs}, {"ys", &ws.ys}, {"mlp_g", &ws.mlp_g}, {"mlp_u", &ws.mlp_u}};
+          {"h", &ws.h}, {"xn", &ws.xn}, {"tmp", &ws.tmp}, {"phase", &ws.phase}};
       std::vector<std::pair<const float*, size_t>> before;
       for (const auto& b : bufs) before.emplace_back(b.second->data(), b.second->size());
       ASSERT_EQ(ws.h.size(), static_cast<size_t>(n * c.hidden_size)) << name;
-      ASSERT_GT(ws.q.size(), 0u) << name;
-      ASSERT_GT(ws.mlp_g.size(), 0u) << name;
+      ASSERT_GT(ws.phase.size(), 0u) << name;
       Session s(c, 64, false);
       std::vector<Row> rows;
       for (int64_t p = 0; p < n; ++p) rows.push_back({&s, static_cast<int32_t>(p), static_cast<int32_t>((7 * p + 3) % 200 + 1), true});
@@ -237,6 +238,28 @@ TEST(Forward, TouchedScratchIsWhatTheForwardUses) {
         EXPECT_EQ(bufs[i].second->data(), before[i].first) << name << " n " << n << ": the forward reallocated " << bufs[i].first;
         EXPECT_EQ(bufs[i].second->size(), before[i].second) << name << " n " << n << ": the forward grew " << bufs[i].first;
       }
+      using Views = std::vector<std::pair<const char*, const ScratchView*>>;
+      Views attn = {{"q", &ws.q}, {"kv", &ws.kv}, {"o", &ws.o}, {"attn_out", &ws.attn_out}};
+      if (c.attention != AttentionKind::Gqa) attn.push_back({"q_lat", &ws.q_lat});
+      const Views ffn = {{"slot_out", &ws.slot_out}, {"xs", &ws.xs}, {"ys", &ws.ys}, {"mlp_g", &ws.mlp_g}, {"mlp_u", &ws.mlp_u}};
+      const float* lo = ws.phase.data();
+      const float* hi = lo + ws.phase.size();
+      size_t attn_floats = 0, ffn_floats = 0;
+      const Views* both[] = {&attn, &ffn};
+      for (const Views* vs : both)
+        for (size_t i = 0; i < vs->size(); ++i) {
+          const auto& [vn, v] = (*vs)[i];
+          (vs == &attn ? attn_floats : ffn_floats) += v->size();
+          ASSERT_GT(v->size(), 0u) << name << " n " << n << ": " << vn << " was never laid out";
+          EXPECT_TRUE(v->data() >= lo && v->data() + v->size() <= hi) << name << " n " << n << ": " << vn << " outside the phase memory";
+          for (size_t j = 0; j < i; ++j) {
+            const auto& [wn, w] = (*vs)[j];
+            EXPECT_TRUE(v->data() + v->size() <= w->data() || w->data() + w->size() <= v->data())
+                << name << " n " << n << ": " << vn << " overlaps " << wn;
+          }
+        }
+      // Shared, not stacked: the phase memory holds less than both phases.
+      EXPECT_LT(ws.phase.size(), attn_floats + ffn_floats) << name << " n " << n;
       ++checked;
     }
   }
