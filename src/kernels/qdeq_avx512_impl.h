@@ -67,6 +67,25 @@ inline __m512 deq16_q4_lookup(const uint8_t* wrow, int64_t c, __m512 table) {
 
 inline bool deq_simd_group(const QWeight& w) { return w.group == 0 || w.group % 16 == 0; }
 
+// deq_axpy's tiles walk the weight rows down one column span (a cache line
+// or two of each row, rows row_bytes apart), a stride the hardware
+// prefetchers did not keep ahead of: the tile waited on each row's first
+// load. So each row asks for the span kDeqAxpyAhead rows further down, and
+// its scales. Loads only: no value changes.
+constexpr int64_t kDeqAxpyAhead = 16;
+inline void deq_axpy_prefetch(const QWeight& w, int64_t o, int64_t byte0, int64_t nbytes, int64_t g0, int64_t g1) {
+  if (o + kDeqAxpyAhead >= w.rows) return;
+  const uint8_t* p = w.q + (o + kDeqAxpyAhead) * w.row_bytes + byte0;
+  for (int64_t b = 0; b < nbytes; b += 64) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + b), _MM_HINT_T0);
+    __asm__ volatile("");  // keeps a loop of nothing but prefetches
+  }
+  _mm_prefetch(reinterpret_cast<const char*>(p + nbytes - 1), _MM_HINT_T0);
+  const ScaleRow ws = scale_row(w, o + kDeqAxpyAhead);
+  _mm_prefetch(static_cast<const char*>(ws.addr(g0)), _MM_HINT_T0);
+  _mm_prefetch(static_cast<const char*>(ws.addr(g1)), _MM_HINT_T0);
+}
+
 // deq_axpy over activation rows [r0, r0 + NR) and columns [c0, c0 + 16 NV)
 // (those below w.cols; FULL: all of them): NR x NV accumulators across
 // every weight row.
@@ -84,9 +103,11 @@ void deq_axpy_tile(const QWeight& w, const float* a, int64_t lda, int64_t r0, in
   __m512 acc[NR][NV];
   for (int r = 0; r < NR; ++r)
     for (int v = 0; v < NV; ++v) acc[r][v] = _mm512_setzero_ps();
+  const int64_t pf0 = c0 * BITS / 8, pfn = FULL ? 16 * NV * BITS / 8 : (w.cols - c0) * BITS / 8 + 1;
   for (int64_t o = 0; o < w.rows; ++o) {
     const uint8_t* wrow = w.q + o * w.row_bytes;
     const ScaleRow ws = scale_row(w, o);
+    deq_axpy_prefetch(w, o, pf0, pfn, gi[0], gi[NV - 1]);
     __m512 wv[NV];
     if constexpr (BITS == 4 && FULL && NR <= 2) {
       // Vectors of one group (same gi, always adjacent) share a table.
@@ -130,6 +151,7 @@ void deq_axpy_tile_q4_pairs(const QWeight& w, const float* a, int64_t lda, int64
   for (int64_t o = 0; o < w.rows; ++o) {
     const uint8_t* wrow = w.q + o * w.row_bytes + c0 / 2;
     const ScaleRow ws = scale_row(w, o);
+    deq_axpy_prefetch(w, o, c0 / 2, 16 * NP, gi[0], gi[NP - 1]);
     __m512 tab = nib_table(_mm512_set1_ps(ws[gi[0]]));
     __m512 wv[NV];
     for (int p = 0; p < NP; ++p) {
