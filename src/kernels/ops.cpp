@@ -84,4 +84,12 @@ void softmax(float* x, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void exp_f32_ref(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
+void silu_mul_ref(float* g, const float* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) g[i] = silu(g[i]) * u[i];
+}
+
 }  // namespace strata

@@ -24,8 +24,14 @@ void rope_angles(int64_t pos, double theta, int64_t dim, float* cos, float* sin)
 // reference (torch, float32) makes them.
 void rope_angles_yarn(int64_t pos, double theta, int64_t dim, double factor, double low, double high,
                       float attention_factor, float* cos, float* sin);
-// In-place softmax over n values.
+// In-place softmax over n values: the max, exp(x - max) with the sum of the
+// exps in double in index order, then each times float(1 / sum). The scalar
+// reference of KernelTable::softmax (the forward calls the table's).
 void softmax(float* x, int64_t n);
+// y[i] = std::exp(x[i]), the scalar reference of KernelTable::exp_f32.
+void exp_f32_ref(const float* x, float* y, int64_t n);
+// g[i] = silu(g[i]) * u[i], the scalar reference of KernelTable::silu_mul.
+void silu_mul_ref(float* g, const float* u, int64_t n);
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }

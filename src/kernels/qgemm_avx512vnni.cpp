@@ -14,6 +14,7 @@ namespace {
 #define STRATA_VNNI 1
 #include "kernels/qgemm_avx512_impl.h"
 #include "kernels/qdeq_avx512_impl.h"
+#include "kernels/vexp_avx512_impl.h"
 #undef STRATA_VNNI
 }  // namespace
 
@@ -30,6 +31,9 @@ const KernelTable& kernel_table_avx512vnni() {
     k.deq_gemm = k_deq_gemm;
     k.gemm_f32_rows = k_gemm_f32_rows;
     k.wsum_f32 = k_wsum_f32;
+    k.exp_f32 = k_exp_f32;
+    k.softmax = k_softmax;
+    k.silu_mul = k_silu_mul;
     return k;
   }();
   return t;

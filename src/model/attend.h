@@ -46,9 +46,9 @@ inline void score_keys(const Compute& c, const KeySet& ks, const float* qa, KeyR
 }
 
 // Softmax over the scores, then out = sum_j s[j] * v[key j], in key order.
-inline void softmax_sum(float* s, const KeySet& ks, KeyRows v, float* out) {
+inline void softmax_sum(const Compute& c, float* s, const KeySet& ks, KeyRows v, float* out) {
   const int64_t K = ks.size();
-  softmax(s, K);
+  c.kernels().softmax(s, K);
   std::fill(out, out + v.n, 0.0f);
   for (int64_t j = 0; j < K; ++j) {
     const float* vr = v[ks[j]];

@@ -157,7 +157,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
         for (int64_t r = r0 + b; r < r0 + e; ++r) {
           const RowWork w = row_work(r, ps);
           scores(w.lat, w.rope, w.qp, r, w.K, 0, w.K, w.s, w.s2);
-          for (int64_t h = 0; h < H; ++h) softmax(w.s + h * w.K, w.K);
+          for (int64_t h = 0; h < H; ++h) kt.softmax(w.s + h * w.K, w.K);
           kt.wsum_f32(w.s, w.K, H, w.lat, w.K, 0, kvl, olat + (r - r0) * H * kvl, kvl);
         }
       });
@@ -172,7 +172,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
             K * H * (kvl + rd), K,
             [&](int, int64_t j0, int64_t j1) { scores(w.lat, w.rope, w.qp, r, K, j0, j1, w.s, w.s2); }, 16);
         parts(H * K * 16, H, [&](int, int64_t h0, int64_t h1) {  // an exp ~ 16 multiply-adds
-          for (int64_t h = h0; h < h1; ++h) softmax(w.s + h * K, K);
+          for (int64_t h = h0; h < h1; ++h) kt.softmax(w.s + h * K, K);
         });
         // Latent columns in whole vectors of 16 per part.
         parts(K * H * kvl, (kvl + 15) / 16, [&](int, int64_t v0, int64_t v1) {

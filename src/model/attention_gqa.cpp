@@ -83,7 +83,7 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
       const float* qh = q + rh * hd;
       const KeyRows keys{cache.k.data() + kh * hd, kvw, hd};
       for (int64_t t = 0; t < ks.size(); ++t) s[t] = compute_.dot(qh, keys[t], hd) * scale;
-      softmax_sum(s, ks, KeyRows{cache.v.data() + kh * hd, kvw, hd}, o + rh * hd);
+      softmax_sum(compute_, s, ks, KeyRows{cache.v.data() + kh * hd, kvw, hd}, o + rh * hd);
     }
   });
   float* out = grow(ws_.attn_out, static_cast<size_t>(n * D));

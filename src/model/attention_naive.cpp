@@ -43,7 +43,7 @@ void ModelRunner::attend_naive(int64_t L, std::span<const Row> rows) {
         float* s = grow_keys(ps.scores, static_cast<size_t>(ks.size()), static_cast<size_t>(sq->capacity()));
         const float* qn = q + rh * qk;
         score_keys(compute_, ks, qn, KeyRows{ex + h * hs, H * hs, nope}, qn + nope, rope, scale, s);
-        softmax_sum(s, ks, KeyRows{ex + h * hs + nope, H * hs, vd}, o + rh * vd);
+        softmax_sum(compute_, s, ks, KeyRows{ex + h * hs + nope, H * hs, vd}, o + rh * vd);
       }
     });
   }

@@ -263,9 +263,8 @@ void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) 
   float* u = grow(ws_.mlp_u, static_cast<size_t>(n * I));
   const MatmulTask gate_up[] = {{&w.gate, x, n, g}, {&w.up, x, n, u}};  // one pool job, the same floats
   matmul_batch(compute_, gate_up, ws_.mmb);
-  split(n * I, 1, [&](int64_t b, int64_t e) {
-    for (int64_t i = b; i < e; ++i) g[i] = silu(g[i]) * u[i];
-  });
+  const KernelTable& kt = compute_.kernels();
+  split(n * I, 1, [&](int64_t b, int64_t e) { kt.silu_mul(g + b, u + b, e - b); });
   mm(w.down, g, n, y);
 }
 
@@ -283,7 +282,7 @@ void ModelRunner::route(int64_t L, int64_t n, const float* x, int32_t* idx, floa
     int32_t* ord = grow(ws_.route_order, static_cast<size_t>(E));
     for (int64_t r = 0; r < n; ++r) {
       float* s = logit + r * E;
-      softmax(s, E);
+      compute_.kernels().softmax(s, E);
       for (int64_t e = 0; e < E; ++e) ord[e] = static_cast<int32_t>(e);
       std::partial_sort(ord, ord + K, ord + E,
                         [&](int32_t a, int32_t b) { return s[a] != s[b] ? s[a] > s[b] : a < b; });
@@ -531,7 +530,7 @@ void ModelRunner::compute_joint(int64_t n, int64_t K, const float* x, size_t c0,
   each([&](const MlpWeights& w, int64_t, int64_t a0, int64_t mr) {
     float* g = ws_.mlp_g.data() + a0;
     const float* u = ws_.mlp_u.data() + a0;
-    for (int64_t i = 0; i < mr * w.gate.rows; ++i) g[i] = silu(g[i]) * u[i];
+    compute_.kernels().silu_mul(g, u, mr * w.gate.rows);
   });
   tasks.clear();
   each([&](const MlpWeights& w, int64_t r0, int64_t a0, int64_t mr) {

@@ -44,7 +44,7 @@ run cortex-a53 neon neon
 if [ "$(uname -m)" = x86_64 ]; then
   echo "== the same bits on x86 and AArch64 (--digest)"
   host="$out/host_digest_test"
-  srcs=("$root/tests/kernels/neon_kernels_test.cpp" "$root"/src/kernels/{qgemm_scalar,cpu_features,qgemm_avx2,qgemm_avx512,qgemm_avx512vnni}.cpp)
+  srcs=("$root/tests/kernels/neon_kernels_test.cpp" "$root"/src/kernels/{qgemm_scalar,ops,cpu_features,qgemm_avx2,qgemm_avx512,qgemm_avx512vnni}.cpp)
   stale=1
   if [ -x "$host" ]; then
     stale=0

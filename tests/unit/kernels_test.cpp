@@ -25,25 +25,14 @@
 #include "core/quant.h"
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernel_paths.h"
 
 namespace strata {
 namespace {
 
-std::vector<KernelPath> supported_paths() {
-  std::vector<KernelPath> v;
-  for (KernelPath p : kAllKernelPaths)  // x86 paths on x86, NEON paths on AArch64
-    if (kernel_path_supported(p)) v.push_back(p);
-  return v;
-}
-
-uint32_t bits_of(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-
-// Bit equality, any NaN equal to any NaN (payloads are not part of the contract).
-bool same(float a, float b) { return (std::isnan(a) && std::isnan(b)) || bits_of(a) == bits_of(b); }
+using test_util::bits_of;
+using test_util::same;
+using test_util::supported_paths;
 
 ::testing::AssertionResult all_same(const std::vector<float>& want, const std::vector<float>& got) {
   if (want.size() != got.size()) return ::testing::AssertionFailure() << "sizes differ";

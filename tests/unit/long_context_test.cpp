@@ -25,6 +25,7 @@
 #include "kernels/ops.h"
 #include "model/forward.h"
 #include "model/model.h"
+#include "kernel_paths.h"
 #include "test_util.h"
 #include "core/io.h"
 #include "core/json.h"
@@ -323,12 +324,7 @@ TEST_F(LongContext, RowsAreBatchAndThreadInvariant) {
 // Every kernel path computes the same floats (docs/kernels.md), here through
 // a whole forward at a length where DSA selects: the prefill batch (keep-all
 // rows as GEMMs, selecting rows as dots), then decode rows one per call.
-std::vector<KernelPath> supported_paths() {
-  std::vector<KernelPath> v;
-  for (KernelPath p : kAllKernelPaths)
-    if (kernel_path_supported(p)) v.push_back(p);
-  return v;
-}
+using test_util::supported_paths;
 
 void expect_paths_agree(const Model& m, ExpertStore& store, const std::vector<int32_t>& ids, int64_t n,
                         const char* what) {
