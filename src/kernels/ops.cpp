@@ -1,6 +1,7 @@
 #include "kernels/ops.h"
 
 #include <algorithm>
+#include <cstring>
 
 namespace strata {
 
@@ -90,6 +91,19 @@ void exp_f32_ref(const float* x, float* y, int64_t n) {
 
 void silu_mul_ref(float* g, const float* u, int64_t n) {
   for (int64_t i = 0; i < n; ++i) g[i] = silu(g[i]) * u[i];
+}
+
+bool exp_kernel_matches_libm(void (*exp_f32)(const float* x, float* y, int64_t n)) {
+  const float x[] = {0x1.04845ep+5f, -0x1.f8cbb2p+5f, 0.0f, -0.0f,   1.0f,    -1.0f,  0.5f,    -20.25f,
+                     -87.5f,         88.5f,           89.0f, -104.0f, -100.0f, 1e-8f, -1e-30f, -3.75f};
+  constexpr int64_t n = sizeof x / sizeof x[0];
+  float y[n];
+  exp_f32(x, y, n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float want = std::exp(x[i]);
+    if (std::memcmp(&want, &y[i], sizeof want) != 0) return false;
+  }
+  return true;
 }
 
 }  // namespace strata

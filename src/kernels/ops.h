@@ -32,6 +32,11 @@ void softmax(float* x, int64_t n);
 void exp_f32_ref(const float* x, float* y, int64_t n);
 // g[i] = silu(g[i]) * u[i], the scalar reference of KernelTable::silu_mul.
 void silu_mul_ref(float* g, const float* u, int64_t n);
+// Whether an exp kernel gives std::exp's bits on inputs where libm builds
+// differ (glibc's FMA and non-FMA expf disagree on exactly two floats, both
+// included): the AVX-512 tables take their SIMD exps only where it does,
+// i.e. where std::exp is the glibc expf they reproduce.
+bool exp_kernel_matches_libm(void (*exp_f32)(const float* x, float* y, int64_t n));
 
 inline float silu(float x) { return x / (1.0f + std::exp(-x)); }
 inline float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }

@@ -163,9 +163,10 @@ struct KernelTable {
                         int64_t ldy) = gemm_f32_rows_ref;
   void (*wsum_f32)(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
                    int64_t ldy) = wsum_f32_ref;
-  // Elementwise exps (ops.h): y[i] = std::exp(x[i]); softmax(); g[i] =
-  // silu(g[i]) * u[i]. The AVX-512 paths compute glibc's expf bit for bit
-  // (docs/kernels.md, "exp in SIMD"); the others call std::exp.
+  // Elementwise exps (ops.h): y[i] = std::exp(x[i]) (the tests' view of
+  // the exp itself); softmax(); g[i] = silu(g[i]) * u[i]. The AVX-512 paths
+  // compute glibc's expf bit for bit (docs/kernels.md, "exp in SIMD"); the
+  // others call std::exp.
   void (*exp_f32)(const float* x, float* y, int64_t n) = exp_f32_ref;
   void (*softmax)(float* x, int64_t n) = strata::softmax;  // ops.h's, not this member
   void (*silu_mul)(float* g, const float* u, int64_t n) = silu_mul_ref;

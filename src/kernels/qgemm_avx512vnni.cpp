@@ -31,9 +31,11 @@ const KernelTable& kernel_table_avx512vnni() {
     k.deq_gemm = k_deq_gemm;
     k.gemm_f32_rows = k_gemm_f32_rows;
     k.wsum_f32 = k_wsum_f32;
-    k.exp_f32 = k_exp_f32;
-    k.softmax = k_softmax;
-    k.silu_mul = k_silu_mul;
+    if (exp_kernel_matches_libm(k_exp_f32)) {  // else std::exp is not the expf exp16 computes
+      k.exp_f32 = k_exp_f32;
+      k.softmax = k_softmax;
+      k.silu_mul = k_silu_mul;
+    }
     return k;
   }();
   return t;

@@ -12,9 +12,10 @@
 //   2^(k/32) from a table of 2^(j/32), j = k mod 32, and k's exponent bits,
 //   exp(x) = 2^(k/32) * (1 + c2 r + (c0 r + c1) r^2), rounded once to float.
 // Checked against std::exp on all 2^32 inputs (KernelVexp.* in
-// tests/unit/kernels_test.cpp covers a sweep; STRATA_EXP_EXHAUSTIVE=1 runs
-// all of them). Lanes past glibc's range take its results: +inf above
-// log(2^128), +0 below log(2^-150), x + x for a NaN.
+// tests/unit/vexp_test.cpp: a sweep; STRATA_EXP_EXHAUSTIVE=1 all of them).
+// Lanes past glibc's range take its results: +inf above log(2^128), +0
+// below log(2^-150), x + x for a NaN. The tables use these only where
+// exp_kernel_matches_libm (ops.h) finds std::exp to be that expf.
 
 // 2^(j/32) for j < 32, each the double nearest to it (glibc's table holds the
 // same values, less j << 47 in the bits).

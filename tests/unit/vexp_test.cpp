@@ -4,13 +4,14 @@
 // line against std::exp: every value where the algorithm changes branch
 // (overflow, underflow, subnormal results, NaN, infinities), the ranges a
 // softmax and a silu meet densely, and a stride over all 2^32 bit patterns.
-// STRATA_EXP_EXHAUSTIVE=1 checks all 2^32 of them (about 12 s on 2 cores;
-// ctest runs it as vexp_exhaustive in every build but the sanitizer one, where
-// it would take minutes).
+// STRATA_EXP_EXHAUSTIVE=1 checks all 2^32 of them (~14 s per AVX-512 path on
+// 2 cores; ctest runs it as vexp_exhaustive in optimized builds, not in the
+// sanitizer one, where it would take minutes).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -115,14 +116,36 @@ TEST(KernelVexp, ExpIsStdExpBitForBit) {
   }
 }
 
+// glibc on x86-64 picks its FMA expf on any CPU with AVX-512 (which has FMA
+// and AVX2), the one exp16 computes: there the AVX-512 tables must use their
+// SIMD exps (a start-up check that always refused them would leave every
+// test above comparing std::exp with itself).
+TEST(KernelVexp, AvxTablesUseTheSimdExpOnGlibc) {
+#if defined(__GLIBC__) && defined(__x86_64__)
+  int checked = 0;
+  for (KernelPath p : {KernelPath::Avx512, KernelPath::Avx512Vnni}) {
+    if (!kernel_path_supported(p)) continue;
+    const KernelTable& kt = kernel_table(p);
+    EXPECT_NE(kt.exp_f32, &exp_f32_ref) << kernel_path_name(p);
+    EXPECT_NE(kt.softmax, &softmax) << kernel_path_name(p);
+    EXPECT_NE(kt.silu_mul, &silu_mul_ref) << kernel_path_name(p);
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "this CPU has no AVX-512 path";
+#else
+  GTEST_SKIP() << "not glibc on x86-64: the SIMD exps are used only where std::exp proves to be glibc's expf";
+#endif
+}
+
 TEST(KernelVexp, SoftmaxAndSiluMulAreTheReferenceOnEveryPath) {
   std::mt19937 rng(7);
   std::normal_distribution<float> d(0.0f, 1.0f);
   const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
   int cases = 0;
-  for (int64_t n : {1, 2, 15, 16, 17, 31, 33, 64, 100, 255, 512, 2049}) {
+  for (int64_t n : {0, 1, 2, 15, 16, 17, 31, 33, 64, 100, 255, 512, 2049}) {
     for (float scale : {0.01f, 1.0f, 8.0f, 60.0f, 300.0f}) {
-      for (int special = 0; special < 4; ++special) {
+      for (int special = 0; special < 6; ++special) {
+        if (n == 0 && special > 0) break;
         std::vector<float> x(static_cast<size_t>(n)), u(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) x[static_cast<size_t>(i)] = d(rng) * scale, u[static_cast<size_t>(i)] = d(rng);
         // special 1: a masked score (-inf) and a +0 / -0 pair; 2: a NaN;
@@ -135,6 +158,13 @@ TEST(KernelVexp, SoftmaxAndSiluMulAreTheReferenceOnEveryPath) {
         if (special == 2) x[static_cast<size_t>(n / 3)] = nan;
         if (special == 3)
           for (int64_t i = 1; i < n; ++i) x[static_cast<size_t>(i)] = -inf;
+        // 4: a +inf; 5: every value <= 0, +0 first and -0 in another vector
+        if (special == 4) x[static_cast<size_t>(n - 1)] = inf;
+        if (special == 5) {
+          for (float& v : x) v = -std::fabs(v) - 1.0f;
+          x[0] = 0.0f;
+          x[static_cast<size_t>(std::min<int64_t>(n - 1, 17))] = -0.0f;
+        }
         std::vector<float> want = x;
         softmax(want.data(), n);
         std::vector<float> want_silu = x;
