@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "core/numeric.h"
@@ -171,6 +172,40 @@ void MatmulScratch::reserve(int64_t nrows, int64_t cols) {
   job_rows.reserve(2);  // quantize_jobs' split of one job
 }
 
+std::optional<ActLayout> int_act_layout(const Compute& c, const Weight& W, int64_t nrows) {
+  if (!has_int_kernel(c, W) || W.rows <= 0) return std::nullopt;
+  ActLayout layout;
+  pick_int(c, qweight_rows(W, 0, W.rows), nrows, layout);
+  return layout;
+}
+
+namespace {
+void size_qrows(int64_t nrows, int64_t cols, QRows& out) {
+  const size_t qn = static_cast<size_t>(nrows * qacts_qstride(cols)), bn = static_cast<size_t>(nrows * qacts_bstride(cols));
+  if (out.q.size() < qn) out.q.resize(qn);
+  if (out.scale.size() < bn) out.scale.resize(bn), out.sum8.resize(bn);
+  out.a = qacts_in(nrows, cols, out.q.data(), out.scale.data(), out.sum8.data());
+}
+}  // namespace
+
+void quantize_rows(const Compute& c, const float* x, int64_t nrows, int64_t cols, ActLayout layout, QRows& out) {
+  size_qrows(nrows, cols, out);
+  const QuantJob j{x, nrows, cols, layout, out.q.data(), out.scale.data(), out.sum8.data()};
+  if (nrows > 0) quantize_jobs(c, std::span<const QuantJob>(&j, 1), out.job_rows);
+}
+
+void copy_qrows(const QActs& src, const int32_t* rows, int64_t n, QRows& out) {
+  size_qrows(n, src.cols, out);
+  const int64_t qs = src.qstride, bs = src.bstride;
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t r = rows[i];
+    if (r < 0 || r >= src.nrows) fail("copy_qrows: row {} of {}", r, src.nrows);
+    std::memcpy(out.q.data() + i * qs, src.q + r * qs, static_cast<size_t>(qs));
+    std::memcpy(out.scale.data() + i * bs, src.scale + r * bs, static_cast<size_t>(bs) * sizeof(float));
+    std::memcpy(out.sum8.data() + i * bs, src.sum8 + r * bs, static_cast<size_t>(bs) * sizeof(int32_t));
+  }
+}
+
 bool has_int_kernel(const Compute& c, const Weight& W) {
   if (W.format != WeightFormat::INT8 && W.format != WeightFormat::INT4) return false;
   if (W.group != 0 && W.group % kQBlock != 0) return false;
@@ -289,7 +324,7 @@ void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBat
   // Every integer task's activations, one after another in one buffer.
   size_t qn = 0, bn = 0;
   for (const MatmulTask& t : tasks)
-    if (t.nrows > 0 && t.w->rows > 0 && has_int_kernel(c, *t.w)) {
+    if (t.nrows > 0 && t.w->rows > 0 && !t.qx && has_int_kernel(c, *t.w)) {
       qn += static_cast<size_t>(t.nrows * qacts_qstride(t.w->cols));
       bn += static_cast<size_t>(t.nrows * qacts_bstride(t.w->cols));
     }
@@ -306,11 +341,23 @@ void matmul_batch(const Compute& c, std::span<const MatmulTask> tasks, MatmulBat
   for (const MatmulTask& t : tasks) {
     if (t.nrows <= 0 || t.w->rows <= 0) continue;
     if (!has_int_kernel(c, *t.w)) {
+      if (t.qx) fail("matmul_batch: quantized activations given for a weight without an integer kernel");
       matmul(c, *t.w, t.x, t.nrows, t.y, scratch.fallback);
       continue;
     }
     ActLayout layout;
     IntMatmul p = pick_int(c, qweight_rows(*t.w, 0, t.w->rows), t.nrows, layout);
+    if (t.qx) {
+      if (t.qx->nrows != t.nrows || t.qx->cols != t.w->cols)
+        fail("matmul_batch: quantized activations of {} x {} for {} rows of {} columns", t.qx->nrows, t.qx->cols,
+             t.nrows, t.w->cols);
+      p.a = *t.qx;
+      p.y = t.y;
+      p.ldy = t.w->rows;
+      plans.push_back(p);
+      first.push_back(first.back() + t.w->rows);
+      continue;
+    }
     // Tasks next to each other on the same rows in the same layout (an
     // MLP's gate and up) share one quantization: the same bytes either way.
     const QuantJob* prev = quant.empty() ? nullptr : &quant.back();

@@ -114,12 +114,33 @@ void matmul_qrows(const Compute& c, const QWeight& w, const float* x, int64_t nr
                   MatmulScratch& scratch);
 
 // One matmul of a batch (matmul_batch): y = W x over nrows rows.
+// qx (optional): x already quantized, in the layout int_act_layout(c, *w,
+// nrows) names (quantize_rows, or rows of it gathered by copy_qrows; x is
+// then unused): a row going to several routed experts is quantized once.
+// The same bytes as matmul_batch would quantize, so the same floats.
 struct MatmulTask {
   const Weight* w;
   const float* x;
   int64_t nrows;
   float* y;
+  const QActs* qx = nullptr;
 };
+
+// The activation layout matmul() quantizes nrows rows of x into for W, or
+// nothing when W has no integer kernel (has_int_kernel).
+std::optional<ActLayout> int_act_layout(const Compute& c, const Weight& W, int64_t nrows);
+// Quantized rows, held: quantize_rows() fills them (over c's pool when
+// there are enough values), copy_qrows() gathers rows of another.
+struct QRows {
+  std::vector<uint8_t> q;
+  std::vector<float> scale;
+  std::vector<int32_t> sum8;
+  std::vector<int64_t> job_rows;
+  QActs a;
+};
+void quantize_rows(const Compute& c, const float* x, int64_t nrows, int64_t cols, ActLayout layout, QRows& out);
+// out = rows[0..n) of src, in that order (the same layout).
+void copy_qrows(const QActs& src, const int32_t* rows, int64_t n, QRows& out);
 
 // An integer matmul made ready to run: its weight, its quantized activations
 // and the kernel, any contiguous range of output rows at a time.

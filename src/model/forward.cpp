@@ -257,11 +257,11 @@ void ModelRunner::layer(int64_t L, std::span<const Row> rows, const ForwardOptio
   });
 }
 
-void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y) {
+void ModelRunner::mlp(const MlpWeights& w, const float* x, int64_t n, float* y, const QActs* qx) {
   const int64_t I = w.gate.rows;
   float* g = grow(ws_.mlp_g, static_cast<size_t>(n * I));
   float* u = grow(ws_.mlp_u, static_cast<size_t>(n * I));
-  const MatmulTask gate_up[] = {{&w.gate, x, n, g}, {&w.up, x, n, u}};  // one pool job, the same floats
+  const MatmulTask gate_up[] = {{&w.gate, x, n, g, qx}, {&w.up, x, n, u, qx}};  // one pool job, the same floats
   matmul_batch(compute_, gate_up, ws_.mmb);
   const KernelTable& kt = compute_.kernels();
   split(n * I, 1, [&](int64_t b, int64_t e) { kt.silu_mul(g + b, u + b, e - b); });
@@ -410,6 +410,7 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
     if (lw.has_shared) mlp(lw.shared, x, n, shared);
   };
   const int64_t chunk = std::max<int64_t>(1, store_.max_batch(L));
+  std::optional<ActLayout> x_layout;  // x quantized in it (ws_.moe_x), once an expert wanted it
   for (size_t c0 = 0; c0 < uni.size(); c0 += static_cast<size_t>(chunk)) {
     const size_t c1 = std::min(uni.size(), c0 + static_cast<size_t>(chunk));
     {
@@ -442,13 +443,31 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
       for (int64_t j = 0; j < n * K; ++j)
         if (idx[j] == uni[ui]) ws_.expert_slot.push_back(static_cast<int32_t>(j));
       const int64_t m = static_cast<int64_t>(ws_.expert_slot.size());
-      float* xs = grow(ws_.xs, static_cast<size_t>(m * D));
       float* ys = grow(ws_.ys, static_cast<size_t>(m * D));
       const int32_t* es = ws_.expert_slot.data();
-      split(m, D, [&](int64_t b, int64_t e) {
-        for (int64_t j = b; j < e; ++j) std::memcpy(xs + j * D, x + (es[j] / K) * D, D * sizeof(float));
-      });
-      mlp(*ws_.experts[ui - c0], xs, m, ys);
+      const MlpWeights& ew = *ws_.experts[ui - c0];
+      // Its rows' gate/up input: the batch's rows quantized once, gathered
+      // (the same bytes each expert would quantize itself, so the same
+      // floats) when the kernels take these m rows in that layout; else
+      // the rows as floats.
+      const std::optional<ActLayout> lay = int_act_layout(compute_, ew.gate, m);
+      if (lay && lay == int_act_layout(compute_, ew.up, m) && (x_layout == lay || !x_layout)) {
+        if (!x_layout) {
+          quantize_rows(compute_, x, n, D, *lay, ws_.moe_x);
+          x_layout = lay;
+        }
+        std::vector<int32_t>& rows = ws_.moe_row_idx;
+        rows.resize(static_cast<size_t>(m));
+        for (int64_t j = 0; j < m; ++j) rows[static_cast<size_t>(j)] = es[j] / static_cast<int32_t>(K);
+        copy_qrows(ws_.moe_x.a, rows.data(), m, ws_.moe_rows);
+        mlp(ew, nullptr, m, ys, &ws_.moe_rows.a);
+      } else {
+        float* xs = grow(ws_.xs, static_cast<size_t>(m * D));
+        split(m, D, [&](int64_t b, int64_t e) {
+          for (int64_t j = b; j < e; ++j) std::memcpy(xs + j * D, x + (es[j] / K) * D, D * sizeof(float));
+        });
+        mlp(ew, xs, m, ys);
+      }
       split(m, D, [&](int64_t b, int64_t e) {
         for (int64_t j = b; j < e; ++j) std::memcpy(slot + es[j] * D, ys + j * D, D * sizeof(float));
       });

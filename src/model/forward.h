@@ -103,6 +103,10 @@ struct Workspace {
   std::vector<std::pair<Session*, int32_t>> seen;  // check_rows: (session, position) of every row
   MatmulScratch mm;                                // every matmul's quantized activations
   MatmulBatchScratch mmb;                          // every matmul_batch's
+  // A long batch's MoE input quantized once for every routed expert's gate
+  // and up (moe_x), and one expert's rows of it (moe_rows).
+  QRows moe_x, moe_rows;
+  std::vector<int32_t> moe_row_idx;  // moe_rows' rows of moe_x
 
   // Per pool part (ThreadPool::parallel_parts): attention scratch.
   struct Part {
@@ -242,7 +246,8 @@ class ModelRunner {
       fn(int64_t{0}, n);
   }
   static constexpr int64_t kSplitValues = 32768;
-  void mlp(const MlpWeights& w, const float* x, int64_t n, float* y);
+  // qx (optional): x quantized for gate and up (MatmulTask::qx; x unused).
+  void mlp(const MlpWeights& w, const float* x, int64_t n, float* y, const QActs* qx = nullptr);
   void moe(int64_t L, int64_t n, const float* x, float* y);
   // Batches of at most this many rows on resident experts compute a chunk's
   // experts jointly (compute_joint): two pool jobs per layer instead of

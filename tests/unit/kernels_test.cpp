@@ -516,6 +516,63 @@ TEST(KernelMatmul, BatchOfTasksIsEachMatmulBitForBit) {
   }
 }
 
+TEST(KernelMatmul, GatheredQuantizedRowsAreTheRowsQuantizedAgain) {
+  // A long batch's MoE input is quantized once (quantize_rows) and each
+  // routed expert's rows copied out of it (copy_qrows) for its gate and up
+  // (MatmulTask::qx): every task's y must be what matmul() gives the gathered
+  // float rows, on every path and weight width, for row counts on the
+  // single-row, multi-row and packed kernels (the layout int_act_layout
+  // names for that count; where it differs from the batch's, the forward
+  // quantizes the floats instead, so only equal layouts are run here).
+  std::mt19937 rng(23);
+  std::vector<Weight> ws;
+  ws.push_back(make_int_weight(8, 32, 37, 300, rng));
+  ws.push_back(make_int_weight(4, 32, 64, 300, rng));
+  ws.push_back(make_int_weight(4, 0, 9, 300, rng));
+  const int64_t N = 60;
+  const auto x = random_floats(rng, N * 300);
+  ThreadPool two(2);
+  int ran = 0;
+  for (KernelPath p : supported_paths()) {
+    ComputeOptions o;
+    o.path = p;
+    const Compute c(&two, o);
+    for (const Weight& w : ws) {
+      const std::optional<ActLayout> whole = int_act_layout(c, w, N);
+      ASSERT_TRUE(whole.has_value());
+      QRows all, some;
+      quantize_rows(c, x.data(), N, w.cols, *whole, all);
+      for (int64_t m : {1, 3, 13, 41}) {
+        if (int_act_layout(c, w, m) != whole) continue;
+        std::vector<int32_t> rows;
+        std::vector<float> xg;
+        for (int64_t j = 0; j < m; ++j) {
+          const int32_t r = static_cast<int32_t>((j * 7 + 5) % N);  // out of order, some twice
+          rows.push_back(r);
+          xg.insert(xg.end(), x.begin() + r * 300, x.begin() + (r + 1) * 300);
+        }
+        copy_qrows(all.a, rows.data(), m, some);
+        std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
+        const MatmulTask t[] = {{&w, nullptr, m, y.data(), &some.a}};
+        MatmulBatchScratch scratch;
+        matmul_batch(c, t, scratch);
+        EXPECT_TRUE(all_same(run_matmul(w, xg, m, p, &two), y))
+            << kernel_path_name(p) << " int" << (w.format == WeightFormat::INT4 ? 4 : 8) << " group " << w.group
+            << " rows " << m;
+        ++ran;
+      }
+      // Activations of the wrong shape are refused, naming both.
+      const MatmulTask bad[] = {{&w, nullptr, N - 1, nullptr, &all.a}};
+      MatmulBatchScratch scratch;
+      EXPECT_THROW(matmul_batch(c, bad, scratch), Error);
+    }
+  }
+  EXPECT_GT(ran, 0);
+  // A weight without an integer kernel has no layout to quantize for.
+  const Weight bf = make_float_weight(WeightFormat::BF16, 9, 300, rng);
+  EXPECT_FALSE(int_act_layout(Compute(&two, {}), bf, N).has_value());
+}
+
 TEST(KernelMatmul, Int4HeadShapedMatchesTheDequantizedCodesOnEveryPath) {
   // An lm_head-shaped int4 weight (--head-bits 4: thousands of rows, split
   // across threads, a row count that fills no tile): every path, 1-3 threads
