@@ -410,7 +410,15 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
     if (lw.has_shared) mlp(lw.shared, x, n, shared);
   };
   const int64_t chunk = std::max<int64_t>(1, store_.max_batch(L));
-  std::optional<ActLayout> x_layout;  // x quantized in it (ws_.moe_x), once an expert wanted it
+  // Long batches: per activation layout, x quantized in it for the experts'
+  // gates and ups (1), judged not worth it (2), or not asked for yet (0).
+  static_assert(static_cast<size_t>(ActLayout::Offset128Dword) + 1 == Workspace::kLayouts);
+  std::array<uint8_t, Workspace::kLayouts> x_state{};
+  std::vector<int32_t>& counts = ws_.moe_counts;
+  if (!joint) {
+    counts.assign(uni.size(), 0);
+    for (int64_t j = 0; j < n * K; ++j) ++counts[static_cast<size_t>(std::lower_bound(uni.begin(), uni.end(), idx[j]) - uni.begin())];
+  }
   for (size_t c0 = 0; c0 < uni.size(); c0 += static_cast<size_t>(chunk)) {
     const size_t c1 = std::min(uni.size(), c0 + static_cast<size_t>(chunk));
     {
@@ -451,15 +459,27 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
       // floats) when the kernels take these m rows in that layout; else
       // the rows as floats.
       const std::optional<ActLayout> lay = int_act_layout(compute_, ew.gate, m);
-      if (lay && lay == int_act_layout(compute_, ew.up, m) && (x_layout == lay || !x_layout)) {
-        if (!x_layout) {
-          quantize_rows(compute_, x, n, D, *lay, ws_.moe_x);
-          x_layout = lay;
+      size_t li = 0;
+      bool gathered = false;
+      if (lay && lay == int_act_layout(compute_, ew.up, m)) {
+        li = static_cast<size_t>(*lay);
+        if (x_state[li] == 0) {
+          // Worth quantizing the n rows in this layout when the experts
+          // whose row counts pick it (in this expert's format) take at
+          // least n rows in all: the quantizing it replaces.
+          int64_t rows_in = 0;
+          for (int32_t cnt : counts)
+            if (int_act_layout(compute_, ew.gate, cnt) == lay) rows_in += cnt;
+          x_state[li] = rows_in >= n ? 1 : 2;
+          if (x_state[li] == 1) quantize_rows(compute_, x, n, D, *lay, ws_.moe_x[li]);
         }
+        gathered = x_state[li] == 1;
+      }
+      if (gathered) {
         std::vector<int32_t>& rows = ws_.moe_row_idx;
         rows.resize(static_cast<size_t>(m));
         for (int64_t j = 0; j < m; ++j) rows[static_cast<size_t>(j)] = es[j] / static_cast<int32_t>(K);
-        copy_qrows(ws_.moe_x.a, rows.data(), m, ws_.moe_rows);
+        copy_qrows(ws_.moe_x[li].a, rows.data(), m, ws_.moe_rows);
         mlp(ew, nullptr, m, ys, &ws_.moe_rows.a);
       } else {
         float* xs = grow(ws_.xs, static_cast<size_t>(m * D));

@@ -3,6 +3,7 @@
 // speculative verification are all this call. The MTP layer is the same call
 // over rows that carry the main model's final hidden state.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -103,10 +104,14 @@ struct Workspace {
   std::vector<std::pair<Session*, int32_t>> seen;  // check_rows: (session, position) of every row
   MatmulScratch mm;                                // every matmul's quantized activations
   MatmulBatchScratch mmb;                          // every matmul_batch's
-  // A long batch's MoE input quantized once for every routed expert's gate
-  // and up (moe_x), and one expert's rows of it (moe_rows).
-  QRows moe_x, moe_rows;
+  // A long batch's MoE input quantized once per activation layout for the
+  // routed experts' gates and ups (moe_x[layout]), and one expert's rows of
+  // it (moe_rows).
+  static constexpr size_t kLayouts = 4;  // ActLayout's values
+  std::array<QRows, kLayouts> moe_x;
+  QRows moe_rows;
   std::vector<int32_t> moe_row_idx;  // moe_rows' rows of moe_x
+  std::vector<int32_t> moe_counts;   // each union expert's rows
 
   // Per pool part (ThreadPool::parallel_parts): attention scratch.
   struct Part {

@@ -522,8 +522,8 @@ TEST(KernelMatmul, GatheredQuantizedRowsAreTheRowsQuantizedAgain) {
   // (MatmulTask::qx): every task's y must be what matmul() gives the gathered
   // float rows, on every path and weight width, for row counts on the
   // single-row, multi-row and packed kernels (the layout int_act_layout
-  // names for that count; where it differs from the batch's, the forward
-  // quantizes the floats instead, so only equal layouts are run here).
+  // names for that count; the forward quantizes the batch in each layout
+  // its experts ask for, so only counts in the batch's layout are run here).
   std::mt19937 rng(23);
   std::vector<Weight> ws;
   ws.push_back(make_int_weight(8, 32, 37, 300, rng));
@@ -547,18 +547,25 @@ TEST(KernelMatmul, GatheredQuantizedRowsAreTheRowsQuantizedAgain) {
         std::vector<int32_t> rows;
         std::vector<float> xg;
         for (int64_t j = 0; j < m; ++j) {
-          const int32_t r = static_cast<int32_t>((j * 7 + 5) % N);  // out of order, some twice
+          const int32_t r = static_cast<int32_t>((j * 7 + 5) % 23);  // out of order, twice from m = 24 on
           rows.push_back(r);
           xg.insert(xg.end(), x.begin() + r * 300, x.begin() + (r + 1) * 300);
         }
         copy_qrows(all.a, rows.data(), m, some);
-        std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f);
-        const MatmulTask t[] = {{&w, nullptr, m, y.data(), &some.a}};
+        // Gate and up sharing one qx, a task quantizing its floats between
+        // them (the batch's own quantization sharing and output offsets).
+        std::vector<float> y(static_cast<size_t>(m * w.rows), -1.0f), y2 = y, y3 = y;
+        const MatmulTask t[] = {{&w, nullptr, m, y.data(), &some.a}, {&w, xg.data(), m, y2.data()},
+                                {&w, nullptr, m, y3.data(), &some.a}};
         MatmulBatchScratch scratch;
         matmul_batch(c, t, scratch);
-        EXPECT_TRUE(all_same(run_matmul(w, xg, m, p, &two), y))
-            << kernel_path_name(p) << " int" << (w.format == WeightFormat::INT4 ? 4 : 8) << " group " << w.group
-            << " rows " << m;
+        const auto want = run_matmul(w, xg, m, p, &two);
+        const std::string what = std::string(kernel_path_name(p)) + " int" +
+                                 (w.format == WeightFormat::INT4 ? "4" : "8") + " group " + std::to_string(w.group) +
+                                 " rows " + std::to_string(m);
+        EXPECT_TRUE(all_same(want, y)) << what;
+        EXPECT_TRUE(all_same(want, y2)) << what << " (the float task)";
+        EXPECT_TRUE(all_same(want, y3)) << what << " (the second qx task)";
         ++ran;
       }
       // Activations of the wrong shape are refused, naming both.
