@@ -416,8 +416,13 @@ void ModelRunner::moe(int64_t L, int64_t n, const float* x, float* y) {
   std::array<uint8_t, Workspace::kLayouts> x_state{};
   std::vector<int32_t>& counts = ws_.moe_counts;
   if (!joint) {
+    // (Experts over MPI: start_peers took other processes' experts out of
+    // the union; their rows are not counted.)
     counts.assign(uni.size(), 0);
-    for (int64_t j = 0; j < n * K; ++j) ++counts[static_cast<size_t>(std::lower_bound(uni.begin(), uni.end(), idx[j]) - uni.begin())];
+    for (int64_t j = 0; j < n * K; ++j) {
+      const auto it = std::lower_bound(uni.begin(), uni.end(), idx[j]);
+      if (it != uni.end() && *it == idx[j]) ++counts[static_cast<size_t>(it - uni.begin())];
+    }
   }
   for (size_t c0 = 0; c0 < uni.size(); c0 += static_cast<size_t>(chunk)) {
     const size_t c1 = std::min(uni.size(), c0 + static_cast<size_t>(chunk));
