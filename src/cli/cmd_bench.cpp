@@ -196,7 +196,8 @@ struct Phase {
 };
 
 // Key-cache bytes per context token, read off a session's allocation
-// (model/session.h: f32 rows of every cache part, per decoder layer).
+// (model/session.h: f32 rows of every cache part, per decoder layer; with
+// --kv-type f16 the latent and roped key in halves).
 struct KvPerToken {
   int64_t layers = 0, index_layers = 0;          // decoder layers; those holding indexer keys
   uint64_t latent = 0, rope_key = 0, index_key = 0, gqa = 0;  // bytes per token, all layers
@@ -208,16 +209,17 @@ KvPerToken kv_per_token(const Session& s, int64_t layers) {
   KvPerToken k;
   k.layers = layers;
   const auto cap = static_cast<uint64_t>(s.capacity());
-  auto per = [&](const AlignedFloats& v) { return v.size() * sizeof(float) / cap; };
+  auto per = [&](const auto& v) { return v.size() * sizeof(v[0]) / cap; };
   for (int64_t l = 0; l < layers; ++l) {
     const LayerCache& c = s.layer(l);
-    k.latent += per(c.latent);
-    k.rope_key += per(c.rope_key);
+    const uint64_t lat = per(c.latent) + per(c.latent16), rope = per(c.rope_key) + per(c.rope_key16);
+    k.latent += lat;
+    k.rope_key += rope;
     k.index_key += per(c.index_key);
     k.gqa += per(c.k) + per(c.v);
     k.index_layers += c.index_key.empty() ? 0 : 1;
-    k.layer_latent = std::max<uint64_t>(k.layer_latent, per(c.latent));
-    k.layer_rope_key = std::max<uint64_t>(k.layer_rope_key, per(c.rope_key));
+    k.layer_latent = std::max<uint64_t>(k.layer_latent, lat);
+    k.layer_rope_key = std::max<uint64_t>(k.layer_rope_key, rope);
     k.layer_index_key = std::max<uint64_t>(k.layer_index_key, per(c.index_key));
   }
   return k;
@@ -272,7 +274,7 @@ int run_bench(const BenchFlags& f) {
   for (int rep = 0; rep < f.warmup + f.reps; ++rep) {
     const bool measured = rep >= f.warmup;
     const int64_t PP = measured || f.warmup_tokens <= 0 ? P : std::min<int64_t>(P, f.warmup_tokens);
-    Session s(c, P + G, false);
+    Session s(c, P + G, false, e.options().forward.kv);
     kv = kv_per_token(s, c.num_hidden_layers);
     kv_session_bytes = s.bytes();
     // Prefill in chunks of 512 rows (as the text front ends do).
@@ -365,6 +367,7 @@ int run_bench(const BenchFlags& f) {
              {"threads", threads},
              {"container", on_disk},
              {"attn", f.engine.attn},
+             {"kv_type", f.engine.kv_type},
              {"resident_bytes", e.model().resident_bytes()},
              {"prompt_tokens", P},
              {"gen_tokens", G},

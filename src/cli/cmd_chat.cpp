@@ -91,7 +91,7 @@ bool parse_bool(const std::string& v, bool& b) {
 class LocalChat final : public ChatMode {
  public:
   LocalChat(Engine& e, const TextModel& tm, const TextFlags& tf, int64_t ctx, ChatSignals& sig)
-      : e_(e), tm_(tm), tf_(tf), ctx_(ctx), sig_(sig), raw_(tm.raw()), seq_(e.config(), ctx, &tm.tok, tm.stop_ids, &e.speculator()) {
+      : e_(e), tm_(tm), tf_(tf), ctx_(ctx), sig_(sig), raw_(tm.raw()), seq_(e.config(), ctx, &tm.tok, tm.stop_ids, &e.speculator(), e.options().forward.kv) {
     so_ = tf.sampler_options(tm.gen);
     seq_.set_sampling(so_);
     n_max_ = tf.n;

@@ -54,6 +54,7 @@ void add_eval_command(CLI::App& app, Runner& run) {
         if (f->engine.experts_over == "mpi") fail("eval --ref: not with --experts-over mpi (one model per job)");
         EngineFlags rf = f->engine;
         rf.model = f->ref;
+        rf.kv_type = "f32";  // the reference keeps the exact key cache (--kv-type applies to the model)
         r = std::make_unique<Engine>(rf.options(false));
         if (r->config().vocab_size != e.config().vocab_size)
           fail("--ref {}: vocabulary {} differs from the model's {}", f->ref, r->config().vocab_size,

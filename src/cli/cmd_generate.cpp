@@ -45,7 +45,7 @@ void add_generate_command(CLI::App& app, Runner& run) {
       // every id (an end-of-sequence id is generated and fed like any other).
       std::vector<int32_t> eos;
       if (!f->ignore_eos) eos.assign(c.eos_token_ids.begin(), c.eos_token_ids.end());
-      Sequence seq(c, ctx, nullptr, eos, &e.speculator());
+      Sequence seq(c, ctx, nullptr, eos, &e.speculator(), e.options().forward.kv);
       GenerationParams p;
       p.sampling.temperature = 0.0;
       p.max_tokens = f->n;

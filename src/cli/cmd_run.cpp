@@ -105,7 +105,7 @@ void add_run_command(CLI::App& app, Runner& run) {
       const uint64_t sig0 = sigint_count();
       const auto interrupted = [sig0] { return sigint_count() != sig0; };
 
-      Sequence seq(c, ctx, &tm.tok, tm.stop_ids, &e.speculator());
+      Sequence seq(c, ctx, &tm.tok, tm.stop_ids, &e.speculator(), e.options().forward.kv);
       seq.begin(prompt, f->text.params(f->text.sampler_options(tm.gen)));
       // On a terminal the reasoning shows dimmed between markers, as in chat
       // (cli/answer_view.h); piped, the model's text goes out as it is.

@@ -274,7 +274,7 @@ void add_serve_command(CLI::App& app, Runner& run) {
       if (!f->kv_dir.empty()) {
         kv = std::make_unique<server::KvStore>(
             f->kv_dir, e.config(), server::kv_fingerprint(e.model(), e.options().forward, e.compute().acts()),
-            f->kv_max_files, true);
+            f->kv_max_files, true, e.options().forward.kv);
         sm.kv = kv.get();
         std::fprintf(stderr, "strata: kv: %zu saved conversation(s) in %s (%zu bytes per position)\n",
                      kv->conversations(), f->kv_dir.c_str(), kv->record_bytes());

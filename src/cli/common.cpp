@@ -47,6 +47,12 @@ void EngineFlags::add(CLI::App* cmd) {
       ->group(kGroupModel);
   cmd->add_flag("--dense-attention", dense_attention, "Keep every causal key (disable DSA top-k selection)")
       ->group(kGroupModel);
+  cmd->add_option("--kv-type", kv_type,
+                  "Key cache: f32 (exact), or f16 (MLA families: the latent and roped key as halves, half their "
+                  "bytes per context token; logits within a stated bound, docs/kernels.md)")
+      ->check(CLI::IsMember({"f32", "f16"}))
+      ->capture_default_str()
+      ->group(kGroupModel);
   cmd->add_option("--ram", ram_gb, "Containers: RAM budget in GB for routed experts (default: available memory)")
       ->check(CLI::Range(0.0, 1e6))
       ->group(kGroupCache);
@@ -191,6 +197,7 @@ EngineOptions EngineFlags::options(bool load_mtp) const {
   o.threads = threads;
   o.forward.form = attn == "naive" ? AttentionForm::Naive : AttentionForm::Absorbed;
   o.forward.dense_attention = dense_attention;
+  o.forward.kv = kv_type == "f16" ? KvType::F16 : KvType::F32;
   if (!kernels.empty() && kernels != "auto") {
     const std::optional<KernelPath> p = parse_kernel_path(kernels == "avx512vnni" ? "avx512-vnni" : kernels);
     if (!p)

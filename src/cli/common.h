@@ -35,6 +35,7 @@ struct EngineFlags {
   std::string model;
   int threads = 0;  // 0: all cores
   std::string attn = "absorbed";
+  std::string kv_type = "f32";
   bool dense_attention = false;
   // Containers: the expert cache.
   double ram_gb = 0.0;  // 0: from available memory

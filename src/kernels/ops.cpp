@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include "core/numeric.h"
+
 namespace strata {
 
 void rmsnorm(const float* x, const float* w, int64_t n, float eps, float* out) {
@@ -87,6 +89,10 @@ void softmax(float* x, int64_t n) {
 
 void exp_f32_ref(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = std::exp(x[i]);
+}
+
+void f16_to_f32_ref(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = f16_to_f32(x[i]);
 }
 
 void silu_mul_ref(float* g, const float* u, int64_t n) {

@@ -30,6 +30,9 @@ void rope_angles_yarn(int64_t pos, double theta, int64_t dim, double factor, dou
 void softmax(float* x, int64_t n);
 // y[i] = std::exp(x[i]), the scalar reference of KernelTable::exp_f32.
 void exp_f32_ref(const float* x, float* y, int64_t n);
+// y[i] = the f32 value of IEEE half x[i] (exact), the scalar reference of
+// KernelTable::f16_to_f32 (the f16 key cache's reads).
+void f16_to_f32_ref(const uint16_t* x, float* y, int64_t n);
 // g[i] = silu(g[i]) * u[i], the scalar reference of KernelTable::silu_mul.
 void silu_mul_ref(float* g, const float* u, int64_t n);
 // Whether an exp kernel gives std::exp's bits on inputs where libm builds

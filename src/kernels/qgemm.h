@@ -170,6 +170,8 @@ struct KernelTable {
   void (*exp_f32)(const float* x, float* y, int64_t n) = exp_f32_ref;
   void (*softmax)(float* x, int64_t n) = strata::softmax;  // ops.h's, not this member
   void (*silu_mul)(float* g, const float* u, int64_t n) = silu_mul_ref;
+  // y[i] = the f32 value of half x[i]: exact, so every path's floats agree.
+  void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n) = f16_to_f32_ref;
 };
 
 // The table of a path; the path must be supported (kernel_path_supported).

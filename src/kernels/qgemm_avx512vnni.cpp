@@ -15,6 +15,7 @@ namespace {
 #include "kernels/qgemm_avx512_impl.h"
 #include "kernels/qdeq_avx512_impl.h"
 #include "kernels/vexp_avx512_impl.h"
+#include "kernels/half_avx512_impl.h"
 #undef STRATA_VNNI
 }  // namespace
 
@@ -31,6 +32,7 @@ const KernelTable& kernel_table_avx512vnni() {
     k.deq_gemm = k_deq_gemm;
     k.gemm_f32_rows = k_gemm_f32_rows;
     k.wsum_f32 = k_wsum_f32;
+    k.f16_to_f32 = k_f16_to_f32;
     if (exp_kernel_matches_libm(k_exp_f32)) {  // else std::exp is not the expf exp16 computes
       k.exp_f32 = k_exp_f32;
       k.softmax = k_softmax;

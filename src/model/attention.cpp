@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "core/clock.h"
+#include "core/numeric.h"
 #include "kernels/ops.h"
 #include "model/forward.h"
 #include "model/workspace.h"
@@ -59,10 +60,22 @@ void ModelRunner::attention(int64_t L, std::span<const Row> rows, const ForwardO
       const int64_t p = rows[r].pos;
       const float* cs = rc + r * rd / 2;
       const float* sn = rsn + r * rd / 2;
-      rmsnorm(kv + r * (kvl + rd), aw.kv_a_norm.data(), kvl, kLatentNormEps, cache.latent.data() + p * kvl);
-      float* kr = cache.rope_key.data() + p * rd;
-      std::memcpy(kr, kv + r * (kvl + rd) + kvl, rd * sizeof(float));
-      rope_interleaved(kr, cs, sn, rd);
+      if (rows[r].seq->kv_type() == KvType::F16) {
+        // The same floats, computed in the row's own kv scratch, then stored
+        // as halves.
+        float* lat = kv + r * (kvl + rd);
+        rmsnorm(lat, aw.kv_a_norm.data(), kvl, kLatentNormEps, lat);
+        rope_interleaved(lat + kvl, cs, sn, rd);
+        uint16_t* dl = cache.latent16.data() + p * kvl;
+        uint16_t* dr = cache.rope_key16.data() + p * rd;
+        for (int64_t i = 0; i < kvl; ++i) dl[i] = f32_to_f16_sat(lat[i]);
+        for (int64_t i = 0; i < rd; ++i) dr[i] = f32_to_f16_sat(lat[kvl + i]);
+      } else {
+        rmsnorm(kv + r * (kvl + rd), aw.kv_a_norm.data(), kvl, kLatentNormEps, cache.latent.data() + p * kvl);
+        float* kr = cache.rope_key.data() + p * rd;
+        std::memcpy(kr, kv + r * (kvl + rd) + kvl, rd * sizeof(float));
+        rope_interleaved(kr, cs, sn, rd);
+      }
       for (int64_t h = 0; h < H; ++h) rope_interleaved(q + (r * H + h) * qk + nope, cs, sn, rd);
     }
   });

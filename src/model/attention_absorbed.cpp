@@ -62,15 +62,79 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     const int64_t most = std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap);
     return static_cast<size_t>(std::max(H * most, cap));
   };
+  // f16 sessions with at least kWholeRows rows here (a prefill chunk): every
+  // key up to the last row's position converted to f32 once for the call,
+  // instead of each row converting the keys it attends (2048 per row with
+  // DSA at long context); the rows then pick from it as from an f32 cache.
+  // Fewer rows (decode, verification, small batches) convert per row below:
+  // no buffer that grows with the context.
+  constexpr int64_t kWholeRows = 16;
+  ws_.f16_seqs.clear();
+  {
+    std::vector<int64_t>& counts = ws_.f16_rows;
+    std::vector<int64_t>& keys = ws_.f16_keys;
+    counts.clear();
+    keys.clear();
+    for (int64_t r = 0; r < n; ++r) {
+      const Session* sq = rows[r].seq;
+      if (sq->kv_type() != KvType::F16) continue;
+      const auto it = std::find(ws_.f16_seqs.begin(), ws_.f16_seqs.end(), sq);
+      const size_t i = static_cast<size_t>(it - ws_.f16_seqs.begin());
+      if (it == ws_.f16_seqs.end()) {
+        ws_.f16_seqs.push_back(sq);
+        counts.push_back(0);
+        keys.push_back(0);
+      }
+      ++counts[i];
+      keys[i] = std::max<int64_t>(keys[i], rows[r].pos + 1);
+    }
+    size_t kept = 0;
+    for (size_t i = 0; i < ws_.f16_seqs.size(); ++i) {
+      if (counts[i] < kWholeRows) continue;
+      const Session* sq = ws_.f16_seqs[i];
+      if (ws_.f16_lat.size() <= kept) {
+        ws_.f16_lat.resize(kept + 1);
+        ws_.f16_rope.resize(kept + 1);
+      }
+      float* l32 = grow(ws_.f16_lat[kept], static_cast<size_t>(keys[i] * kvl));
+      float* r32 = grow(ws_.f16_rope[kept], static_cast<size_t>(keys[i] * rd));
+      const LayerCache& cache = sq->layer(L);
+      parts(keys[i] * (kvl + rd) / 8, keys[i], [&](int, int64_t b, int64_t e) {  // a conversion ~ 1/8 multiply-add
+        kt.f16_to_f32(cache.latent16.data() + b * kvl, l32 + b * kvl, (e - b) * kvl);
+        kt.f16_to_f32(cache.rope_key16.data() + b * rd, r32 + b * rd, (e - b) * rd);
+      }, 16);
+      ws_.f16_seqs[kept++] = sq;
+    }
+    ws_.f16_seqs.resize(kept);
+  }
+  // Where a session's keys were converted for the whole call: its index, or -1.
+  const auto whole_of = [&](const Session* sq) -> int64_t {
+    const auto it = std::find(ws_.f16_seqs.begin(), ws_.f16_seqs.end(), sq);
+    return it == ws_.f16_seqs.end() ? -1 : it - ws_.f16_seqs.begin();
+  };
   // Every part's scratch is sized here, on the caller, for anything a piece
   // of this call may ask of it: the pieces are balanced at run time, so which
   // thread -- and so which part's buffers -- runs a piece changes from call
   // to call, and a buffer grown only inside the pieces could first grow many
   // steps later (an allocation in a warmed-up decode step: seen under load in
   // Allocation.DecodeStepWithSpeculationAllocatesNothing).
-  size_t room = 0;
-  for (int64_t r = 0; r < n; ++r) room = std::max(room, score_room(rows[r], keys_of(ws_, rows, r).size()));
+  // f16 key cache: a row's attended keys as f32, the most keys it can ever
+  // attend (score_room's rule without the heads).
+  const auto key_room = [&](const Row& row, int64_t keys) {
+    const int64_t cap = row.seq->capacity();
+    return static_cast<size_t>(std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap));
+  };
+  size_t room = 0, keys16 = 0;
+  for (int64_t r = 0; r < n; ++r) {
+    const int64_t K = keys_of(ws_, rows, r).size();
+    room = std::max(room, score_room(rows[r], K));
+    if (rows[r].seq->kv_type() == KvType::F16 && whole_of(rows[r].seq) < 0) keys16 = std::max(keys16, key_room(rows[r], K));
+  }
   for (Workspace::Part& ps : ws_.parts) {
+    if (keys16 > 0) {
+      grow(ps.lat32, keys16 * static_cast<size_t>(kvl));
+      grow(ps.rope32, keys16 * static_cast<size_t>(rd));
+    }
     grow(ps.scores, room);
     grow(ps.scores2, room);
     grow(ps.qrope, static_cast<size_t>(H * rd));
@@ -117,9 +181,35 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     // same floats either way, in any split.
     const bool by_row = nb >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
     // Row r's picked latent and rope rows, and its rope queries packed [H, rd].
-    const auto key_rows = [&](int64_t r, const KeySet& ks, FRows& lat, FRows& rope) {
+    // An f16 cache: the picked rows converted to f32 into part ps's scratch
+    // (exact: the f32 values of the stored halves), over the pool when
+    // `spread` (a decode row) -- then read as an f32 cache's would be.
+    const auto key_rows = [&](int64_t r, const KeySet& ks, Workspace::Part& ps, bool spread, FRows& lat, FRows& rope) {
       const LayerCache& cache = rows[r].seq->layer(L);
       const int32_t* idx = ks.sel ? ks.sel->data() : nullptr;
+      if (rows[r].seq->kv_type() == KvType::F16) {
+        if (const int64_t w = whole_of(rows[r].seq); w >= 0) {
+          lat = FRows{ws_.f16_lat[static_cast<size_t>(w)].data(), idx, kvl};
+          rope = FRows{ws_.f16_rope[static_cast<size_t>(w)].data(), idx, rd};
+          return;
+        }
+        float* l32 = ps.lat32.data();
+        float* r32 = ps.rope32.data();
+        const auto convert = [&](int, int64_t j0, int64_t j1) {
+          for (int64_t j = j0; j < j1; ++j) {
+            const int64_t t = idx ? idx[j] : j;
+            kt.f16_to_f32(cache.latent16.data() + t * kvl, l32 + j * kvl, kvl);
+            kt.f16_to_f32(cache.rope_key16.data() + t * rd, r32 + j * rd, rd);
+          }
+        };
+        if (spread)
+          parts(ks.size() * (kvl + rd) / 8, ks.size(), convert, 16);  // a conversion ~ 1/8 of a multiply-add
+        else
+          convert(0, 0, ks.size());
+        lat = FRows{l32, nullptr, kvl};
+        rope = FRows{r32, nullptr, rd};
+        return;
+      }
       lat = FRows{cache.latent.data(), idx, kvl};
       rope = FRows{cache.rope_key.data(), idx, rd};
     };
@@ -141,10 +231,10 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       FRows lat, rope;
       float *s, *s2, *qp;
     };
-    const auto row_work = [&](int64_t r, Workspace::Part& ps) {
+    const auto row_work = [&](int64_t r, Workspace::Part& ps, bool spread) {
       RowWork w{keys_of(ws_, rows, r), 0, {}, {}, nullptr, nullptr, nullptr};
       w.K = w.ks.size();
-      key_rows(r, w.ks, w.lat, w.rope);
+      key_rows(r, w.ks, ps, spread, w.lat, w.rope);
       w.s = grow(ps.scores, score_room(rows[r], w.K));
       w.s2 = grow(ps.scores2, score_room(rows[r], w.K));
       w.qp = grow(ps.qrope, static_cast<size_t>(H * rd));
@@ -155,7 +245,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       pool_.parallel_parts_balanced(nb, 1, [&](int part, int64_t b, int64_t e) {  // later rows: more keys
         Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
         for (int64_t r = r0 + b; r < r0 + e; ++r) {
-          const RowWork w = row_work(r, ps);
+          const RowWork w = row_work(r, ps, false);
           scores(w.lat, w.rope, w.qp, r, w.K, 0, w.K, w.s, w.s2);
           for (int64_t h = 0; h < H; ++h) kt.softmax(w.s + h * w.K, w.K);
           kt.wsum_f32(w.s, w.K, H, w.lat, w.K, 0, kvl, olat + (r - r0) * H * kvl, kvl);
@@ -166,7 +256,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       // keys, heads or columns of them).
       Workspace::Part& p0 = ws_.parts[0];
       for (int64_t r = r0; r < r0 + nb; ++r) {
-        const RowWork w = row_work(r, p0);
+        const RowWork w = row_work(r, p0, true);
         const int64_t K = w.K;
         parts(
             K * H * (kvl + rd), K,

@@ -32,8 +32,22 @@ void ModelRunner::attend_naive(int64_t L, std::span<const Row> rows) {
       if (r.seq == sq) keys = std::max<int64_t>(keys, r.pos + 1);
     const LayerCache& cache = sq->layer(L);
     float* ex = grow(ws_.expanded, static_cast<size_t>(keys * H * hs));
-    mm(aw.kv_b, cache.latent.data(), keys, ex);
-    const KeyRows rope{cache.rope_key.data(), rd, rd};
+    const float* latent = cache.latent.data();
+    const float* rope_key = cache.rope_key.data();
+    if (sq->kv_type() == KvType::F16) {  // the f32 values of the stored halves
+      const int64_t kvl = c.kv_lora_rank;
+      float* l32 = grow(ws_.lat32, static_cast<size_t>(keys * kvl));
+      float* r32 = grow(ws_.rope32, static_cast<size_t>(keys * rd));
+      const KernelTable& kt = compute_.kernels();
+      pool_.parallel_parts(keys, [&](int, int64_t b, int64_t e) {
+        kt.f16_to_f32(cache.latent16.data() + b * kvl, l32 + b * kvl, (e - b) * kvl);
+        kt.f16_to_f32(cache.rope_key16.data() + b * rd, r32 + b * rd, (e - b) * rd);
+      });
+      latent = l32;
+      rope_key = r32;
+    }
+    mm(aw.kv_b, latent, keys, ex);
+    const KeyRows rope{rope_key, rd, rd};
     pool_.parallel_parts(n * H, [&](int part, int64_t b, int64_t e) {
       Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
       for (int64_t rh = b; rh < e; ++rh) {

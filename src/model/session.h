@@ -3,6 +3,13 @@
 // normalised KV latent, the roped key and the indexer key; GQA: the normed,
 // roped keys and the values of every kv head. Sized to the context once, at
 // creation (ModelConfig::cache_widths).
+//
+// KvType::F16 (`--kv-type f16`, MLA families): the latent and the roped key
+// are stored as IEEE halves (f32_to_f16_sat: round to nearest even, saturating),
+// half the bytes per context token; attention reads them back as the f32
+// values of those halves. The indexer key stays f32 (the DSA selection reads
+// it every token over the whole context). The default F32 stores the floats
+// the forward computed, bit for bit.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -12,19 +19,30 @@
 
 namespace strata {
 
+enum class KvType : uint8_t { F32, F16 };
+const char* kv_type_name(KvType t);
+
+// A vector of IEEE halves starting on a 64-byte boundary.
+using AlignedHalves = std::vector<uint16_t, AlignedAllocator<uint16_t>>;
+
 // Each on a cache line (core/aligned.h): rows a multiple of 16 floats wide
 // are then read by whole-line vector loads.
 struct LayerCache {
-  AlignedFloats latent;     // [capacity, kv_lora_rank]
-  AlignedFloats rope_key;   // [capacity, qk_rope_head_dim]
+  AlignedFloats latent;     // [capacity, kv_lora_rank] (KvType::F32; empty with F16)
+  AlignedFloats rope_key;   // [capacity, qk_rope_head_dim] (KvType::F32; empty with F16)
+  AlignedHalves latent16;   // KvType::F16: the latent as halves, [capacity, kv_lora_rank]
+  AlignedHalves rope_key16; // KvType::F16: the roped key as halves, [capacity, qk_rope_head_dim]
   AlignedFloats index_key;  // [capacity, index_head_dim], full-indexer layers only
   AlignedFloats k, v;       // GQA: [capacity, num_key_value_heads * head_dim] each
 };
 
 class Session {
  public:
-  Session(const ModelConfig& c, int64_t capacity, bool with_mtp = true);
+  // kv: how the MLA latent and roped key are stored (F16: MLA families only;
+  // GQA families refuse it).
+  Session(const ModelConfig& c, int64_t capacity, bool with_mtp = true, KvType kv = KvType::F32);
 
+  KvType kv_type() const { return kv_; }
   int64_t capacity() const { return capacity_; }
   LayerCache& layer(int64_t l) { return layers_[static_cast<size_t>(l)]; }
   const LayerCache& layer(int64_t l) const { return layers_[static_cast<size_t>(l)]; }
@@ -48,11 +66,14 @@ class Session {
   }
   size_t bytes() const;
   // What a session of `capacity` positions holds, bytes (= bytes() of one).
-  static size_t bytes_for(const ModelConfig& c, int64_t capacity, bool with_mtp);
+  static size_t bytes_for(const ModelConfig& c, int64_t capacity, bool with_mtp, KvType kv = KvType::F32);
+  // The key-cache bytes of one position in weight layer l (no MTP hidden state).
+  static size_t layer_bytes_per_position(const ModelConfig& c, int64_t l, KvType kv);
 
  private:
   int64_t capacity_;
   int64_t num_decoder_layers_;
+  KvType kv_;
   std::vector<LayerCache> layers_;
 };
 

@@ -41,8 +41,8 @@ int32_t argmax_row(const float* x, int64_t n) {
 }  // namespace
 
 Sequence::Sequence(const ModelConfig& c, int64_t ctx, const Tokenizer* tok, std::span<const int32_t> stop_ids,
-                   Speculator* spec)
-    : Sequence(std::make_unique<Session>(c, ctx, spec && spec->uses_mtp()), {}, c, tok, stop_ids, spec) {}
+                   Speculator* spec, KvType kv)
+    : Sequence(std::make_unique<Session>(c, ctx, spec && spec->uses_mtp(), kv), {}, c, tok, stop_ids, spec) {}
 
 Sequence::Sequence(std::unique_ptr<Session> session, std::vector<int32_t> held, const ModelConfig& c,
                    const Tokenizer* tok, std::span<const int32_t> stop_ids, Speculator* spec)

@@ -92,8 +92,9 @@ class Sequence {
   // strings); `stop_ids` end an answer. `spec` (the engine's, may be null):
   // speculative decoding; the session then holds MTP state if it drafts
   // with the MTP layer.
+  // kv: how its session stores keys (ForwardOptions::kv).
   Sequence(const ModelConfig& c, int64_t ctx, const Tokenizer* tok, std::span<const int32_t> stop_ids,
-           Speculator* spec = nullptr);
+           Speculator* spec = nullptr, KvType kv = KvType::F32);
   // Adopts a session that holds `held` (a kept or reloaded conversation);
   // its MTP state, if any, is trusted up to the position before the last
   // (and only as far as the session holds hidden states).

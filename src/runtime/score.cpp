@@ -12,7 +12,7 @@ ScoreOutput score(Engine& e, std::span<const int32_t> ids, int64_t chunk, bool m
   const int64_t T = static_cast<int64_t>(ids.size()), V = c.vocab_size, D = c.hidden_size;
   if (T < 1) fail("score: no token ids");
   if (mtp && c.num_nextn_predict_layers < 1) fail("--mtp: the model has no MTP layer");
-  Session s(c, T, mtp);
+  Session s(c, T, mtp, e.options().forward.kv);
   ScoreOutput out;
   out.logits.resize(static_cast<size_t>(T * V));
   out.hidden.resize(static_cast<size_t>(T * D));

@@ -528,7 +528,7 @@ struct Server::Impl final : HttpHandler {
 
   Json stats_now() const {
     const StatsContext c{o.model_id, static_cast<double>(now_ns() - start_ns) / 1e9, &o.sched, &m.engine->config(),
-                         m.kv != nullptr, m.engine->speculator().uses_mtp()};
+                         m.kv != nullptr, m.engine->speculator().uses_mtp(), m.engine->options().forward.kv};
     SchedulerStats st = sched.stats();
     st.rejected += busy_early.load();  // 429s answered before parsing count as the scheduler's
     st.engine.peak_rss_bytes = peak_rss_bytes();  // now (the snapshot is the last step's)

@@ -81,6 +81,7 @@ uint64_t kv_fingerprint(const Model& m, const ForwardOptions& f, IntActivations 
   id += "\nform=" + std::to_string(static_cast<int>(f.form));
   id += " dense_attention=" + std::to_string(f.dense_attention ? 1 : 0);
   id += " int_activations=" + std::to_string(static_cast<int>(acts));
+  if (f.kv != KvType::F32) id += std::string(" kv=") + kv_type_name(f.kv);  // f32 files keep their identity
   return XXH3_64bits(id.data(), id.size());
 }
 
@@ -92,17 +93,18 @@ uint64_t key_scope(std::string_view api_key) {
   return h == 0 ? 1 : h;
 }
 
-KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, int max_files, bool verbose)
+KvStore::KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, int max_files, bool verbose, KvType kv)
     : dir_(std::move(dir)),
       fingerprint_(fingerprint),
       max_files_(std::max(1, max_files)),
-      verbose_(verbose) {
-  size_t floats = 0;
+      verbose_(verbose),
+      kv_(kv) {
+  size_t bytes = 0;
   for (int64_t l = 0; l < c.num_hidden_layers; ++l) {
     layer_widths_.push_back(c.cache_widths(l));
-    floats += static_cast<size_t>(c.cache_floats(l));
+    bytes += Session::layer_bytes_per_position(c, l, kv);
   }
-  record_bytes_ = kRecHead + floats * sizeof(float);
+  record_bytes_ = kRecHead + bytes;
   std::error_code ec;
   fs::create_directories(dir_, ec);
   if (!fs::is_directory(dir_)) fail("--kv-dir {}: not a directory and cannot be created", dir_);
@@ -206,16 +208,37 @@ KvStore::Match KvStore::find(std::span<const int32_t> prompt, size_t limit, uint
   return best;
 }
 
+namespace {
+// Part i of a layer's cache (latent, roped key, indexer key, k, v): its first
+// byte and its element size (2: the halves of an f16 session's latent and
+// roped key).
+template <class LC>
+auto part_of(LC& lc, size_t i, bool f16) {
+  using B = std::conditional_t<std::is_const_v<LC>, const uint8_t*, uint8_t*>;
+  if (f16 && i < 2) return std::pair<B, size_t>{reinterpret_cast<B>(i == 0 ? lc.latent16.data() : lc.rope_key16.data()), 2};
+  auto* v = i == 0 ? &lc.latent : i == 1 ? &lc.rope_key : i == 2 ? &lc.index_key : i == 3 ? &lc.k : &lc.v;
+  return std::pair<B, size_t>{reinterpret_cast<B>(v->data()), 4};
+}
+}  // namespace
+
+void KvStore::check_type(const Session& s) const {
+  if (s.kv_type() != kv_)
+    fail("kv: a {} session cannot be saved to or loaded from a store of {} keys", kv_type_name(s.kv_type()),
+         kv_type_name(kv_));
+}
+
 void KvStore::pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) const {
   std::memset(rec, 0, kRecHead);
   std::memcpy(rec, &token, 4);
-  auto* out = reinterpret_cast<float*>(rec + kRecHead);
+  uint8_t* out = rec + kRecHead;
+  const bool f16 = kv_ == KvType::F16;
   for (size_t l = 0; l < layer_widths_.size(); ++l) {
     const LayerCache& lc = s.layer(static_cast<int64_t>(l));
-    const std::array<const AlignedFloats*, 5> parts{&lc.latent, &lc.rope_key, &lc.index_key, &lc.k, &lc.v};
-    for (size_t i = 0; i < parts.size(); ++i) {
+    for (size_t i = 0; i < 5; ++i) {
       const int64_t w = layer_widths_[l][i];
-      if (w > 0) out = std::copy_n(parts[i]->data() + pos * w, w, out);
+      if (w <= 0) continue;
+      const auto [p, es] = part_of(lc, i, f16);
+      out = std::copy_n(p + static_cast<size_t>(pos * w) * es, static_cast<size_t>(w) * es, out);
     }
   }
   const uint64_t h = XXH3_64bits_withSeed(rec + kRecHead, record_bytes_ - kRecHead, static_cast<uint32_t>(token));
@@ -223,6 +246,7 @@ void KvStore::pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) c
 }
 
 size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tokens) {
+  check_type(s);
   Conv* c = by_id(id);
   tokens.clear();
   // Only the main layers' keys are saved: the MTP layer's state and the
@@ -254,16 +278,16 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
       if (h != XXH3_64bits_withSeed(rec + kRecHead, record_bytes_ - kRecHead, static_cast<uint32_t>(t)) ||
           t != c->tokens[done + ok])
         break;
-      const auto* in = reinterpret_cast<const float*>(rec + kRecHead);
+      const uint8_t* in = rec + kRecHead;
       const int64_t pos = static_cast<int64_t>(done + ok);
       for (size_t l = 0; l < layer_widths_.size(); ++l) {
         LayerCache& lc = s.layer(static_cast<int64_t>(l));
-        const std::array<AlignedFloats*, 5> parts{&lc.latent, &lc.rope_key, &lc.index_key, &lc.k, &lc.v};
-        for (size_t i = 0; i < parts.size(); ++i) {
+        for (size_t i = 0; i < 5; ++i) {
           const int64_t w = layer_widths_[l][i];
           if (w <= 0) continue;
-          std::copy_n(in, w, parts[i]->data() + pos * w);
-          in += w;
+          const auto [p, es] = part_of(lc, i, kv_ == KvType::F16);
+          std::copy_n(in, static_cast<size_t>(w) * es, p + static_cast<size_t>(pos * w) * es);
+          in += static_cast<size_t>(w) * es;
         }
       }
       tokens.push_back(t);
@@ -360,6 +384,7 @@ void KvStore::append(Conv& c, const Session& s, std::span<const int32_t> tokens)
 }
 
 int64_t KvStore::save(int64_t origin, const Session& s, std::span<const int32_t> tokens, uint64_t scope) {
+  check_type(s);
   tokens = tokens.first(std::min(tokens.size(), static_cast<size_t>(std::max<int64_t>(0, s.n_past))));
   if (tokens.empty()) return origin;
   Conv* c = by_id(origin);

@@ -11,7 +11,8 @@
 //   records from byte 64, one per position, record_bytes each:
 //     token i32, zero u32, XXH3-64 of the data seeded with the token u64, then per decoder layer
 //     the normalised KV latent, the roped key and (full-indexer layers) the
-//     indexer key of that position, as f32 — exactly the Session's floats.
+//     indexer key of that position, as f32 — exactly the Session's floats
+//     (an f16 session's latent and roped key: its halves).
 // Saving appends records, fsyncs, then writes the count and fsyncs again:
 // a crash mid-append leaves bytes past `count` that loading ignores, so what
 // was saved before is never lost. A record whose checksum fails ends the
@@ -52,7 +53,11 @@ class KvStore {
   // token lists only. Files of another model or version are skipped with a
   // note on stderr (never deleted); at most `max_files` are kept (the least
   // recently saved beyond that are removed).
-  KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, int max_files = 64, bool verbose = true);
+  // kv: the sessions' key storage (ForwardOptions::kv): an f16 store's
+  // records hold the latent and roped key as halves (the fingerprint tells
+  // the two kinds of file apart). Sessions of the other kind are refused.
+  KvStore(std::string dir, const ModelConfig& c, uint64_t fingerprint, int max_files = 64, bool verbose = true,
+          KvType kv = KvType::F32);
   ~KvStore();
   KvStore(const KvStore&) = delete;
   KvStore& operator=(const KvStore&) = delete;
@@ -101,6 +106,7 @@ class KvStore {
   Conv* by_id(int64_t id);
   void forget(int64_t id);
   void pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) const;
+  void check_type(const Session& s) const;
   void write_new(Conv& c, const Session& s, std::span<const int32_t> tokens);
   void append(Conv& c, const Session& s, std::span<const int32_t> tokens);
   void evict();
@@ -114,6 +120,7 @@ class KvStore {
   uint64_t fingerprint_;
   int max_files_;
   bool verbose_;
+  KvType kv_;
   // Per decoder layer: floats per position of each LayerCache part
   // (ModelConfig::cache_widths: latent, rope, index, k, v), stored in that order.
   std::vector<std::array<int64_t, 5>> layer_widths_;

@@ -7,8 +7,8 @@
 
 namespace strata::server {
 
-uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o, bool mtp) {
-  const uint64_t per_session = Session::bytes_for(c, o.ctx, mtp);
+uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o, bool mtp, KvType kv) {
+  const uint64_t per_session = Session::bytes_for(c, o.ctx, mtp, kv);
   return per_session * static_cast<uint64_t>(o.parallel + o.keep_sessions);
 }
 
@@ -42,7 +42,8 @@ Json stats_json(const SchedulerStats& s, const StatsContext& ctx) {
   mem["session_bytes"] = s.session_bytes;
   mem["peak_rss_bytes"] = s.engine.peak_rss_bytes;
   // What the process may hold: model, expert cache, and the sessions.
-  mem["session_budget_bytes"] = session_budget_bytes(*ctx.model, *ctx.sched, ctx.mtp_state);
+  mem["session_budget_bytes"] = session_budget_bytes(*ctx.model, *ctx.sched, ctx.mtp_state, ctx.kv);
+  mem["kv_type"] = kv_type_name(ctx.kv);
   j["memory"] = mem;
   j["kv_store"] = {{"enabled", ctx.kv_store},
                    {"conversations", s.kv_conversations},

@@ -20,12 +20,13 @@ struct StatsContext {
   const ModelConfig* model = nullptr;
   bool kv_store = false;  // conversations are saved to disk (--kv-dir)
   bool mtp_state = false;  // sessions keep the MTP layer's state (--spec mtp / auto)
+  KvType kv = KvType::F32;  // the sessions' key storage (--kv-type)
 };
 
 // KV state bytes the scheduler may hold at most: every session it may keep
 // (active and idle), each sized to the context (with the MTP layer's state
 // and hidden states when `mtp`).
-uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o, bool mtp);
+uint64_t session_budget_bytes(const ModelConfig& c, const SchedulerOptions& o, bool mtp, KvType kv = KvType::F32);
 
 Json stats_json(const SchedulerStats& s, const StatsContext& ctx);
 

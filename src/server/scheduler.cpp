@@ -228,7 +228,7 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
   }
   if (from_disk) {
     try {
-      if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, mtp);
+      if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, mtp, m_.engine->options().forward.kv);
       best_common = m_.kv->load(saved.id, saved.common, *session, held);
       s.conv = saved.id;
       std::lock_guard l(mu_);
@@ -242,7 +242,7 @@ void Scheduler::admit(const std::shared_ptr<Job>& job) {
     }
   }
   try {
-    if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, mtp);
+    if (!session) session = std::make_unique<Session>(cfg, opts_.ctx, mtp, m_.engine->options().forward.kv);
     s.seq = std::make_unique<Sequence>(std::move(session), std::move(held), cfg, m_.tok, m_.stop_ids, spec);
   } catch (const std::bad_alloc&) {
     end(s, Finish::Error, "out of memory for a new session");

@@ -136,23 +136,27 @@ GenerationParams long_answer(double temperature) {
   return p;
 }
 
+// Both key cache types (--kv-type f16 converts the attended keys into
+// scratch sized on the first step for the most keys a row may attend).
 TEST(Allocation, DecodeStepAllocatesNothingResident) {
   const std::string dir = kSrc + "/tests/fixtures/glm5-tiny-bf16";
-  for (int threads : {1, 2}) {
-    EngineOptions o;
-    o.model = dir;
-    o.threads = threads;
-    o.verbose = false;
-    Engine e(o);
-    const std::vector<int32_t> stop = {253, 254, 255};
-    Sequence seq(e.config(), 256, nullptr, stop);
-    seq.begin(std::vector<int32_t>{1, 5, 9, 2, 7, 3, 8, 4, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, long_answer(0.8));
-    const uint64_t n = allocations_per_decode(e, seq, 40, 40);
-    std::printf("  resident, %d thread(s): %llu allocations in 40 decode steps\n", threads,
-                static_cast<unsigned long long>(n));
-    EXPECT_EQ(n, 0u) << threads << " thread(s)";
-    if (n) print_first_allocation();
-  }
+  for (const KvType kv : {KvType::F32, KvType::F16})
+    for (int threads : {1, 2}) {
+      EngineOptions o;
+      o.model = dir;
+      o.threads = threads;
+      o.verbose = false;
+      o.forward.kv = kv;
+      Engine e(o);
+      const std::vector<int32_t> stop = {253, 254, 255};
+      Sequence seq(e.config(), 256, nullptr, stop, nullptr, kv);
+      seq.begin(std::vector<int32_t>{1, 5, 9, 2, 7, 3, 8, 4, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, long_answer(0.8));
+      const uint64_t n = allocations_per_decode(e, seq, 40, 40);
+      std::printf("  resident, %s keys, %d thread(s): %llu allocations in 40 decode steps\n", kv_type_name(kv), threads,
+                  static_cast<unsigned long long>(n));
+      EXPECT_EQ(n, 0u) << kv_type_name(kv) << ", " << threads << " thread(s)";
+      if (n) print_first_allocation();
+    }
 }
 
 // What a speculative step's size depends on (how many drafts, which experts
