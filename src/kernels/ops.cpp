@@ -92,7 +92,23 @@ void exp_f32_ref(const float* x, float* y, int64_t n) {
 }
 
 void f16_to_f32_ref(const uint16_t* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] = f16_to_f32(x[i]);
+  // f16_to_f32's values by integer operations (no ldexp): a normal half's
+  // exponent rebiased, a subnormal one's integer times 2^-24 (exact),
+  // infinities and NaNs with their payload shifted into place.
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t h = x[i], sign = (h & 0x8000u) << 16, em = h & 0x7fffu;
+    uint32_t u;
+    if (em >= 0x7c00u) {
+      u = sign | 0x7f800000u | ((em & 0x3ffu) << 13);
+    } else if (em >= 0x400u) {
+      u = sign | ((em << 13) + (112u << 23));
+    } else {
+      const float f = static_cast<float>(em) * 0x1p-24f;
+      std::memcpy(&u, &f, 4);
+      u |= sign;
+    }
+    std::memcpy(y + i, &u, 4);
+  }
 }
 
 void silu_mul_ref(float* g, const float* u, int64_t n) {

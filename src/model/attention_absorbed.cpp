@@ -66,9 +66,10 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   // key up to the last row's position converted to f32 once for the call,
   // instead of each row converting the keys it attends (2048 per row with
   // DSA at long context); the rows then pick from it as from an f32 cache.
-  // Fewer rows (decode, verification, small batches) convert per row below:
-  // no buffer that grows with the context.
-  constexpr int64_t kWholeRows = 16;
+  // Fewer rows (decode, a verification step of up to 1 + kSpecMaxDraft
+  // rows, small batches) convert per row below. The buffers are kept only
+  // while a call uses them: a call without such a session frees them.
+  constexpr int64_t kWholeRows = 32;
   ws_.f16_seqs.clear();
   {
     std::vector<int64_t>& counts = ws_.f16_rows;
@@ -106,6 +107,8 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       ws_.f16_seqs[kept++] = sq;
     }
     ws_.f16_seqs.resize(kept);
+    ws_.f16_lat.resize(kept);  // frees the buffers of sessions no longer converted whole
+    ws_.f16_rope.resize(kept);
   }
   // Where a session's keys were converted for the whole call: its index, or -1.
   const auto whole_of = [&](const Session* sq) -> int64_t {
@@ -130,8 +133,11 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     room = std::max(room, score_room(rows[r], K));
     if (rows[r].seq->kv_type() == KvType::F16 && whole_of(rows[r].seq) < 0) keys16 = std::max(keys16, key_room(rows[r], K));
   }
+  // The per-row conversion's scratch: every part's where a block may take
+  // the by-row path (below), else part 0's only (a decode row's).
+  const bool any_by_row = block >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
   for (Workspace::Part& ps : ws_.parts) {
-    if (keys16 > 0) {
+    if (keys16 > 0 && (any_by_row || &ps == &ws_.parts[0])) {
       grow(ps.lat32, keys16 * static_cast<size_t>(kvl));
       grow(ps.rope32, keys16 * static_cast<size_t>(rd));
     }

@@ -63,13 +63,13 @@ struct Workspace {
   ScratchView attn_out;                   // [n, D]
   ScratchFloats qabs, olat;               // absorbed form: [block rows, H, kv_lora_rank] (kAbsorbedBlockRows)
   std::vector<float> expanded;            // naive form: [keys, H * (qk_nope_head_dim + v_head_dim)]
-  std::vector<float> lat32, rope32;       // naive form, f16 key cache: a session's keys as f32
+  AlignedFloats lat32, rope32;            // naive form, f16 key cache: a session's keys as f32
   // Absorbed form, f16 key cache, a session with many rows in the call
   // (prefill): its keys [0, last row's position] as f32, once per call,
   // [keys, kv_lora_rank] and [keys, qk_rope_head_dim] per session.
   std::vector<const Session*> f16_seqs;
   std::vector<int64_t> f16_rows, f16_keys;  // per f16_seqs entry: its rows in the call, its keys
-  std::vector<std::vector<float>> f16_lat, f16_rope;
+  std::vector<AlignedFloats> f16_lat, f16_rope;
   std::vector<Session*> sessions;         // naive form: the batch's distinct sessions
   // DSA indexer.
   std::vector<float> idx_q;  // [n, index_n_heads * index_head_dim]
@@ -139,7 +139,7 @@ struct Workspace {
     std::vector<int32_t> order;  // [keys]: key order for the indexer's top-k
     // f16 key cache (KvType::F16): a row's attended latents and roped keys
     // as f32, [keys, kv_lora_rank] and [keys, qk_rope_head_dim].
-    std::vector<float> lat32, rope32;
+    AlignedFloats lat32, rope32;
   };
   std::vector<Part> parts;
 };

@@ -57,7 +57,7 @@ RecordedTrace record_routing(Engine& e, std::span<const int32_t> ids, int64_t ch
   try {
     for (int64_t w0 = 0; w0 < T; w0 += W) {
       const int64_t n = std::min(W, T - w0);
-      Session s(c, n, false);
+      Session s(c, n, false, e.options().forward.kv);
       for (int64_t p0 = 0; p0 < n; p0 += step) {
         rows.clear();
         for (int64_t p = p0; p < std::min(n, p0 + step); ++p)

@@ -260,6 +260,31 @@ TEST(KvF16, StoredHalvesAreTheF32KeysRounded) {
   EXPECT_EQ(s32.bytes(), Session::bytes_for(c, T, false, KvType::F32));
 }
 
+// Rows of several f16 sessions in one forward -- one converted whole (40
+// rows), one row by row (5 rows), and an f32 session -- give each session the
+// logits it gets alone (==).
+TEST(KvF16, SessionsOfBothKindsInOneForward) {
+  const auto m = load_model(kFixtures + "glm52-tiny-bf16");
+  const ModelConfig& c = m->config;
+  const int64_t V = c.vocab_size;
+  const auto a = prompt(c, 40, 11), b = prompt(c, 5, 12), d = prompt(c, 6, 13);
+  const auto alone_a = run(*m, a, KvType::F16, 40), alone_b = run(*m, b, KvType::F16, 5),
+             alone_d = run(*m, d, KvType::F32, 6);
+  ResidentExpertStore store(m->weights.experts);
+  ThreadPool pool(2);
+  ModelRunner r(*m, store, pool);
+  Session sa(c, 40, false, KvType::F16), sb(c, 5, false, KvType::F16), sd(c, 6, false, KvType::F32);
+  std::vector<Row> rows;
+  for (int64_t p = 0; p < 40; ++p) rows.push_back({&sa, static_cast<int32_t>(p), a[p], true});
+  for (int64_t p = 0; p < 5; ++p) rows.push_back({&sb, static_cast<int32_t>(p), b[p], true});
+  for (int64_t p = 0; p < 6; ++p) rows.push_back({&sd, static_cast<int32_t>(p), d[p], true});
+  std::vector<float> logits(rows.size() * static_cast<size_t>(V));
+  r.forward(rows, {}, logits.data(), nullptr);
+  EXPECT_TRUE(std::equal(alone_a.begin(), alone_a.end(), logits.begin()));
+  EXPECT_TRUE(std::equal(alone_b.begin(), alone_b.end(), logits.begin() + 40 * V));
+  EXPECT_TRUE(std::equal(alone_d.begin(), alone_d.end(), logits.begin() + 45 * V));
+}
+
 TEST(KvF16, GroupedQueryAttentionRefusesIt) {
   const auto m = load_model(kFixtures + "qwen3moe-tiny-bf16");
   try {
