@@ -272,7 +272,7 @@ void attention_bench(int reps) {
         }
       };
       const auto new_scores = [&] { kt.gemm_f32_rows(v, K, kvl, q.data(), H, sn.data(), K); };
-      const auto new_sums = [&] { kt.wsum_f32(p.data(), K, H, v, K, 0, kvl, yn.data(), kvl); };
+      const auto new_sums = [&] { kt.wsum_f32(p.data(), K, H, v, K, 0, kvl, yn.data(), kvl, false); };
       std::vector<double> t[4];
       const std::function<void()> fns[4] = {old_scores, new_scores, old_sums, new_sums};
       for (int rep = 0; rep < reps + 1; ++rep)

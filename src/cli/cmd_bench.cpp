@@ -197,7 +197,8 @@ struct Phase {
 
 // Key-cache bytes per context token, read off a session's allocation
 // (model/session.h: f32 rows of every cache part, per decoder layer; with
-// --kv-type f16 the latent and roped key in halves).
+// --kv-type f16 the MLA latent and roped key, or the GQA keys and values, in
+// halves).
 struct KvPerToken {
   int64_t layers = 0, index_layers = 0;          // decoder layers; those holding indexer keys
   uint64_t latent = 0, rope_key = 0, index_key = 0, gqa = 0;  // bytes per token, all layers
@@ -216,7 +217,7 @@ KvPerToken kv_per_token(const Session& s, int64_t layers) {
     k.latent += lat;
     k.rope_key += rope;
     k.index_key += per(c.index_key);
-    k.gqa += per(c.k) + per(c.v);
+    k.gqa += per(c.k) + per(c.v) + per(c.k16) + per(c.v16);
     k.index_layers += c.index_key.empty() ? 0 : 1;
     k.layer_latent = std::max<uint64_t>(k.layer_latent, lat);
     k.layer_rope_key = std::max<uint64_t>(k.layer_rope_key, rope);

@@ -48,8 +48,8 @@ void EngineFlags::add(CLI::App* cmd) {
   cmd->add_flag("--dense-attention", dense_attention, "Keep every causal key (disable DSA top-k selection)")
       ->group(kGroupModel);
   cmd->add_option("--kv-type", kv_type,
-                  "Key cache: f32 (exact), or f16 (MLA families: the latent and roped key as halves, half their "
-                  "bytes per context token; logits within a stated bound, docs/kernels.md)")
+                  "Key cache: f32 (exact), or f16 (the MLA latent and roped key, or the GQA keys and values, as "
+                  "halves: half their bytes per context token; logits within a stated bound, docs/kernels.md)")
       ->check(CLI::IsMember({"f32", "f16"}))
       ->capture_default_str()
       ->group(kGroupModel);

@@ -118,12 +118,14 @@ struct FRows {
 // head (x rows) against every key of a set.
 void gemm_f32_rows_ref(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy);
 // wsum_f32: y[h * ldy + c] = the sum over j < K, in order, of
-// p[h * ldp + j] * v.row(j)[c], each step one fma starting from 0:
-//   acc = 0; for j: acc = fma(p[h * ldp + j], v.row(j)[c], acc)
+// p[h * ldp + j] * v.row(j)[c], each step one fma starting from 0 (acc:
+// from y's value, so a sum over keys taken in chunks, each call continuing
+// the chain, is the sum over all of them in one call):
+//   a = acc ? y : 0; for j: a = fma(p[h * ldp + j], v.row(j)[c], a)
 // for h < nh, c0 <= c < c1: the softmax-weighted sum of the keys' values for
 // every head, any column range (a thread's share) giving the same floats.
 void wsum_f32_ref(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
-                  int64_t ldy);
+                  int64_t ldy, bool acc);
 
 struct KernelTable {
   KernelPath path;
@@ -162,7 +164,7 @@ struct KernelTable {
   void (*gemm_f32_rows)(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
                         int64_t ldy) = gemm_f32_rows_ref;
   void (*wsum_f32)(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
-                   int64_t ldy) = wsum_f32_ref;
+                   int64_t ldy, bool acc) = wsum_f32_ref;
   // Elementwise exps (ops.h): y[i] = std::exp(x[i]) (the tests' view of
   // the exp itself); softmax(); g[i] = silu(g[i]) * u[i]. The AVX-512 paths
   // compute glibc's expf bit for bit (docs/kernels.md, "exp in SIMD"); the

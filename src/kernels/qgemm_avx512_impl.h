@@ -249,14 +249,17 @@ void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t 
 }
 
 // wsum_f32 (qgemm.h) over heads [h0, h0 + NH) and columns [c, c + 16 NV):
-// NH x NV accumulators, each one fma per key in key order. FULL: all 16 NV
-// columns; else m: the lanes of the last vector that are columns (the rest
-// read as 0, never stored).
-template <int NH, int NV, bool FULL>
+// NH x NV accumulators, each one fma per key in key order, from 0 or (ACC)
+// from y. FULL: all 16 NV columns; else m: the lanes of the last vector that
+// are columns (the rest read as 0, never stored).
+template <int NH, int NV, bool FULL, bool ACC>
 void wsum_tile(const float* p, int64_t ldp, FRows v, int64_t K, int64_t c, __mmask16 m, float* y, int64_t ldy) {
   __m512 acc[NH][NV];
   for (int h = 0; h < NH; ++h)
-    for (int k = 0; k < NV; ++k) acc[h][k] = _mm512_setzero_ps();
+    for (int k = 0; k < NV; ++k) {
+      float* yp = y + h * ldy + c + 16 * k;
+      acc[h][k] = !ACC ? _mm512_setzero_ps() : FULL || k + 1 < NV ? _mm512_loadu_ps(yp) : _mm512_maskz_loadu_ps(m, yp);
+    }
   for (int64_t j = 0; j < K; ++j) {
     const float* vr = v.row(j) + c;
     __m512 vv[NV];
@@ -279,11 +282,17 @@ void wsum_tile(const float* p, int64_t ldp, FRows v, int64_t K, int64_t c, __mma
 // Column tiles of 32 (the last of 16 or fewer), heads 8 at a time within a
 // column tile.
 void k_wsum_f32(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
-                int64_t ldy) {
+                int64_t ldy, bool acc) {
   const auto heads = [&](auto nv, auto full, int64_t c, __mmask16 m) {
-    int64_t h = 0;
-    for (; h + 8 <= nh; h += 8) wsum_tile<8, nv.n, full.n != 0>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
-    for (; h < nh; ++h) wsum_tile<1, nv.n, full.n != 0>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
+    const auto run = [&](auto a) {
+      int64_t h = 0;
+      for (; h + 8 <= nh; h += 8) wsum_tile<8, nv.n, full.n != 0, a.n != 0>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
+      for (; h < nh; ++h) wsum_tile<1, nv.n, full.n != 0, a.n != 0>(p + h * ldp, ldp, v, K, c, m, y + h * ldy, ldy);
+    };
+    if (acc)
+      run(Extent<1>{});
+    else
+      run(Extent<0>{});
   };
   int64_t c = c0;
   for (; c + 32 <= c1; c += 32) heads(Extent<2>{}, Extent<1>{}, c, 0xffff);

@@ -114,13 +114,14 @@ void gemm_f32_rows_ref(FRows w, int64_t nw, int64_t cols, const float* x, int64_
 }
 
 void wsum_f32_ref(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
-                  int64_t ldy) {
+                  int64_t ldy, bool acc) {
   // Key by key over a head's output row: each output's chain in key order,
   // and a loop over columns the compiler can vectorise (the path for AVX2
   // and NEON, which have no kernel of their own).
   for (int64_t h = 0; h < nh; ++h) {
     float* out = y + h * ldy;
-    for (int64_t c = c0; c < c1; ++c) out[c] = 0.0f;
+    if (!acc)
+      for (int64_t c = c0; c < c1; ++c) out[c] = 0.0f;
     for (int64_t j = 0; j < K; ++j) {
       const float pj = p[h * ldp + j];
       const float* vr = v.row(j);

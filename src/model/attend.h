@@ -56,4 +56,9 @@ inline void softmax_sum(const Compute& c, float* s, const KeySet& ks, KeyRows v,
   }
 }
 
+// Positions per chunk of an f16 session's GQA keys and values converted to
+// f32 (attention_gqa.cpp): 256 positions of a head_dim-128 kv head are 128
+// KiB, in L2.
+constexpr int64_t kGqaChunk = 256;
+
 }  // namespace strata

@@ -254,7 +254,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
           const RowWork w = row_work(r, ps, false);
           scores(w.lat, w.rope, w.qp, r, w.K, 0, w.K, w.s, w.s2);
           for (int64_t h = 0; h < H; ++h) kt.softmax(w.s + h * w.K, w.K);
-          kt.wsum_f32(w.s, w.K, H, w.lat, w.K, 0, kvl, olat + (r - r0) * H * kvl, kvl);
+          kt.wsum_f32(w.s, w.K, H, w.lat, w.K, 0, kvl, olat + (r - r0) * H * kvl, kvl, false);
         }
       });
     } else {
@@ -272,7 +272,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
         });
         // Latent columns in whole vectors of 16 per part.
         parts(K * H * kvl, (kvl + 15) / 16, [&](int, int64_t v0, int64_t v1) {
-          kt.wsum_f32(w.s, K, H, w.lat, K, v0 * 16, std::min(kvl, v1 * 16), olat + (r - r0) * H * kvl, kvl);
+          kt.wsum_f32(w.s, K, H, w.lat, K, v0 * 16, std::min(kvl, v1 * 16), olat + (r - r0) * H * kvl, kvl, false);
         });
       }
     }

@@ -6,14 +6,26 @@
 // kv_heads query heads share one).
 //
 // The cache holds per position the normed, roped keys and the values of
-// every kv head (LayerCache::k, v). A row's keys are written before any row
-// attends, so a batch may attend to positions it computes itself; each
-// (row, head) is one fixed-order score -> softmax -> sum, so a row's output
-// is the same whatever the batch or thread count.
+// every kv head (LayerCache::k, v; with KvType::F16 as halves, k16, v16). A
+// row's keys are written before any row attends, so a batch may attend to
+// positions it computes itself. A pool job is one (row, kv head), or a slice
+// of the query heads sharing that kv head when there are fewer such jobs
+// than twice the threads: the head's keys and values are read once for all
+// the job's query heads (KernelTable::gemm_f32_rows for the scores, each
+// exactly dot_f32's; wsum_f32 for the sums, each an fma chain in key order).
+// An f16 session's keys and values are converted exactly into f32 scratch
+// kGqaChunk positions at a time (the sums continuing their chains across
+// chunks), so the conversion needs no buffer that grows with the context (the
+// scores do: [heads of the job, keys] per pool part). Each (row, query head) is one
+// fixed-order score -> softmax -> sum, so a row's output is the same whatever
+// the batch, the thread count or the slicing.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
+#include "core/numeric.h"
 #include "kernels/ops.h"
+#include "kernels/qgemm.h"
 #include "model/attend.h"
 #include "model/forward.h"
 #include "model/workspace.h"
@@ -21,6 +33,7 @@
 namespace strata {
 
 void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
+  if (rows.empty()) return;
   const ModelConfig& c = m_.config;
   const AttentionWeights& aw = m_.weights.layers[static_cast<size_t>(L)].attn;
   const int64_t n = static_cast<int64_t>(rows.size()), D = c.hidden_size;
@@ -52,6 +65,7 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
 
   for (int64_t r = 0; r < n; ++r) {
     LayerCache& cache = rows[r].seq->layer(L);
+    const bool f16 = rows[r].seq->kv_type() == KvType::F16;
     const int64_t p = rows[r].pos;
     const float* cs = rc + r * half;
     const float* sn = rsn + r * half;
@@ -61,29 +75,73 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
       rope_half(qh, cs, sn, rd);
     }
     for (int64_t h = 0; h < KH; ++h) {
-      float* kh = cache.k.data() + p * kvw + h * hd;
+      // f32: normed and roped in the cache; f16: in the batch's k row, then
+      // stored rounded (the same floats rounded).
+      float* kr = k + r * kvw + h * hd;
+      float* kh = f16 ? kr : cache.k.data() + p * kvw + h * hd;
       if (c.qk_norm)
-        rmsnorm(k + r * kvw + h * hd, aw.k_norm.data(), hd, c.rms_norm_eps, kh);
-      else
-        std::memcpy(kh, k + r * kvw + h * hd, static_cast<size_t>(hd) * sizeof(float));
+        rmsnorm(kr, aw.k_norm.data(), hd, c.rms_norm_eps, kh);
+      else if (!f16)
+        std::memcpy(kh, kr, static_cast<size_t>(hd) * sizeof(float));
       rope_half(kh, cs, sn, rd);
     }
-    std::memcpy(cache.v.data() + p * kvw, v + r * kvw, static_cast<size_t>(kvw) * sizeof(float));
+    if (f16) {
+      uint16_t* dk = cache.k16.data() + p * kvw;
+      uint16_t* dv = cache.v16.data() + p * kvw;
+      for (int64_t i = 0; i < kvw; ++i) {
+        dk[i] = f32_to_f16_sat(k[r * kvw + i]);
+        dv[i] = f32_to_f16_sat(v[r * kvw + i]);
+      }
+    } else {
+      std::memcpy(cache.v.data() + p * kvw, v + r * kvw, static_cast<size_t>(kvw) * sizeof(float));
+    }
   }
 
+  // Jobs of (row, kv head, a slice of the heads sharing it): whole groups
+  // unless that leaves fewer than two jobs per thread (a decode row).
   float* o = grow(ws_.o, static_cast<size_t>(n * H * hd));
-  pool_.parallel_parts(n * H, [&](int part, int64_t b, int64_t e) {
+  const KernelTable& kt = compute_.kernels();
+  const int64_t want = (2 * static_cast<int64_t>(pool_.size()) + n * KH - 1) / (n * KH);
+  const int64_t per = (group + std::clamp<int64_t>(want, 1, group) - 1) / std::clamp<int64_t>(want, 1, group);
+  const int64_t slices = (group + per - 1) / per;
+  pool_.parallel_parts(n * KH * slices, [&](int part, int64_t b, int64_t e) {
     Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
-    for (int64_t rh = b; rh < e; ++rh) {
-      const int64_t r = rh / H, h = rh % H, kh = h / group;
+    for (int64_t job = b; job < e; ++job) {
+      const int64_t r = job / (KH * slices), kh = job / slices % KH, g0 = job % slices * per;
+      const int64_t gn = std::min(per, group - g0), h0 = kh * group + g0;
       const Session& sq = *rows[r].seq;
       const LayerCache& cache = sq.layer(L);
-      const KeySet ks{nullptr, rows[r].pos + 1};
-      float* s = grow_keys(ps.scores, static_cast<size_t>(ks.size()), static_cast<size_t>(sq.capacity()));
-      const float* qh = q + rh * hd;
-      const KeyRows keys{cache.k.data() + kh * hd, kvw, hd};
-      for (int64_t t = 0; t < ks.size(); ++t) s[t] = compute_.dot(qh, keys[t], hd) * scale;
-      softmax_sum(compute_, s, ks, KeyRows{cache.v.data() + kh * hd, kvw, hd}, o + rh * hd);
+      const int64_t T = rows[r].pos + 1;
+      const float* qg = q + (r * H + h0) * hd;  // the slice's heads are consecutive
+      float* og = o + (r * H + h0) * hd;
+      float* s = grow_keys(ps.scores, static_cast<size_t>(gn * T), static_cast<size_t>(per * sq.capacity()));
+      if (sq.kv_type() == KvType::F32) {
+        kt.gemm_f32_rows(FRows{cache.k.data() + kh * hd, nullptr, kvw}, T, hd, qg, gn, s, T);
+      } else {
+        // The halves of positions [t0, t0 + tn) of kv head kh, as f32.
+        float* c32 = grow(ps.lat32, static_cast<size_t>(kGqaChunk * hd));
+        const auto chunk = [&](const AlignedHalves& src, int64_t t0, int64_t tn) {
+          for (int64_t t = 0; t < tn; ++t) kt.f16_to_f32(src.data() + (t0 + t) * kvw + kh * hd, c32 + t * hd, hd);
+          return FRows{c32, nullptr, hd};
+        };
+        for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk) {
+          const int64_t tn = std::min(kGqaChunk, T - t0);
+          kt.gemm_f32_rows(chunk(cache.k16, t0, tn), tn, hd, qg, gn, s + t0, T);
+        }
+      }
+      for (int64_t i = 0; i < gn * T; ++i) s[i] *= scale;
+      for (int64_t g = 0; g < gn; ++g) kt.softmax(s + g * T, T);
+      if (sq.kv_type() == KvType::F32) {
+        kt.wsum_f32(s, T, gn, FRows{cache.v.data() + kh * hd, nullptr, kvw}, T, 0, hd, og, hd, false);
+      } else {
+        float* c32 = ps.lat32.data();
+        for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk) {
+          const int64_t tn = std::min(kGqaChunk, T - t0);
+          for (int64_t t = 0; t < tn; ++t)
+            kt.f16_to_f32(cache.v16.data() + (t0 + t) * kvw + kh * hd, c32 + t * hd, hd);
+          kt.wsum_f32(s + t0, T, gn, FRows{c32, nullptr, hd}, tn, 0, hd, og, hd, t0 > 0);
+        }
+      }
     }
   });
   float* out = grow(ws_.attn_out, static_cast<size_t>(n * D));

@@ -10,9 +10,6 @@ Session::Session(const ModelConfig& c, int64_t capacity, bool with_mtp, KvType k
     : capacity_(capacity), num_decoder_layers_(c.num_hidden_layers), kv_(kv) {
   if (capacity < 1 || capacity > c.max_position_embeddings)
     fail("context size {} is outside [1, max_position_embeddings={}]", capacity, c.max_position_embeddings);
-  if (kv == KvType::F16 && c.attention != AttentionKind::Mla)
-    fail("--kv-type f16: only MLA families (glm_moe_dsa, deepseek_v3, deepseek_v32) store f16 keys; this model's "
-         "grouped-query attention keeps its key cache in f32 (use --kv-type f32)");
   const int64_t n = c.num_hidden_layers + (with_mtp ? c.num_nextn_predict_layers : 0);
   layers_.resize(static_cast<size_t>(n));
   for (int64_t l = 0; l < n; ++l) {
@@ -21,13 +18,15 @@ Session::Session(const ModelConfig& c, int64_t capacity, bool with_mtp, KvType k
     if (kv == KvType::F16) {
       lc.latent16.assign(static_cast<size_t>(capacity * w[0]), 0);
       lc.rope_key16.assign(static_cast<size_t>(capacity * w[1]), 0);
+      lc.k16.assign(static_cast<size_t>(capacity * w[3]), 0);
+      lc.v16.assign(static_cast<size_t>(capacity * w[4]), 0);
     } else {
       lc.latent.assign(static_cast<size_t>(capacity * w[0]), 0.0f);
       lc.rope_key.assign(static_cast<size_t>(capacity * w[1]), 0.0f);
+      lc.k.assign(static_cast<size_t>(capacity * w[3]), 0.0f);
+      lc.v.assign(static_cast<size_t>(capacity * w[4]), 0.0f);
     }
     lc.index_key.assign(static_cast<size_t>(capacity * w[2]), 0.0f);
-    lc.k.assign(static_cast<size_t>(capacity * w[3]), 0.0f);
-    lc.v.assign(static_cast<size_t>(capacity * w[4]), 0.0f);
   }
   if (has_mtp()) hidden.assign(static_cast<size_t>(capacity * c.hidden_size), 0.0f);
 }
@@ -36,14 +35,14 @@ size_t Session::bytes() const {
   size_t b = 0;
   for (const auto& l : layers_)
     b += (l.latent.size() + l.rope_key.size() + l.index_key.size() + l.k.size() + l.v.size()) * sizeof(float) +
-         (l.latent16.size() + l.rope_key16.size()) * sizeof(uint16_t);
+         (l.latent16.size() + l.rope_key16.size() + l.k16.size() + l.v16.size()) * sizeof(uint16_t);
   return b + hidden.size() * sizeof(float);
 }
 
 size_t Session::layer_bytes_per_position(const ModelConfig& c, int64_t l, KvType kv) {
   const auto w = c.cache_widths(l);
-  const int64_t mla = w[0] + w[1];
-  return static_cast<size_t>(mla * (kv == KvType::F16 ? 2 : 4) + (w[2] + w[3] + w[4]) * 4);
+  const int64_t halvable = w[0] + w[1] + w[3] + w[4];  // all but the indexer key
+  return static_cast<size_t>(halvable * (kv == KvType::F16 ? 2 : 4) + w[2] * 4);
 }
 
 size_t Session::bytes_for(const ModelConfig& c, int64_t capacity, bool with_mtp, KvType kv) {

@@ -4,12 +4,12 @@
 // roped keys and the values of every kv head. Sized to the context once, at
 // creation (ModelConfig::cache_widths).
 //
-// KvType::F16 (`--kv-type f16`, MLA families): the latent and the roped key
-// are stored as IEEE halves (f32_to_f16_sat: round to nearest even, saturating),
-// half the bytes per context token; attention reads them back as the f32
-// values of those halves. The indexer key stays f32 (the DSA selection reads
-// it every token over the whole context). The default F32 stores the floats
-// the forward computed, bit for bit.
+// KvType::F16 (`--kv-type f16`): MLA stores the latent and the roped key as
+// IEEE halves, GQA the keys and the values (f32_to_f16_sat: round to nearest
+// even, saturating), half the bytes per context token; attention reads them
+// back as the f32 values of those halves. The indexer key stays f32 (the DSA
+// selection reads it every token over the whole context). The default F32
+// stores the floats the forward computed, bit for bit.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -33,13 +33,14 @@ struct LayerCache {
   AlignedHalves latent16;   // KvType::F16: the latent as halves, [capacity, kv_lora_rank]
   AlignedHalves rope_key16; // KvType::F16: the roped key as halves, [capacity, qk_rope_head_dim]
   AlignedFloats index_key;  // [capacity, index_head_dim], full-indexer layers only
-  AlignedFloats k, v;       // GQA: [capacity, num_key_value_heads * head_dim] each
+  AlignedFloats k, v;       // GQA: [capacity, num_key_value_heads * head_dim] each (KvType::F32)
+  AlignedHalves k16, v16;   // GQA, KvType::F16: the keys and values as halves, shaped as k, v
 };
 
 class Session {
  public:
-  // kv: how the MLA latent and roped key are stored (F16: MLA families only;
-  // GQA families refuse it).
+  // kv: how the MLA latent and roped key, or the GQA keys and values, are
+  // stored.
   Session(const ModelConfig& c, int64_t capacity, bool with_mtp = true, KvType kv = KvType::F32);
 
   KvType kv_type() const { return kv_; }

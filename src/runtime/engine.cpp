@@ -40,10 +40,6 @@ void Engine::open() {
     store_ = std::make_unique<ResidentExpertStore>(model_->weights.experts);
   }
   const ModelConfig& c = model_->config;
-  if (o.forward.kv == KvType::F16 && c.attention != AttentionKind::Mla)
-    fail("--kv-type f16: {} uses grouped-query attention, whose key cache stays f32 (f16 keys: the MLA families "
-         "glm_moe_dsa, deepseek_v3, deepseek_v32)",
-         o.model.empty() ? "the model" : o.model);
   std::vector<bool> moe(model_->weights.layers.size());
   for (size_t l = 0; l < moe.size(); ++l) moe[l] = c.is_moe(static_cast<int64_t>(l));
   heat_ = std::make_unique<CountingExpertStore>(*store_, moe, c.n_routed_experts);
@@ -57,8 +53,9 @@ void Engine::open() {
   startup_ = "strata: " + kernel_description(o.compute.path.value_or(best_kernel_path())) + "\n";
   if (model_->experts_on_disk) startup_ += "strata: " + store_->describe() + "\n";
   if (o.forward.kv == KvType::F16)
-    startup_ += "strata: key cache in f16 (--kv-type f16): latent and roped key as halves, half their bytes per "
-                "context token; logits within the bound docs/kernels.md states, not bit-identical to f32\n";
+    startup_ += fmt::format("strata: key cache in f16 (--kv-type f16): {} as halves, half their bytes per context "
+                            "token; logits within the bound docs/kernels.md states, not bit-identical to f32\n",
+                            c.attention == AttentionKind::Mla ? "latent and roped key" : "keys and values");
   if (o.spec.mode != SpecMode::Off)
     startup_ += fmt::format("strata: speculative decoding {}, up to {} drafts per step{}{}\n", spec_mode_name(o.spec.mode),
                             spec_->options().k,

@@ -211,11 +211,14 @@ KvStore::Match KvStore::find(std::span<const int32_t> prompt, size_t limit, uint
 namespace {
 // Part i of a layer's cache (latent, roped key, indexer key, k, v): its first
 // byte and its element size (2: the halves of an f16 session's latent and
-// roped key).
+// roped key, or keys and values).
 template <class LC>
 auto part_of(LC& lc, size_t i, bool f16) {
   using B = std::conditional_t<std::is_const_v<LC>, const uint8_t*, uint8_t*>;
-  if (f16 && i < 2) return std::pair<B, size_t>{reinterpret_cast<B>(i == 0 ? lc.latent16.data() : lc.rope_key16.data()), 2};
+  if (f16 && i != 2) {
+    auto* h = i == 0 ? &lc.latent16 : i == 1 ? &lc.rope_key16 : i == 3 ? &lc.k16 : &lc.v16;
+    return std::pair<B, size_t>{reinterpret_cast<B>(h->data()), 2};
+  }
   auto* v = i == 0 ? &lc.latent : i == 1 ? &lc.rope_key : i == 2 ? &lc.index_key : i == 3 ? &lc.k : &lc.v;
   return std::pair<B, size_t>{reinterpret_cast<B>(v->data()), 4};
 }

@@ -137,11 +137,13 @@ GenerationParams long_answer(double temperature) {
 }
 
 // Both key cache types (--kv-type f16 converts the attended keys into
-// scratch sized on the first step for the most keys a row may attend).
+// scratch sized on the first step for the most keys a row may attend), MLA
+// and GQA (whose f16 reads convert fixed-size chunks).
 TEST(Allocation, DecodeStepAllocatesNothingResident) {
-  const std::string dir = kSrc + "/tests/fixtures/glm5-tiny-bf16";
+  for (const char* fixture : {"glm5-tiny-bf16", "qwen3moe-tiny-bf16"})
   for (const KvType kv : {KvType::F32, KvType::F16})
     for (int threads : {1, 2}) {
+      const std::string dir = kSrc + "/tests/fixtures/" + fixture;
       EngineOptions o;
       o.model = dir;
       o.threads = threads;
@@ -152,8 +154,8 @@ TEST(Allocation, DecodeStepAllocatesNothingResident) {
       Sequence seq(e.config(), 256, nullptr, stop, nullptr, kv);
       seq.begin(std::vector<int32_t>{1, 5, 9, 2, 7, 3, 8, 4, 11, 12, 13, 14, 15, 16, 17, 18, 19, 20}, long_answer(0.8));
       const uint64_t n = allocations_per_decode(e, seq, 40, 40);
-      std::printf("  resident, %s keys, %d thread(s): %llu allocations in 40 decode steps\n", kv_type_name(kv), threads,
-                  static_cast<unsigned long long>(n));
+      std::printf("  resident %s, %s keys, %d thread(s): %llu allocations in 40 decode steps\n", fixture,
+                  kv_type_name(kv), threads, static_cast<unsigned long long>(n));
       EXPECT_EQ(n, 0u) << kv_type_name(kv) << ", " << threads << " thread(s)";
       if (n) print_first_allocation();
     }

@@ -821,22 +821,34 @@ TEST(KernelKeySet, ScoresAndWeightedSumsEqualTheReferencesOnEveryPath) {
           for (int64_t r = 0; r < nh; ++r)
             for (int64_t j = 0; j < K; ++j)
               want_s[static_cast<size_t>(r * (K + 1) + j)] = dot_f32(v.row(j), x.data() + r * cols, cols);
+          // acc: the chain continues from y's values (a sum over keys taken
+          // in chunks): want_a from `init`.
+          const auto init = random_floats(rng, nh * ldy);
+          auto want_a = init;
           for (int64_t h = 0; h < nh; ++h)
             for (int64_t c = c0; c < c1; ++c) {
-              float acc = 0.0f;
-              for (int64_t j = 0; j < K; ++j) acc = std::fma(p[static_cast<size_t>(h * ldp + j)], v.row(j)[c], acc);
+              float acc = 0.0f, a = init[static_cast<size_t>(h * ldy + c)];
+              for (int64_t j = 0; j < K; ++j) {
+                acc = std::fma(p[static_cast<size_t>(h * ldp + j)], v.row(j)[c], acc);
+                a = std::fma(p[static_cast<size_t>(h * ldp + j)], v.row(j)[c], a);
+              }
               want_y[static_cast<size_t>(h * ldy + c)] = acc;
+              want_a[static_cast<size_t>(h * ldy + c)] = a;
             }
           for (KernelPath path : supported_paths()) {
             const KernelTable& kt = kernel_table(path);
-            std::vector<float> s(want_s.size(), -3.0f), y(want_y.size(), -7.0f);
+            std::vector<float> s(want_s.size(), -3.0f), y(want_y.size(), -7.0f), ya = init;
             kt.gemm_f32_rows(v, K, cols, x.data(), nh, s.data(), K + 1);
-            kt.wsum_f32(p.data(), ldp, nh, v, K, c0, c1, y.data(), ldy);
+            kt.wsum_f32(p.data(), ldp, nh, v, K, c0, c1, y.data(), ldy, false);
+            kt.wsum_f32(p.data(), ldp, nh, v, K, c0, c1, ya.data(), ldy, true);
             EXPECT_TRUE(all_same(want_s, s)) << "gemm_f32_rows cols " << cols << " K " << K << " picked " << picked
                                              << " heads " << nh << " " << kernel_path_name(path);
             EXPECT_TRUE(all_same(want_y, y)) << "wsum_f32 cols " << cols << " [" << c0 << ", " << c1 << ") K " << K
                                              << " picked " << picked << " heads " << nh << " "
                                              << kernel_path_name(path);
+            EXPECT_TRUE(all_same(want_a, ya)) << "wsum_f32 (acc) cols " << cols << " [" << c0 << ", " << c1 << ") K "
+                                              << K << " picked " << picked << " heads " << nh << " "
+                                              << kernel_path_name(path);
           }
           ++cases;
         }
