@@ -5,7 +5,7 @@
                                           [--context 512,4096,16384,32768 [--context-models int8,int4]]
     /usr/bin/python3 bench/compare/run.py --disk-class 1.5,3.5,7 [--disk-models int4,int8] [--rounds 1]
     /usr/bin/python3 bench/compare/run.py --pair qwen3-slice [--pair NAME=CONTAINER,GGUF ...] [--no-warm-runs]
-                                          [--results FILE]
+                                          [--context 4096,...] [--results FILE]
 
 Runs, alternately and after one warm-up invocation of each, `strata bench` and llama.cpp
 (bench/compare/llama_bench.mjs, npm node-llama-cpp) on the same prompt token ids:
@@ -20,7 +20,8 @@ Runs, alternately and after one warm-up invocation of each, `strata bench` and l
   pairs     (--pair NAME[=CONTAINER,GGUF], repeatable: any model, e.g. the family slices of bench/make_data)
             resident only, like int8: CONTAINER (--pin all) vs GGUF; NAME alone means DATA/NAME-int8 and
             DATA/NAME-q8_0.gguf. With --pair only the pairs run (the slice sections are left out) and the
-            raw results go to --results (default DATA/compare-pairs-results.json).
+            raw results go to --results (default DATA/compare-pairs-results.json). With --context N,... each
+            pair runs at those contexts instead, as the context rows below.
   context   (--context N,...) resident, per N and --context-models: `strata bench --context N` and
             llama.cpp on the same N ids (--ids-file), prefill of N then decode of --context-gen-tokens;
             strata's context line (attention+indexer / experts / other, KV bytes) is kept.
@@ -363,8 +364,8 @@ def main():
         run_disk_classes(a, classes)
         return
     if a.pair:
-        if a.write_docs or a.context:
-            sys.exit("--pair runs only the pairs: no --write-docs or --context with it")
+        if a.write_docs:
+            sys.exit("--pair runs only the pairs: no --write-docs with it")
         run_pairs(a, parse_pairs(d, a.pair))
         return
     models = {
@@ -467,14 +468,32 @@ def resident_pair(a, key, cont, gguf, ids, warm_runs=True):
 
 def run_pairs(a, pairs):
     results = {"machine": machine_info(), "args": vars(a), "configs": {}}
+    contexts = [int(x) for x in a.context.split(",") if x]
     for name, cont, gguf in pairs:
         with open(os.path.join(cont, "config.json")) as f:
             vocab = json.load(f)["vocab_size"]
-        ids = fixed_ids(a.prompt_tokens, vocab, 1)
-        res = resident_pair(a, name, cont, gguf, ids, warm_runs=not a.no_warm_runs)
-        results["configs"][name] = {"label": f"{name}: {os.path.basename(cont)} vs {os.path.basename(gguf)}",
-                                    "container": cont, "gguf_path": gguf, "gguf": gguf_bytes_per_token(gguf),
-                                    "runs": res}
+        label = f"{name}: {os.path.basename(cont)} vs {os.path.basename(gguf)}"
+        if not contexts:
+            ids = fixed_ids(a.prompt_tokens, vocab, 1)
+            res = resident_pair(a, name, cont, gguf, ids, warm_runs=not a.no_warm_runs)
+            results["configs"][name] = {"label": label, "container": cont, "gguf_path": gguf,
+                                        "gguf": gguf_bytes_per_token(gguf), "runs": res}
+        # With --context N,...: each pair at each context, as the slice's context rows (prefill of N, then
+        # --context-gen-tokens decoded; strata's context line kept).
+        for n in contexts:
+            cids = fixed_ids(n, vocab, 1)
+            ids_file = os.path.join(a.data, f"context-ids-{name}-{n}.txt")
+            with open(ids_file + ".tmp", "w") as f:
+                f.write(",".join(map(str, cids)))
+            os.replace(ids_file + ".tmp", ids_file)
+            res = alternate(
+                a, f"{name}-ctx{n}",
+                lambda: strata_run(a, cont, cids, a.context_gen_tokens, ["--pin", "all", "--ram", "1000"],
+                                   warmup_tokens=a.context_warmup_tokens, context=n),
+                lambda: llama_run(a, gguf, cids, a.context_gen_tokens, warmup_tokens=a.context_warmup_tokens,
+                                  ids_file=ids_file))
+            results["configs"][f"{name}-ctx{n}"] = {"label": f"{label}, context {n}", "context": n, "container": cont,
+                                                    "gguf_path": gguf, "gguf": gguf_bytes_per_token(gguf), "runs": res}
     out = a.results or os.path.join(a.data, "compare-pairs-results.json")
     with open(out + ".tmp", "w") as f:
         json.dump(results, f, indent=1)
@@ -482,6 +501,8 @@ def run_pairs(a, pairs):
     sys.path.insert(0, HERE)
     import report as R  # noqa: E402
     print(R.table(results))
+    if contexts:
+        print(R.context_table(results))
     loads = [r["load_before"] for c in results["configs"].values() for e in c["runs"].values() for r in e]
     print(f"load average (1 min) before each run: {min(loads):.1f}-{max(loads):.1f}; raw results: {out}")
     for name in results["configs"]:
