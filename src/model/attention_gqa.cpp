@@ -116,7 +116,10 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
       float* og = o + (r * H + h0) * hd;
       float* s = grow_keys(ps.scores, static_cast<size_t>(gn * T), static_cast<size_t>(per * sq.capacity()));
       if (sq.kv_type() == KvType::F32) {
-        kt.gemm_f32_rows(FRows{cache.k.data() + kh * hd, nullptr, kvw}, T, hd, qg, gn, s, T);
+        // By chunks as the sums below (each score is one dot16 whatever the chunk).
+        for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk)
+          kt.gemm_f32_rows(FRows{cache.k.data() + t0 * kvw + kh * hd, nullptr, kvw}, std::min(kGqaChunk, T - t0), hd,
+                           qg, gn, s + t0, T);
       } else {
         // The halves of positions [t0, t0 + tn) of kv head kh, as f32.
         float* c32 = grow(ps.lat32, static_cast<size_t>(kGqaChunk * hd));
@@ -132,7 +135,13 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
       for (int64_t i = 0; i < gn * T; ++i) s[i] *= scale;
       for (int64_t g = 0; g < gn; ++g) kt.softmax(s + g * T, T);
       if (sq.kv_type() == KvType::F32) {
-        kt.wsum_f32(s, T, gn, FRows{cache.v.data() + kh * hd, nullptr, kvw}, T, 0, hd, og, hd, false);
+        // wsum_f32 passes over its keys once per tile of heads and columns:
+        // by chunks, a chunk's values stay in L2 for all those passes.
+        for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk) {
+          const int64_t tn = std::min(kGqaChunk, T - t0);
+          kt.wsum_f32(s + t0, T, gn, FRows{cache.v.data() + t0 * kvw + kh * hd, nullptr, kvw}, tn, 0, hd, og, hd,
+                      t0 > 0);
+        }
       } else {
         float* c32 = ps.lat32.data();
         for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk) {
