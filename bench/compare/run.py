@@ -24,7 +24,8 @@ Runs, alternately and after one warm-up invocation of each, `strata bench` and l
             pair runs at those contexts instead, as the context rows below.
   context   (--context N,...) resident, per N and --context-models: `strata bench --context N` and
             llama.cpp on the same N ids (--ids-file), prefill of N then decode of --context-gen-tokens;
-            strata's context line (attention+indexer / experts / other, KV bytes) is kept.
+            strata's context line (attention+indexer / experts / other, KV bytes) is kept. --kv-type f16
+            runs strata with an f16 key cache, llama.cpp's default (f32 by default, as before).
   disk      (--disk-class 1.5,3.5,7: needs root; runs only these rows) per class and strata container
             (--disk-models int4,int8): the capped row (the same memory cgroup and --ram) with both engines also
             in a cgroup-v1 blkio child whose read_bps throttle is the class, on the disk holding DATA or, for
@@ -328,6 +329,8 @@ def main():
                     "512,4096,16384,32768)")
     ap.add_argument("--context-models", default="int8", help="int8 and/or int4, for the --context runs")
     ap.add_argument("--context-gen-tokens", type=int, default=16)
+    ap.add_argument("--kv-type", default="f32", choices=["f32", "f16"],
+                    help="strata's key cache in the --context runs (llama.cpp's is its default, f16)")
     ap.add_argument("--context-warmup-tokens", type=int, default=32,
                     help="prompt tokens of the in-process warm-up repetition of a --context run")
     ap.add_argument("--pair", action="append", default=[], metavar="NAME[=CONTAINER,GGUF]",
@@ -427,11 +430,12 @@ def main():
             name = f"{key}-ctx{n}"
             res = alternate(
                 a, name,
-                lambda: strata_run(a, cont, cids, a.context_gen_tokens, ["--pin", "all", "--ram", "1000"],
+                lambda: strata_run(a, cont, cids, a.context_gen_tokens,
+                                   ["--pin", "all", "--ram", "1000", "--kv-type", a.kv_type],
                                    warmup_tokens=a.context_warmup_tokens, context=n),
                 lambda: llama_run(a, gguf, cids, a.context_gen_tokens, warmup_tokens=a.context_warmup_tokens,
                                   ids_file=ids_file))
-            results["configs"][name] = {"label": f"{label}, context {n}", "context": n,
+            results["configs"][name] = {"label": f"{label}, context {n}, strata keys {a.kv_type}", "context": n,
                                         "gguf": gguf_bytes_per_token(gguf), "runs": res}
     with open(os.path.join(d, "compare-results.json"), "w") as f:
         json.dump(results, f, indent=1)
@@ -488,11 +492,13 @@ def run_pairs(a, pairs):
             os.replace(ids_file + ".tmp", ids_file)
             res = alternate(
                 a, f"{name}-ctx{n}",
-                lambda: strata_run(a, cont, cids, a.context_gen_tokens, ["--pin", "all", "--ram", "1000"],
+                lambda: strata_run(a, cont, cids, a.context_gen_tokens,
+                                   ["--pin", "all", "--ram", "1000", "--kv-type", a.kv_type],
                                    warmup_tokens=a.context_warmup_tokens, context=n),
                 lambda: llama_run(a, gguf, cids, a.context_gen_tokens, warmup_tokens=a.context_warmup_tokens,
                                   ids_file=ids_file))
-            results["configs"][f"{name}-ctx{n}"] = {"label": f"{label}, context {n}", "context": n, "container": cont,
+            results["configs"][f"{name}-ctx{n}"] = {"label": f"{label}, context {n}, strata keys {a.kv_type}",
+                                                    "context": n, "container": cont,
                                                     "gguf_path": gguf, "gguf": gguf_bytes_per_token(gguf), "runs": res}
     out = a.results or os.path.join(a.data, "compare-pairs-results.json")
     with open(out + ".tmp", "w") as f:

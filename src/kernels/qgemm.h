@@ -15,7 +15,9 @@
 //   per block b: isum_b = sum q_w * q_x, exact in int32;
 //   y = dot16 over blocks of (float(isum_b), s_w[group of b] * s_x[b]).
 #pragma once
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "core/numeric.h"
 #include "kernels/cpu_features.h"
@@ -103,16 +105,22 @@ void deq_axpy_ref(const QWeight& w, const float* a, int64_t lda, int64_t nrows, 
 void deq_gemm_ref(const QWeight& w, const float* x, int64_t nrows, float* y, int64_t ldy);
 
 // ---- Attention over a key set (the absorbed MLA: one query row, all heads) ----
-// Rows of a f32 matrix picked by index: row j is base + idx[j] * ld, or
-// base + j * ld where idx is null (every key in order).
-struct FRows {
-  const float* base = nullptr;
+// Rows of a matrix picked by index: row j is base + idx[j] * ld, or
+// base + j * ld where idx is null (every key in order). FRows: of floats;
+// HRows: of IEEE halves (an f16 key cache's keys and values).
+template <class T>
+struct PickedRows {
+  const T* base = nullptr;
   const int32_t* idx = nullptr;
   int64_t ld = 0;
-  const float* row(int64_t j) const { return base + (idx ? static_cast<int64_t>(idx[j]) : j) * ld; }
+  const T* row(int64_t j) const { return base + (idx ? static_cast<int64_t>(idx[j]) : j) * ld; }
   // The rows from j0 on.
-  FRows from(int64_t j0) const { return idx ? FRows{base, idx + j0, ld} : FRows{base + j0 * ld, nullptr, ld}; }
+  PickedRows from(int64_t j0) const {
+    return idx ? PickedRows{base, idx + j0, ld} : PickedRows{base + j0 * ld, nullptr, ld};
+  }
 };
+using FRows = PickedRows<float>;
+using HRows = PickedRows<uint16_t>;
 // gemm_f32_rows: gemm_f32 over picked rows, y[r * ldy + j] = dot16(w.row(j),
 // x row r) for j < nw, r < nrows (x rows `cols` apart): the scores of every
 // head (x rows) against every key of a set.
@@ -126,6 +134,59 @@ void gemm_f32_rows_ref(FRows w, int64_t nw, int64_t cols, const float* x, int64_
 // every head, any column range (a thread's share) giving the same floats.
 void wsum_f32_ref(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
                   int64_t ldy, bool acc);
+
+// gemm_f16_rows / wsum_f16: gemm_f32_rows / wsum_f32 over rows of halves,
+// read as their f32 values (exact): the same floats as those kernels over the
+// rows converted to f32 first, on every path, with no buffer that grows with
+// the keys.
+void gemm_f16_rows_ref(HRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy);
+void wsum_f16_ref(const float* p, int64_t ldp, int64_t nh, HRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                  int64_t ldy, bool acc);
+
+// The paths without a kernel of their own for halves: the rows converted by
+// Conv (an f16_to_f32) a block at a time into a 32 KiB stack buffer and
+// handed to the path's f32 kernel (Rows: a gemm_f32_rows; Wsum: a wsum_f32).
+// Each score is one dot16 and each sum a chain continued across the blocks
+// (wsum's acc), so the floats are the f32 kernel's over the whole set.
+constexpr int64_t kHalfBlockFloats = 8192;
+template <auto Rows, auto Conv>
+void gemm_f16_rows_via(HRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  alignas(64) float buf[kHalfBlockFloats];
+  std::vector<float> wide;  // a row wider than the buffer (no model has one)
+  float* b = buf;
+  int64_t per = cols > 0 ? kHalfBlockFloats / cols : 16;
+  if (per == 0) {
+    wide.resize(static_cast<size_t>(cols));
+    b = wide.data();
+    per = 1;
+  } else if (per >= 16) {
+    per = per / 16 * 16;  // whole blocks of 16 keys for a keys-in-lanes kernel
+  }
+  for (int64_t j0 = 0; j0 < nw; j0 += per) {
+    const int64_t jn = std::min(per, nw - j0);
+    for (int64_t j = 0; j < jn; ++j) Conv(w.row(j0 + j), b + j * cols, cols);
+    Rows(FRows{b, nullptr, cols}, jn, cols, x, nrows, y + j0, ldy);
+  }
+}
+template <auto Wsum, auto Conv>
+void wsum_f16_via(const float* p, int64_t ldp, int64_t nh, HRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                  int64_t ldy, bool acc) {
+  alignas(64) float buf[kHalfBlockFloats];
+  if (K == 0 || c1 <= c0) {  // no key: the outputs' starting values only
+    Wsum(p, ldp, nh, FRows{buf, nullptr, 0}, 0, c0, c1, y, ldy, acc);
+    return;
+  }
+  constexpr int64_t kCols = 256;  // columns per block; kHalfBlockFloats / kCols keys
+  for (int64_t cb = c0; cb < c1; cb += kCols) {
+    const int64_t cw = std::min(kCols, c1 - cb);
+    const int64_t per = kHalfBlockFloats / kCols;
+    for (int64_t j0 = 0; j0 < K; j0 += per) {
+      const int64_t jn = std::min(per, K - j0);
+      for (int64_t j = 0; j < jn; ++j) Conv(v.row(j0 + j) + cb, buf + j * cw, cw);
+      Wsum(p + j0, ldp, nh, FRows{buf, nullptr, cw}, jn, 0, cw, y + cb, ldy, acc || j0 > 0);
+    }
+  }
+}
 
 struct KernelTable {
   KernelPath path;
@@ -165,6 +226,15 @@ struct KernelTable {
                         int64_t ldy) = gemm_f32_rows_ref;
   void (*wsum_f32)(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
                    int64_t ldy, bool acc) = wsum_f32_ref;
+  void (*gemm_f16_rows)(HRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
+                        int64_t ldy) = gemm_f16_rows_ref;
+  void (*wsum_f16)(const float* p, int64_t ldp, int64_t nh, HRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                   int64_t ldy, bool acc) = wsum_f16_ref;
+  // gemm_f16_rows and wsum_f16 widen the halves in registers (AVX-512's
+  // vcvtph2ps); false where they convert blocks into a buffer first (the
+  // *_via templates), and a caller that reads the same keys for many rows
+  // does better converting them once.
+  bool halves_in_registers = false;
   // Elementwise exps (ops.h): y[i] = std::exp(x[i]) (the tests' view of
   // the exp itself); softmax(); g[i] = silu(g[i]) * u[i]. The AVX-512 paths
   // compute glibc's expf bit for bit (docs/kernels.md, "exp in SIMD"); the

@@ -32,6 +32,9 @@ const KernelTable& kernel_table_avx512() {
     k.gemm_f32_rows = k_gemm_f32_rows;
     k.wsum_f32 = k_wsum_f32;
     k.f16_to_f32 = k_f16_to_f32;
+    k.gemm_f16_rows = k_gemm_f16_rows;
+    k.wsum_f16 = k_wsum_f16;
+    k.halves_in_registers = true;
     if (exp_kernel_matches_libm(k_exp_f32)) {  // else std::exp is not the expf exp16 computes
       k.exp_f32 = k_exp_f32;
       k.softmax = k_softmax;

@@ -117,11 +117,21 @@ void k_gemm_bf16(const uint16_t* w, int64_t nw, int64_t cols, const float* x, in
 // +4, +2, +1) become additions of whole vectors. Every output gets the same
 // operations in the same order as dot16, so the same floats.
 
+// 16 values from p as f32, the lanes outside m read as 0: floats, or halves
+// (vcvtph2ps: exact, f16_to_f32's values).
+inline __m512 load16(__mmask16 m, const float* p) { return _mm512_maskz_loadu_ps(m, p); }
+inline __m512 load16(__mmask16 m, const uint16_t* p) { return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, p)); }
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // t[l * 16 + j] = rows[j][c + l] for l < 16, j < 16 (columns from c + n
-// on read as 0).
-inline void transpose16(const float* const* rows, int64_t c, __mmask16 m, float* t) {
+// on read as 0); rows of floats or of halves.
+template <class T>
+inline void transpose16(const T* const* rows, int64_t c, __mmask16 m, float* t) {
   __m512 r[16], q[16];
-  for (int j = 0; j < 16; ++j) r[j] = _mm512_maskz_loadu_ps(m, rows[j] + c);
+  for (int j = 0; j < 16; ++j) r[j] = load16(m, rows[j] + c);
   for (int j = 0; j < 16; j += 2) {
     q[j] = _mm512_unpacklo_ps(r[j], r[j + 1]);
     q[j + 1] = _mm512_unpackhi_ps(r[j], r[j + 1]);
@@ -205,40 +215,49 @@ void keys16_heads(const float* t, int64_t cols, const float* x, float* y, int64_
 // fgemm_tile.
 constexpr int64_t kKeyColsMax = 512;
 
+// The whole blocks of 16 keys of gemm_f32_rows (qgemm.h), transposed, for
+// rows of floats (FRows) or halves (HRows); returns the keys done (the rest,
+// and everything where a row is wider than kKeyColsMax, is the caller's).
+template <class Rows>
+int64_t gemm_rows_keys16(Rows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  using T = std::remove_cv_t<std::remove_pointer_t<decltype(w.row(0))>>;
+  int64_t j0 = 0;
+  if (cols > kKeyColsMax) return 0;
+  alignas(64) float t[kKeyColsMax * 16];
+  for (; j0 + 16 <= nw; j0 += 16) {
+    const T* rows[16];
+    for (int j = 0; j < 16; ++j) rows[j] = w.row(j0 + j);
+    for (int64_t c = 0; c < cols; c += 16) transpose16(rows, c, lanes16(cols - c), t + c * 16);
+    int64_t h = 0;
+    // The next block's 16 key rows fetched into L2 while this block's
+    // heads compute, a share before each 8-head tile: the keys of a long
+    // context come from DRAM, and the transposes' strided reads alone
+    // left the indexer's 32k-key scores waiting on memory (docs/kernels.md).
+    const bool more = j0 + 32 <= nw;
+    const int64_t ntiles = (nrows + 7) / 8;
+    int64_t tile = 0;
+    const auto fetch = [&] {
+      const int64_t a = 16 * tile / ntiles, b = 16 * (tile + 1) / ntiles;
+      ++tile;
+      if (!more) return;
+      for (int64_t j = a; j < b; ++j) {
+        const char* pr = reinterpret_cast<const char*>(w.row(j0 + 16 + j));
+        for (int64_t o = 0; o < cols * static_cast<int64_t>(sizeof(T)); o += 64) _mm_prefetch(pr + o, _MM_HINT_T1);
+      }
+    };
+    for (; h + 8 <= nrows; h += 8) fetch(), keys16_heads<8, 2>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
+    if (h < nrows) while (tile < ntiles) fetch();
+    if (h + 4 <= nrows) keys16_heads<4, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy), h += 4;
+    for (; h < nrows; ++h) keys16_heads<1, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
+  }
+  return j0;
+}
+
 // gemm_f32 over picked rows (qgemm.h): whole blocks of 16 keys transposed,
 // the keys left over (and rows wider than kKeyColsMax) by fgemm_tile with
 // the row pointers looked up.
 void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
-  int64_t j0 = 0;
-  if (cols <= kKeyColsMax) {
-    alignas(64) float t[kKeyColsMax * 16];
-    for (; j0 + 16 <= nw; j0 += 16) {
-      const float* rows[16];
-      for (int j = 0; j < 16; ++j) rows[j] = w.row(j0 + j);
-      for (int64_t c = 0; c < cols; c += 16) transpose16(rows, c, lanes16(cols - c), t + c * 16);
-      int64_t h = 0;
-      // The next block's 16 key rows fetched into L2 while this block's
-      // heads compute, a share before each 8-head tile: the keys of a long
-      // context come from DRAM, and the transposes' strided reads alone
-      // left the indexer's 32k-key scores waiting on memory (docs/kernels.md).
-      const bool more = j0 + 32 <= nw;
-      const int64_t ntiles = (nrows + 7) / 8;
-      int64_t tile = 0;
-      const auto fetch = [&] {
-        const int64_t a = 16 * tile / ntiles, b = 16 * (tile + 1) / ntiles;
-        ++tile;
-        if (!more) return;
-        for (int64_t j = a; j < b; ++j) {
-          const char* pr = reinterpret_cast<const char*>(w.row(j0 + 16 + j));
-          for (int64_t o = 0; o < cols * 4; o += 64) _mm_prefetch(pr + o, _MM_HINT_T1);
-        }
-      };
-      for (; h + 8 <= nrows; h += 8) fetch(), keys16_heads<8, 2>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
-      if (h < nrows) while (tile < ntiles) fetch();
-      if (h + 4 <= nrows) keys16_heads<4, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy), h += 4;
-      for (; h < nrows; ++h) keys16_heads<1, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
-    }
-  }
+  const int64_t j0 = gemm_rows_keys16(w, nw, cols, x, nrows, y, ldy);
   if (j0 == nw) return;
   const FRows rest = w.from(j0);
   gemm_tiles<4, 4>(nw - j0, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
@@ -252,8 +271,8 @@ void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t 
 // NH x NV accumulators, each one fma per key in key order, from 0 or (ACC)
 // from y. FULL: all 16 NV columns; else m: the lanes of the last vector that
 // are columns (the rest read as 0, never stored).
-template <int NH, int NV, bool FULL, bool ACC>
-void wsum_tile(const float* p, int64_t ldp, FRows v, int64_t K, int64_t c, __mmask16 m, float* y, int64_t ldy) {
+template <int NH, int NV, bool FULL, bool ACC, class Rows>
+void wsum_tile(const float* p, int64_t ldp, Rows v, int64_t K, int64_t c, __mmask16 m, float* y, int64_t ldy) {
   __m512 acc[NH][NV];
   for (int h = 0; h < NH; ++h)
     for (int k = 0; k < NV; ++k) {
@@ -261,10 +280,9 @@ void wsum_tile(const float* p, int64_t ldp, FRows v, int64_t K, int64_t c, __mma
       acc[h][k] = !ACC ? _mm512_setzero_ps() : FULL || k + 1 < NV ? _mm512_loadu_ps(yp) : _mm512_maskz_loadu_ps(m, yp);
     }
   for (int64_t j = 0; j < K; ++j) {
-    const float* vr = v.row(j) + c;
+    const auto* vr = v.row(j) + c;
     __m512 vv[NV];
-    for (int k = 0; k < NV; ++k)
-      vv[k] = FULL || k + 1 < NV ? _mm512_loadu_ps(vr + 16 * k) : _mm512_maskz_loadu_ps(m, vr + 16 * k);
+    for (int k = 0; k < NV; ++k) vv[k] = FULL || k + 1 < NV ? load16(vr + 16 * k) : load16(m, vr + 16 * k);
     for (int h = 0; h < NH; ++h) {
       const __m512 pb = _mm512_set1_ps(p[h * ldp + j]);
       for (int k = 0; k < NV; ++k) acc[h][k] = _mm512_fmadd_ps(pb, vv[k], acc[h][k]);
@@ -280,9 +298,10 @@ void wsum_tile(const float* p, int64_t ldp, FRows v, int64_t K, int64_t c, __mma
 }
 
 // Column tiles of 32 (the last of 16 or fewer), heads 8 at a time within a
-// column tile.
-void k_wsum_f32(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
-                int64_t ldy, bool acc) {
+// column tile; values as floats (FRows) or halves (HRows).
+template <class Rows>
+void wsum_rows(const float* p, int64_t ldp, int64_t nh, Rows v, int64_t K, int64_t c0, int64_t c1, float* y,
+               int64_t ldy, bool acc) {
   const auto heads = [&](auto nv, auto full, int64_t c, __mmask16 m) {
     const auto run = [&](auto a) {
       int64_t h = 0;
@@ -300,6 +319,11 @@ void k_wsum_f32(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int
     heads(Extent<2>{}, Extent<0>{}, c, lanes16(c1 - c - 16));
   else if (c1 > c)
     heads(Extent<1>{}, Extent<0>{}, c, lanes16(c1 - c));
+}
+
+void k_wsum_f32(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                int64_t ldy, bool acc) {
+  wsum_rows(p, ldp, nh, v, K, c0, c1, y, ldy, acc);
 }
 
 // ---- int8 / int4 weights ----

@@ -130,6 +130,15 @@ void wsum_f32_ref(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, i
   }
 }
 
+void gemm_f16_rows_ref(HRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  gemm_f16_rows_via<gemm_f32_rows_ref, f16_to_f32_ref>(w, nw, cols, x, nrows, y, ldy);
+}
+
+void wsum_f16_ref(const float* p, int64_t ldp, int64_t nh, HRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                  int64_t ldy, bool acc) {
+  wsum_f16_via<wsum_f32_ref, f16_to_f32_ref>(p, ldp, nh, v, K, c0, c1, y, ldy, acc);
+}
+
 int64_t qacts_qstride(int64_t cols) { return (cols + kQSuper - 1) / kQSuper * kQSuper; }
 int64_t qacts_bstride(int64_t cols) { return qacts_qstride(cols) / kQBlock; }
 

@@ -8,6 +8,7 @@
 
 #include "kernels/matmul.h"
 #include "kernels/ops.h"
+#include "kernels/qgemm.h"
 #include "model/forward.h"
 
 namespace strata {
@@ -56,9 +57,37 @@ inline void softmax_sum(const Compute& c, float* s, const KeySet& ks, KeyRows v,
   }
 }
 
-// Positions per chunk of an f16 session's GQA keys and values converted to
-// f32 (attention_gqa.cpp): 256 positions of a head_dim-128 kv head are 128
-// KiB, in L2.
+// Positions per chunk of the GQA keys and values (attention_gqa.cpp): the
+// sums pass over a chunk once per tile of heads and columns, and 256
+// positions of a head_dim-128 kv head are 128 KiB of floats, in L2.
 constexpr int64_t kGqaChunk = 256;
+
+// A key set's rows as floats (an f32 cache, or halves converted once for a
+// whole call) or as halves (an f16 cache, read by the kernels directly).
+struct AnyRows {
+  FRows f;
+  HRows h;
+  bool half = false;
+  static AnyRows floats(FRows f) { return AnyRows{f, {}, false}; }
+  static AnyRows halves(HRows h) { return AnyRows{{}, h, true}; }
+  AnyRows from(int64_t j0) const { return half ? halves(h.from(j0)) : floats(f.from(j0)); }
+};
+// KernelTable::gemm_f32_rows or gemm_f16_rows, as the rows are held (the
+// same floats either way for the same values).
+inline void score_rows(const KernelTable& kt, AnyRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows,
+                       float* y, int64_t ldy) {
+  if (w.half)
+    kt.gemm_f16_rows(w.h, nw, cols, x, nrows, y, ldy);
+  else
+    kt.gemm_f32_rows(w.f, nw, cols, x, nrows, y, ldy);
+}
+// KernelTable::wsum_f32 or wsum_f16, likewise.
+inline void sum_rows(const KernelTable& kt, const float* p, int64_t ldp, int64_t nh, AnyRows v, int64_t K, int64_t c0,
+                     int64_t c1, float* y, int64_t ldy, bool acc) {
+  if (v.half)
+    kt.wsum_f16(p, ldp, nh, v.h, K, c0, c1, y, ldy, acc);
+  else
+    kt.wsum_f32(p, ldp, nh, v.f, K, c0, c1, y, ldy, acc);
+}
 
 }  // namespace strata

@@ -62,13 +62,17 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     const int64_t most = std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap);
     return static_cast<size_t>(std::max(H * most, cap));
   };
-  // f16 sessions with at least kWholeRows rows here (a prefill chunk): every
-  // key up to the last row's position converted to f32 once for the call,
-  // instead of each row converting the keys it attends (2048 per row with
-  // DSA at long context); the rows then pick from it as from an f32 cache.
-  // Fewer rows (decode, a verification step of up to 1 + kSpecMaxDraft
-  // rows, small batches) convert per row below. The buffers are kept only
-  // while a call uses them: a call without such a session frees them.
+  // An f16 session's halves are read by the kernels for halves
+  // (gemm_f16_rows, wsum_f16: their f32 values, the same floats), with no
+  // scratch. Where those kernels convert into a buffer rather than in
+  // registers (the paths without AVX-512), a session with at least
+  // kWholeRows rows here (a prefill chunk) has every key up to its last
+  // row's position converted to f32 once for the call instead, so that its
+  // rows do not each convert the keys they attend (2048 per row with DSA at
+  // long context); the rows then pick from it as from an f32 cache. On
+  // AVX-512 reading the halves measured faster than that conversion
+  // (docs/kernels.md). The buffers are kept only while a call uses them: a
+  // call without such a session frees them.
   constexpr int64_t kWholeRows = 32;
   ws_.f16_seqs.clear();
   {
@@ -91,7 +95,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     }
     size_t kept = 0;
     for (size_t i = 0; i < ws_.f16_seqs.size(); ++i) {
-      if (counts[i] < kWholeRows) continue;
+      if (counts[i] < kWholeRows || kt.halves_in_registers) continue;
       const Session* sq = ws_.f16_seqs[i];
       if (ws_.f16_lat.size() <= kept) {
         ws_.f16_lat.resize(kept + 1);
@@ -121,26 +125,9 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
   // to call, and a buffer grown only inside the pieces could first grow many
   // steps later (an allocation in a warmed-up decode step: seen under load in
   // Allocation.DecodeStepWithSpeculationAllocatesNothing).
-  // f16 key cache: a row's attended keys as f32, the most keys it can ever
-  // attend (score_room's rule without the heads).
-  const auto key_room = [&](const Row& row, int64_t keys) {
-    const int64_t cap = row.seq->capacity();
-    return static_cast<size_t>(std::max(keys, ws_.most_keys > 0 ? std::min(cap, ws_.most_keys) : cap));
-  };
-  size_t room = 0, keys16 = 0;
-  for (int64_t r = 0; r < n; ++r) {
-    const int64_t K = keys_of(ws_, rows, r).size();
-    room = std::max(room, score_room(rows[r], K));
-    if (rows[r].seq->kv_type() == KvType::F16 && whole_of(rows[r].seq) < 0) keys16 = std::max(keys16, key_room(rows[r], K));
-  }
-  // The per-row conversion's scratch: every part's where a block may take
-  // the by-row path (below), else part 0's only (a decode row's).
-  const bool any_by_row = block >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
+  size_t room = 0;
+  for (int64_t r = 0; r < n; ++r) room = std::max(room, score_room(rows[r], keys_of(ws_, rows, r).size()));
   for (Workspace::Part& ps : ws_.parts) {
-    if (keys16 > 0 && (any_by_row || &ps == &ws_.parts[0])) {
-      grow(ps.lat32, keys16 * static_cast<size_t>(kvl));
-      grow(ps.rope32, keys16 * static_cast<size_t>(rd));
-    }
     grow(ps.scores, room);
     grow(ps.scores2, room);
     grow(ps.qrope, static_cast<size_t>(H * rd));
@@ -187,46 +174,33 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     // same floats either way, in any split.
     const bool by_row = nb >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));
     // Row r's picked latent and rope rows, and its rope queries packed [H, rd].
-    // An f16 cache: the picked rows converted to f32 into part ps's scratch
-    // (exact: the f32 values of the stored halves), over the pool when
-    // `spread` (a decode row) -- then read as an f32 cache's would be.
-    const auto key_rows = [&](int64_t r, const KeySet& ks, Workspace::Part& ps, bool spread, FRows& lat, FRows& rope) {
+    // An f16 cache: the halves themselves, read by the kernels for halves
+    // (their f32 values, exact: the floats an f32 cache of those values
+    // gives), or the session's keys converted whole for this call.
+    const auto key_rows = [&](int64_t r, const KeySet& ks, AnyRows& lat, AnyRows& rope) {
       const LayerCache& cache = rows[r].seq->layer(L);
       const int32_t* idx = ks.sel ? ks.sel->data() : nullptr;
       if (rows[r].seq->kv_type() == KvType::F16) {
         if (const int64_t w = whole_of(rows[r].seq); w >= 0) {
-          lat = FRows{ws_.f16_lat[static_cast<size_t>(w)].data(), idx, kvl};
-          rope = FRows{ws_.f16_rope[static_cast<size_t>(w)].data(), idx, rd};
+          lat = AnyRows::floats(FRows{ws_.f16_lat[static_cast<size_t>(w)].data(), idx, kvl});
+          rope = AnyRows::floats(FRows{ws_.f16_rope[static_cast<size_t>(w)].data(), idx, rd});
           return;
         }
-        float* l32 = ps.lat32.data();
-        float* r32 = ps.rope32.data();
-        const auto convert = [&](int, int64_t j0, int64_t j1) {
-          for (int64_t j = j0; j < j1; ++j) {
-            const int64_t t = idx ? idx[j] : j;
-            kt.f16_to_f32(cache.latent16.data() + t * kvl, l32 + j * kvl, kvl);
-            kt.f16_to_f32(cache.rope_key16.data() + t * rd, r32 + j * rd, rd);
-          }
-        };
-        if (spread)
-          parts(ks.size() * (kvl + rd) / 8, ks.size(), convert, 16);  // a conversion ~ 1/8 of a multiply-add
-        else
-          convert(0, 0, ks.size());
-        lat = FRows{l32, nullptr, kvl};
-        rope = FRows{r32, nullptr, rd};
+        lat = AnyRows::halves(HRows{cache.latent16.data(), idx, kvl});
+        rope = AnyRows::halves(HRows{cache.rope_key16.data(), idx, rd});
         return;
       }
-      lat = FRows{cache.latent.data(), idx, kvl};
-      rope = FRows{cache.rope_key.data(), idx, rd};
+      lat = AnyRows::floats(FRows{cache.latent.data(), idx, kvl});
+      rope = AnyRows::floats(FRows{cache.rope_key.data(), idx, rd});
     };
     const auto pack_rope = [&](int64_t r, float* qp) {
       for (int64_t h = 0; h < H; ++h) std::copy_n(q + (r * H + h) * qk + nope, rd, qp + h * rd);
     };
     // Keys [j0, j1) of a row's scores s[H, K]: (latent part + rope part) * scale.
-    const auto scores = [&](FRows lat, FRows rope, const float* qp, int64_t r, int64_t K, int64_t j0, int64_t j1,
+    const auto scores = [&](AnyRows lat, AnyRows rope, const float* qp, int64_t r, int64_t K, int64_t j0, int64_t j1,
                             float* s, float* s2) {
-      kt.gemm_f32_rows(lat.from(j0), j1 - j0, kvl, qabs + (r - r0) * H * kvl, H, s + j0, K);
-      kt.gemm_f32_rows(rope.from(j0), j1 - j0, rd, qp, H, s2 + j0, K);
+      score_rows(kt, lat.from(j0), j1 - j0, kvl, qabs + (r - r0) * H * kvl, H, s + j0, K);
+      score_rows(kt, rope.from(j0), j1 - j0, rd, qp, H, s2 + j0, K);
       for (int64_t h = 0; h < H; ++h)
         for (int64_t j = j0; j < j1; ++j) s[h * K + j] = (s[h * K + j] + s2[h * K + j]) * scale;
     };
@@ -234,13 +208,13 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     struct RowWork {
       KeySet ks;
       int64_t K;
-      FRows lat, rope;
+      AnyRows lat, rope;
       float *s, *s2, *qp;
     };
-    const auto row_work = [&](int64_t r, Workspace::Part& ps, bool spread) {
+    const auto row_work = [&](int64_t r, Workspace::Part& ps) {
       RowWork w{keys_of(ws_, rows, r), 0, {}, {}, nullptr, nullptr, nullptr};
       w.K = w.ks.size();
-      key_rows(r, w.ks, ps, spread, w.lat, w.rope);
+      key_rows(r, w.ks, w.lat, w.rope);
       w.s = grow(ps.scores, score_room(rows[r], w.K));
       w.s2 = grow(ps.scores2, score_room(rows[r], w.K));
       w.qp = grow(ps.qrope, static_cast<size_t>(H * rd));
@@ -251,10 +225,10 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       pool_.parallel_parts_balanced(nb, 1, [&](int part, int64_t b, int64_t e) {  // later rows: more keys
         Workspace::Part& ps = ws_.parts[static_cast<size_t>(part)];
         for (int64_t r = r0 + b; r < r0 + e; ++r) {
-          const RowWork w = row_work(r, ps, false);
+          const RowWork w = row_work(r, ps);
           scores(w.lat, w.rope, w.qp, r, w.K, 0, w.K, w.s, w.s2);
           for (int64_t h = 0; h < H; ++h) kt.softmax(w.s + h * w.K, w.K);
-          kt.wsum_f32(w.s, w.K, H, w.lat, w.K, 0, kvl, olat + (r - r0) * H * kvl, kvl, false);
+          sum_rows(kt, w.s, w.K, H, w.lat, w.K, 0, kvl, olat + (r - r0) * H * kvl, kvl, false);
         }
       });
     } else {
@@ -262,7 +236,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
       // keys, heads or columns of them).
       Workspace::Part& p0 = ws_.parts[0];
       for (int64_t r = r0; r < r0 + nb; ++r) {
-        const RowWork w = row_work(r, p0, true);
+        const RowWork w = row_work(r, p0);
         const int64_t K = w.K;
         parts(
             K * H * (kvl + rd), K,
@@ -272,7 +246,7 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
         });
         // Latent columns in whole vectors of 16 per part.
         parts(K * H * kvl, (kvl + 15) / 16, [&](int, int64_t v0, int64_t v1) {
-          kt.wsum_f32(w.s, K, H, w.lat, K, v0 * 16, std::min(kvl, v1 * 16), olat + (r - r0) * H * kvl, kvl, false);
+          sum_rows(kt, w.s, K, H, w.lat, K, v0 * 16, std::min(kvl, v1 * 16), olat + (r - r0) * H * kvl, kvl, false);
         });
       }
     }

@@ -13,10 +13,11 @@
 // than twice the threads: the head's keys and values are read once for all
 // the job's query heads (KernelTable::gemm_f32_rows for the scores, each
 // exactly dot_f32's; wsum_f32 for the sums, each an fma chain in key order).
-// An f16 session's keys and values are converted exactly into f32 scratch
-// kGqaChunk positions at a time (the sums continuing their chains across
-// chunks), so the conversion needs no buffer that grows with the context (the
-// scores do: [heads of the job, keys] per pool part). Each (row, query head) is one
+// Keys and values are read kGqaChunk positions at a time (the sums continuing
+// their chains across chunks); an f16 session's halves by the kernels for
+// halves (gemm_f16_rows, wsum_f16: their f32 values, exact), with no f32
+// copy (the scores grow with the context: [heads of the job, keys] per pool
+// part). Each (row, query head) is one
 // fixed-order score -> softmax -> sum, so a row's output is the same whatever
 // the batch, the thread count or the slicing.
 #include <algorithm>
@@ -115,42 +116,23 @@ void ModelRunner::attention_gqa(int64_t L, std::span<const Row> rows) {
       const float* qg = q + (r * H + h0) * hd;  // the slice's heads are consecutive
       float* og = o + (r * H + h0) * hd;
       float* s = grow_keys(ps.scores, static_cast<size_t>(gn * T), static_cast<size_t>(per * sq.capacity()));
-      if (sq.kv_type() == KvType::F32) {
-        // By chunks as the sums below (each score is one dot16 whatever the chunk).
-        for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk)
-          kt.gemm_f32_rows(FRows{cache.k.data() + t0 * kvw + kh * hd, nullptr, kvw}, std::min(kGqaChunk, T - t0), hd,
-                           qg, gn, s + t0, T);
-      } else {
-        // The halves of positions [t0, t0 + tn) of kv head kh, as f32.
-        float* c32 = grow(ps.lat32, static_cast<size_t>(kGqaChunk * hd));
-        const auto chunk = [&](const AlignedHalves& src, int64_t t0, int64_t tn) {
-          for (int64_t t = 0; t < tn; ++t) kt.f16_to_f32(src.data() + (t0 + t) * kvw + kh * hd, c32 + t * hd, hd);
-          return FRows{c32, nullptr, hd};
-        };
-        for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk) {
-          const int64_t tn = std::min(kGqaChunk, T - t0);
-          kt.gemm_f32_rows(chunk(cache.k16, t0, tn), tn, hd, qg, gn, s + t0, T);
-        }
-      }
+      // Positions [t0, ...) of kv head kh's keys or values, floats or halves
+      // (read by the kernels as their f32 values: the same floats).
+      const bool half = sq.kv_type() == KvType::F16;
+      const auto at = [&](const AlignedFloats& f32, const AlignedHalves& f16, int64_t t0) {
+        return half ? AnyRows::halves(HRows{f16.data() + t0 * kvw + kh * hd, nullptr, kvw})
+                    : AnyRows::floats(FRows{f32.data() + t0 * kvw + kh * hd, nullptr, kvw});
+      };
+      // By chunks as the sums below (each score is one dot16 whatever the chunk).
+      for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk)
+        score_rows(kt, at(cache.k, cache.k16, t0), std::min(kGqaChunk, T - t0), hd, qg, gn, s + t0, T);
       for (int64_t i = 0; i < gn * T; ++i) s[i] *= scale;
       for (int64_t g = 0; g < gn; ++g) kt.softmax(s + g * T, T);
-      if (sq.kv_type() == KvType::F32) {
-        // wsum_f32 passes over its keys once per tile of heads and columns:
-        // by chunks, a chunk's values stay in L2 for all those passes.
-        for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk) {
-          const int64_t tn = std::min(kGqaChunk, T - t0);
-          kt.wsum_f32(s + t0, T, gn, FRows{cache.v.data() + t0 * kvw + kh * hd, nullptr, kvw}, tn, 0, hd, og, hd,
-                      t0 > 0);
-        }
-      } else {
-        float* c32 = ps.lat32.data();
-        for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk) {
-          const int64_t tn = std::min(kGqaChunk, T - t0);
-          for (int64_t t = 0; t < tn; ++t)
-            kt.f16_to_f32(cache.v16.data() + (t0 + t) * kvw + kh * hd, c32 + t * hd, hd);
-          kt.wsum_f32(s + t0, T, gn, FRows{c32, nullptr, hd}, tn, 0, hd, og, hd, t0 > 0);
-        }
-      }
+      // wsum passes over its keys once per tile of heads and columns: by
+      // chunks, a chunk's values stay in L2 for all those passes, each
+      // output's chain continuing across the chunks.
+      for (int64_t t0 = 0; t0 < T; t0 += kGqaChunk)
+        sum_rows(kt, s + t0, T, gn, at(cache.v, cache.v16, t0), std::min(kGqaChunk, T - t0), 0, hd, og, hd, t0 > 0);
     }
   });
   float* out = grow(ws_.attn_out, static_cast<size_t>(n * D));

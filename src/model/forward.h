@@ -137,10 +137,6 @@ struct Workspace {
     std::vector<float> iscore;   // [8, keys]: indexer scores of a group of rows (indexer.cpp)
     std::vector<float> idot;     // [index_n_heads, kIndexKeyBlock]: a key block's per-head indexer dots
     std::vector<int32_t> order;  // [keys]: key order for the indexer's top-k
-    // f16 key cache (KvType::F16): a row's attended latents and roped keys
-    // as f32, [keys, kv_lora_rank] and [keys, qk_rope_head_dim]; GQA: lat32
-    // holds a chunk of one kv head's keys or values, [kGqaChunk, head_dim].
-    AlignedFloats lat32, rope32;
   };
   std::vector<Part> parts;
 };

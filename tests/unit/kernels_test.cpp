@@ -789,17 +789,69 @@ TEST(KernelThreadPool, BalancedHandsAStalledThreadsShareToTheOther) {
 
 // ---- gemm_f32_rows / wsum_f32: attention over a picked key set ----
 
+namespace {
+
+// One case of the key-set kernels over rows v (K picked rows, `cols` wide)
+// and nh heads: random heads x and weights p, a column range [c0, c1), and
+// the references: gemm_*_rows as dot16 of each row and head, wsum_* as one
+// fma chain per output in key order from 0, and (acc: a sum over keys taken
+// in chunks, each call continuing the chain) from y's values `init`.
+struct KeySetCase {
+  int64_t K, cols, nh, ldp, ldy, c0, c1;
+  std::vector<float> x, p, init, want_s, want_y, want_a;
+  KeySetCase(std::mt19937& rng, FRows v, int64_t K_, int64_t cols_, int64_t nh_, int64_t ldy_)
+      : K(K_), cols(cols_), nh(nh_), ldp(K_ + 2), ldy(ldy_) {
+    x = random_floats(rng, nh * cols);
+    p = random_floats(rng, nh * ldp);
+    c0 = cols > 2 ? static_cast<int64_t>(rng() % (cols / 2)) : 0;
+    c1 = cols - (cols > 4 ? static_cast<int64_t>(rng() % (cols / 4)) : 0);
+    init = random_floats(rng, nh * ldy);
+    want_s.assign(static_cast<size_t>(nh * (K + 1)), -3.0f);
+    want_y.assign(static_cast<size_t>(nh * ldy), -7.0f);
+    want_a = init;
+    for (int64_t r = 0; r < nh; ++r)
+      for (int64_t j = 0; j < K; ++j)
+        want_s[static_cast<size_t>(r * (K + 1) + j)] = dot_f32(v.row(j), x.data() + r * cols, cols);
+    for (int64_t h = 0; h < nh; ++h)
+      for (int64_t c = c0; c < c1; ++c) {
+        float acc = 0.0f, a = init[static_cast<size_t>(h * ldy + c)];
+        for (int64_t j = 0; j < K; ++j) {
+          acc = std::fma(p[static_cast<size_t>(h * ldp + j)], v.row(j)[c], acc);
+          a = std::fma(p[static_cast<size_t>(h * ldp + j)], v.row(j)[c], a);
+        }
+        want_y[static_cast<size_t>(h * ldy + c)] = acc;
+        want_a[static_cast<size_t>(h * ldy + c)] = a;
+      }
+  }
+  // gemm(x, s, lds) and wsum(p, y, acc) on rows of either kind, against the
+  // references; the outputs outside the rows' scores and the column range
+  // stay untouched.
+  template <class Gemm, class Wsum>
+  void check(Gemm gemm, Wsum wsum, const std::string& what) const {
+    std::vector<float> s(want_s.size(), -3.0f), y(want_y.size(), -7.0f), ya = init;
+    gemm(x.data(), s.data(), K + 1);
+    wsum(p.data(), y.data(), false);
+    wsum(p.data(), ya.data(), true);
+    const std::string at = " cols " + std::to_string(cols) + " [" + std::to_string(c0) + ", " + std::to_string(c1) +
+                           ") K " + std::to_string(K) + " heads " + std::to_string(nh) + what;
+    EXPECT_TRUE(all_same(want_s, s)) << "scores" << at;
+    EXPECT_TRUE(all_same(want_y, y)) << "sums" << at;
+    EXPECT_TRUE(all_same(want_a, ya)) << "sums (acc)" << at;
+  }
+};
+
+}  // namespace
+
 TEST(KernelKeySet, ScoresAndWeightedSumsEqualTheReferencesOnEveryPath) {
-  // Every path's gemm_f32_rows against dot16 of the picked rows, and
-  // wsum_f32 against an explicit fma chain in key order: key sets in order
-  // (idx null) and picked (repeats, descending, far apart), odd widths (the
-  // 16- and 32-column tails; 576 is wider than AVX-512's transposed key
-  // block), key counts below, at and past whole blocks of 16 (the
-  // transposed keys, the rest by the row tiles), head counts across the
-  // 8-head and 4-head tiles, column
-  // ranges that start and end anywhere (a thread's share: the columns
-  // outside it and the gaps between y rows stay untouched), values near the
-  // float range, and K = 0 (the sums are 0).
+  // Every path's gemm_f32_rows and wsum_f32 against the references
+  // (KeySetCase): key sets in order (idx null) and picked (repeats,
+  // descending, far apart), odd widths (the 16- and 32-column tails; 576 is
+  // wider than AVX-512's transposed key block), key counts below, at and
+  // past whole blocks of 16 (the transposed keys, the rest by the row
+  // tiles), head counts across the 8-head and 4-head tiles, column ranges
+  // that start and end anywhere (a thread's share: the columns outside it
+  // and the gaps between y rows stay untouched), values near the float
+  // range, and K = 0 (the sums are 0).
   std::mt19937 rng(2216);
   int cases = 0;
   for (int64_t cols : {1, 15, 16, 17, 31, 33, 64, 100, 512, 576})
@@ -812,43 +864,14 @@ TEST(KernelKeySet, ScoresAndWeightedSumsEqualTheReferencesOnEveryPath) {
           std::vector<int32_t> idx(static_cast<size_t>(K));
           for (auto& i : idx) i = static_cast<int32_t>(rng() % nkeys);
           const FRows v{keys.data(), picked ? idx.data() : nullptr, ld};
-          const auto x = random_floats(rng, nh * cols);
-          const auto p = random_floats(rng, nh * (K + 2));
-          const int64_t ldp = K + 2, ldy = cols + 5;
-          const int64_t c0 = cols > 2 ? static_cast<int64_t>(rng() % (cols / 2)) : 0;
-          const int64_t c1 = cols - (cols > 4 ? static_cast<int64_t>(rng() % (cols / 4)) : 0);
-          std::vector<float> want_s(static_cast<size_t>(nh * (K + 1)), -3.0f), want_y(static_cast<size_t>(nh * ldy), -7.0f);
-          for (int64_t r = 0; r < nh; ++r)
-            for (int64_t j = 0; j < K; ++j)
-              want_s[static_cast<size_t>(r * (K + 1) + j)] = dot_f32(v.row(j), x.data() + r * cols, cols);
-          // acc: the chain continues from y's values (a sum over keys taken
-          // in chunks): want_a from `init`.
-          const auto init = random_floats(rng, nh * ldy);
-          auto want_a = init;
-          for (int64_t h = 0; h < nh; ++h)
-            for (int64_t c = c0; c < c1; ++c) {
-              float acc = 0.0f, a = init[static_cast<size_t>(h * ldy + c)];
-              for (int64_t j = 0; j < K; ++j) {
-                acc = std::fma(p[static_cast<size_t>(h * ldp + j)], v.row(j)[c], acc);
-                a = std::fma(p[static_cast<size_t>(h * ldp + j)], v.row(j)[c], a);
-              }
-              want_y[static_cast<size_t>(h * ldy + c)] = acc;
-              want_a[static_cast<size_t>(h * ldy + c)] = a;
-            }
+          const KeySetCase kc(rng, v, K, cols, nh, cols + 5);
           for (KernelPath path : supported_paths()) {
             const KernelTable& kt = kernel_table(path);
-            std::vector<float> s(want_s.size(), -3.0f), y(want_y.size(), -7.0f), ya = init;
-            kt.gemm_f32_rows(v, K, cols, x.data(), nh, s.data(), K + 1);
-            kt.wsum_f32(p.data(), ldp, nh, v, K, c0, c1, y.data(), ldy, false);
-            kt.wsum_f32(p.data(), ldp, nh, v, K, c0, c1, ya.data(), ldy, true);
-            EXPECT_TRUE(all_same(want_s, s)) << "gemm_f32_rows cols " << cols << " K " << K << " picked " << picked
-                                             << " heads " << nh << " " << kernel_path_name(path);
-            EXPECT_TRUE(all_same(want_y, y)) << "wsum_f32 cols " << cols << " [" << c0 << ", " << c1 << ") K " << K
-                                             << " picked " << picked << " heads " << nh << " "
-                                             << kernel_path_name(path);
-            EXPECT_TRUE(all_same(want_a, ya)) << "wsum_f32 (acc) cols " << cols << " [" << c0 << ", " << c1 << ") K "
-                                              << K << " picked " << picked << " heads " << nh << " "
-                                              << kernel_path_name(path);
+            kc.check([&](const float* x, float* s, int64_t lds) { kt.gemm_f32_rows(v, K, cols, x, nh, s, lds); },
+                     [&](const float* p, float* y, bool acc) {
+                       kt.wsum_f32(p, kc.ldp, nh, v, K, kc.c0, kc.c1, y, kc.ldy, acc);
+                     },
+                     std::string(" picked ") + (picked ? "yes " : "no ") + kernel_path_name(path));
           }
           ++cases;
         }
@@ -875,6 +898,53 @@ TEST(KernelKeySet, KeysFromAnOffsetEqualTheWholeSetsTail) {
       EXPECT_TRUE(all_same(whole, part)) << "picked " << picked << " " << kernel_path_name(path);
     }
   }
+}
+
+TEST(KernelKeySet, HalvesReadAsTheirF32ValuesOnEveryPath) {
+  // gemm_f16_rows / wsum_f16 (an f16 key cache read in place) against the
+  // references over the same rows converted to f32 (KeySetCase). Halves
+  // from every exponent (subnormals, 65504, zeros of both signs); key counts
+  // below, at and past blocks of 16 and the via path's blocks (8192 floats:
+  // 14 keys at 576 columns, 32 keys of 256 columns for the sums); widths
+  // past the transposed block (576) and past the buffer itself (9000);
+  // column ranges crossing the sums' 256-column blocks; picked and in-order
+  // keys; heads across the 8- and 4-head tiles.
+  std::mt19937 rng(4242);
+  int cases = 0;
+  for (int64_t cols : {1, 17, 64, 128, 300, 512, 576, 9000})
+    for (int64_t K : {0, 1, 15, 16, 17, 33, 47, 70}) {
+      if (cols == 9000 && K > 17) continue;
+      for (bool picked : {false, true})
+        for (int64_t nh : {1, 8, 13}) {
+          const int64_t nkeys = 80, ld = cols + 5;
+          std::vector<uint16_t> h(static_cast<size_t>(nkeys * ld));
+          for (auto& e : h) {
+            const uint32_t r = rng();
+            // a third random bit patterns (any exponent; NaN and inf excluded), the rest rounded floats
+            e = r % 3 == 0 ? static_cast<uint16_t>((r >> 8) % 0x7c00u | (r & 0x8000u))
+                           : f32_to_f16_sat(std::ldexp(static_cast<float>(static_cast<int32_t>(r >> 8) % 2001 - 1000) / 1000.0f,
+                                                       static_cast<int>((r >> 2) % 11) - 5));
+          }
+          h[static_cast<size_t>(ld)] = 0x7bff;  // 65504
+          std::vector<float> f(h.size());
+          for (size_t i = 0; i < h.size(); ++i) f[i] = f16_to_f32(h[i]);
+          std::vector<int32_t> idx(static_cast<size_t>(K));
+          for (auto& i : idx) i = static_cast<int32_t>(rng() % nkeys);
+          const int32_t* ip = picked ? idx.data() : nullptr;
+          const HRows vh{h.data(), ip, ld};
+          const KeySetCase kc(rng, FRows{f.data(), ip, ld}, K, cols, nh, cols + 3);
+          for (KernelPath path : supported_paths()) {
+            const KernelTable& kt = kernel_table(path);
+            kc.check([&](const float* x, float* s, int64_t lds) { kt.gemm_f16_rows(vh, K, cols, x, nh, s, lds); },
+                     [&](const float* p, float* y, bool acc) {
+                       kt.wsum_f16(p, kc.ldp, nh, vh, K, kc.c0, kc.c1, y, kc.ldy, acc);
+                     },
+                     std::string(" halves, picked ") + (picked ? "yes " : "no ") + kernel_path_name(path));
+          }
+          ++cases;
+        }
+    }
+  EXPECT_EQ(cases, (7 * 8 + 5) * 2 * 3);
 }
 
 // ---- deq_axpy / deq_gemm: int8/int4 rows dequantized in registers ----

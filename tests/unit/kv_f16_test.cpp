@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -131,10 +132,13 @@ std::vector<int32_t> prompt(const ModelConfig& c, int64_t T, uint32_t seed) {
 // Logits of every position of `ids`, fed `chunk` rows per forward, into a
 // session of the given key type.
 std::vector<float> run(const Model& m, const std::vector<int32_t>& ids, KvType kv, int64_t chunk,
-                       AttentionForm form = AttentionForm::Absorbed, Session* keep = nullptr, bool dense = false) {
+                       AttentionForm form = AttentionForm::Absorbed, Session* keep = nullptr, bool dense = false,
+                       std::optional<KernelPath> path = std::nullopt) {
   ResidentExpertStore store(m.weights.experts);
   ThreadPool pool(2);
-  ModelRunner r(m, store, pool);
+  ComputeOptions co;
+  co.path = path;
+  ModelRunner r(m, store, pool, co);
   const int64_t T = static_cast<int64_t>(ids.size()), V = m.config.vocab_size;
   Session own(m.config, T, false, kv);
   Session& s = keep ? *keep : own;
@@ -297,6 +301,36 @@ void expect_sessions_alone_in_one_forward(const std::string& fixture, uint32_t s
   EXPECT_TRUE(std::equal(alone_a.begin(), alone_a.end(), logits.begin() + at_a * V)) << fixture;
   EXPECT_TRUE(std::equal(alone_b.begin(), alone_b.end(), logits.begin() + (at_a + 40) * V)) << fixture;
   EXPECT_TRUE(std::equal(alone_d.begin(), alone_d.end(), logits.begin() + at_d * V)) << fixture;
+}
+
+// The attention reads an f16 cache's halves in place (gemm_f16_rows,
+// wsum_f16); on the paths whose kernels for halves convert into a buffer,
+// a prefill of 32 or more rows converts an MLA session's keys once for the
+// call instead. Every way gives the same logits on every kernel path (==):
+// the whole prompt in one forward, 5 rows, 1 row at a time; MLA with its
+// selection on and with every key kept, and GQA.
+TEST(KvF16, HalvesReadInPlaceOrConvertedGiveTheSameLogitsOnEveryPath) {
+  for (const char* name : {"glm52-tiny-bf16", "qwen3moe-tiny-bf16"}) {
+    const auto m = load_model(kFixtures + name);
+    const ModelConfig& c = m->config;
+    const int64_t T = 80;
+    const auto ids = prompt(c, T, 13);
+    for (const bool dense : {false, true}) {
+      if (dense && c.attention == AttentionKind::Gqa) continue;
+      const auto want = run(*m, ids, KvType::F16, T, AttentionForm::Absorbed, nullptr, dense);
+      int paths = 0, in_registers = 0;
+      for (const KernelPath p : test_util::supported_paths()) {
+        in_registers += kernel_table(p).halves_in_registers;
+        ++paths;
+        for (const int64_t chunk : {T, int64_t{5}, int64_t{1}})
+          EXPECT_EQ(run(*m, ids, KvType::F16, chunk, AttentionForm::Absorbed, nullptr, dense, p), want)
+              << name << (dense ? " every key" : "") << " chunk " << chunk << " " << kernel_path_name(p);
+      }
+      EXPECT_GE(paths - in_registers, 1) << "the scalar path converts into a buffer";
+      std::printf("[ f16 kv ] %s%s: %d kernel paths (%d widening halves in registers), 3 splits each: same logits\n",
+                  name, dense ? " (every key)" : "", paths, in_registers);
+    }
+  }
 }
 
 TEST(KvF16, SessionsOfBothKindsInOneForward) { expect_sessions_alone_in_one_forward("glm52-tiny-bf16", 11, false); }
