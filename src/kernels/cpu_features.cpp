@@ -38,7 +38,7 @@ CpuFeatures detect() {
 #ifdef STRATA_X86
   unsigned a, b, c, d;
   if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1;
+  const bool osxsave = (c >> 27) & 1, fma = (c >> 12) & 1, f16c = (c >> 29) & 1;
   if (!osxsave) return f;
   const uint64_t xcr0 = xgetbv0();
   const bool ymm_ok = (xcr0 & 0x6) == 0x6;              // SSE + AVX state
@@ -50,6 +50,7 @@ CpuFeatures detect() {
   __cpuid_count(7, 1, a, b, c, d);
   const unsigned a71 = a;
   f.fma = ymm_ok && fma;
+  f.f16c = ymm_ok && f16c;
   f.avx2 = ymm_ok && ((b7 >> 5) & 1);
   f.avx512f = zmm_ok && ((b7 >> 16) & 1);
   f.avx512dq = f.avx512f && ((b7 >> 17) & 1);
@@ -128,7 +129,8 @@ std::string kernel_description(KernelPath p) {
   const CpuFeatures& f = cpu_features();
   std::string s = std::string("kernels: ") + kernel_path_name(p) + " (cpu:";
   const std::pair<bool, const char*> feats[] = {
-      {f.avx2, "avx2"},         {f.fma, "fma"},           {f.avx512f, "avx512f"},       {f.avx512bw, "avx512bw"},
+      {f.avx2, "avx2"},         {f.fma, "fma"},           {f.f16c, "f16c"},             {f.avx512f, "avx512f"},
+      {f.avx512bw, "avx512bw"},
       {f.avx512vl, "avx512vl"}, {f.avx512dq, "avx512dq"}, {f.avx512vnni, "avx512vnni"}, {f.avx512bf16, "avx512bf16"},
       {f.avxvnni, "avxvnni"},   {f.asimd, "asimd"},       {f.asimddp, "asimddp"},       {f.i8mm, "i8mm"}};
   bool any = false;

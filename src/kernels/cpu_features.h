@@ -10,6 +10,7 @@ namespace strata {
 
 struct CpuFeatures {
   bool avx2 = false, fma = false;
+  bool f16c = false;  // vcvtph2ps on xmm/ymm (the AVX2 path's half conversion when present)
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false;
   bool avx512vnni = false, avx512bf16 = false, avxvnni = false;
   bool amx_tile = false, amx_int8 = false;  // reported only: no AMX kernel yet
