@@ -24,8 +24,8 @@ Runs, alternately and after one warm-up invocation of each, `strata bench` and l
             pair runs at those contexts instead, as the context rows below.
   context   (--context N,...) resident, per N and --context-models: `strata bench --context N` and
             llama.cpp on the same N ids (--ids-file), prefill of N then decode of --context-gen-tokens;
-            strata's context line (attention+indexer / experts / other, KV bytes) is kept. --kv-type f16
-            runs strata with an f16 key cache, llama.cpp's default (f32 by default, as before).
+            strata's context line (attention+indexer / experts / other, KV bytes) is kept. strata's key
+            cache is f32 unless --kv-type f16 (the cache type llama.cpp keeps by default).
   disk      (--disk-class 1.5,3.5,7: needs root; runs only these rows) per class and strata container
             (--disk-models int4,int8): the capped row (the same memory cgroup and --ram) with both engines also
             in a cgroup-v1 blkio child whose read_bps throttle is the class, on the disk holding DATA or, for

@@ -15,10 +15,11 @@ static void k_f16_to_f32(const uint16_t* x, float* y, int64_t n) {
 // gemm_f16_rows (qgemm.h): the whole blocks of 16 keys transposed straight
 // from the halves (the same dot16s as k_gemm_f32_rows over converted rows);
 // the keys left over, or rows wider than kKeyColsMax, converted a block at a
-// time for k_gemm_f32_rows.
+// time for fgemm_tile (gemm_rows_tiles: no second transposed block on the
+// stack under the conversion buffer).
 static void k_gemm_f16_rows(HRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
   const int64_t j0 = gemm_rows_keys16(w, nw, cols, x, nrows, y, ldy);
-  if (j0 < nw) gemm_f16_rows_via<k_gemm_f32_rows, k_f16_to_f32>(w.from(j0), nw - j0, cols, x, nrows, y + j0, ldy);
+  if (j0 < nw) gemm_f16_rows_via<gemm_rows_tiles, k_f16_to_f32>(w.from(j0), nw - j0, cols, x, nrows, y + j0, ldy);
 }
 
 // wsum_f16 (qgemm.h): k_wsum_f32's tiles with each value vector loaded as

@@ -253,18 +253,21 @@ int64_t gemm_rows_keys16(Rows w, int64_t nw, int64_t cols, const float* x, int64
   return j0;
 }
 
+// gemm_f32 over picked rows by fgemm_tile alone, the row pointers looked
+// up (the same dot16s as the transposed blocks).
+void gemm_rows_tiles(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  gemm_tiles<4, 4>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
+    const float* wr[tw.n];
+    for (int i = 0; i < tw.n; ++i) wr[i] = w.row(o + i);
+    fgemm_tile<false, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + o, ldy);
+  });
+}
+
 // gemm_f32 over picked rows (qgemm.h): whole blocks of 16 keys transposed,
-// the keys left over (and rows wider than kKeyColsMax) by fgemm_tile with
-// the row pointers looked up.
+// the keys left over (and rows wider than kKeyColsMax) by fgemm_tile.
 void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
   const int64_t j0 = gemm_rows_keys16(w, nw, cols, x, nrows, y, ldy);
-  if (j0 == nw) return;
-  const FRows rest = w.from(j0);
-  gemm_tiles<4, 4>(nw - j0, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
-    const float* wr[tw.n];
-    for (int i = 0; i < tw.n; ++i) wr[i] = rest.row(o + i);
-    fgemm_tile<false, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + j0 + o, ldy);
-  });
+  if (j0 < nw) gemm_rows_tiles(w.from(j0), nw - j0, cols, x, nrows, y + j0, ldy);
 }
 
 // wsum_f32 (qgemm.h) over heads [h0, h0 + NH) and columns [c, c + 16 NV):

@@ -165,11 +165,11 @@ void ModelRunner::attend_absorbed(int64_t L, std::span<const Row> rows) {
     }
 
     // Per row, every head at once over the row's keys (each key read once for
-    // all heads): scores = two gemm_f32_rows over the picked latent and rope
-    // rows (dot16 of a key row and a query row, the scores score_keys
-    // computes), a softmax per head, then the weighted sum of the latents
-    // (wsum_f32: per output one fma per key in key order, softmax_sum's
-    // chain). Prefill (several rows): one task per row. Decode (few rows): the
+    // all heads): scores = two gemm_f32_rows (or gemm_f16_rows over an f16
+    // cache) over the picked latent and rope rows (dot16 of a key row and a
+    // query row, the scores score_keys computes), a softmax per head, then
+    // the weighted sum of the latents (wsum_f32 or wsum_f16: per output one
+    // fma per key in key order, softmax_sum's chain). Prefill (several rows): one task per row. Decode (few rows): the
     // row's keys, heads and latent columns split over the pool in turn. The
     // same floats either way, in any split.
     const bool by_row = nb >= std::max<int64_t>(4, static_cast<int64_t>(pool_.size()));

@@ -65,8 +65,10 @@ struct Workspace {
   std::vector<float> expanded;            // naive form: [keys, H * (qk_nope_head_dim + v_head_dim)]
   AlignedFloats lat32, rope32;            // naive form, f16 key cache: a session's keys as f32
   // Absorbed form, f16 key cache, a session with many rows in the call
-  // (prefill): its keys [0, last row's position] as f32, once per call,
-  // [keys, kv_lora_rank] and [keys, qk_rope_head_dim] per session.
+  // (prefill) on a path whose kernels for halves convert into a buffer
+  // (!KernelTable::halves_in_registers): its keys [0, last row's position]
+  // as f32, once per call, [keys, kv_lora_rank] and [keys,
+  // qk_rope_head_dim] per session.
   std::vector<const Session*> f16_seqs;
   std::vector<int64_t> f16_rows, f16_keys;  // per f16_seqs entry: its rows in the call, its keys
   std::vector<AlignedFloats> f16_lat, f16_rope;

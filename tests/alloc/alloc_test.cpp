@@ -136,9 +136,9 @@ GenerationParams long_answer(double temperature) {
   return p;
 }
 
-// Both key cache types (--kv-type f16 converts the attended keys into
-// scratch sized on the first step for the most keys a row may attend), MLA
-// and GQA (whose f16 reads convert fixed-size chunks).
+// Both key cache types (--kv-type f16: the halves read in place by the
+// kernels for halves, which convert, where they do, into a fixed-size stack
+// buffer), MLA and GQA.
 TEST(Allocation, DecodeStepAllocatesNothingResident) {
   for (const char* fixture : {"glm5-tiny-bf16", "qwen3moe-tiny-bf16"})
   for (const KvType kv : {KvType::F32, KvType::F16})
