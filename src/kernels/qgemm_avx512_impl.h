@@ -495,19 +495,17 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
 // prefetchers and the 2 KiB software prefetch give one; docs/kernels.md,
 // "Two weight streams"). Each output takes qgemm_tile's operations in its
 // order: the same floats.
+// Superblocks [sb0, sb1) of rows o1 and o2 into facc: the partial last
+// superblock of qgemv4_rows (until 2026-12-06 the whole rows' loop).
 template <int NR>
-void qgemm4_two_rows(const QWeight& w, const WScales& wsc, int64_t o1, int64_t o2, const QActs& a, float* y,
-                     int64_t ldy) {
+void qgemm4_two_rows_span(const QWeight& w, const WScales& wsc, int64_t o1, int64_t o2, const QActs& a, int64_t sb0,
+                          int64_t sb1, __m512 (&facc)[2][NR]) {
   const uint8_t* const wrows[2] = {w.q + o1 * w.row_bytes, w.q + o2 * w.row_bytes};
   const ScaleRow ws[2] = {scale_row(w, o1), scale_row(w, o2)};
-  const int64_t nsuper = a.bstride / 16;
   constexpr int64_t kSuperBytes = kQSuper / 2;
   const __m512i m4 = _mm512_set1_epi8(0x0f), x8 = _mm512_set1_epi8(0x08);
   const int64_t gm = w.group / kQBlock, pf_groups = gm > 0 ? kPrefetchBytes * 2 / w.group : 0;  // as qgemm_tile
-  __m512 facc[2][NR];
-  for (int i = 0; i < 2; ++i)
-    for (int r = 0; r < NR; ++r) facc[i][r] = _mm512_setzero_ps();
-  for (int64_t sb = 0; sb < nsuper; ++sb) {
+  for (int64_t sb = sb0; sb < sb1; ++sb) {
     const int64_t b0 = sb * 16, nb = a.nblocks - b0, off = sb * kSuperBytes;
     const __mmask16 bm = lanes16(nb);
     const bool full = off + kSuperBytes <= w.row_bytes;
@@ -543,10 +541,127 @@ void qgemm4_two_rows(const QWeight& w, const WScales& wsc, int64_t o1, int64_t o
       }
     }
   }
-  for (int r = 0; r < NR; ++r) {
-    y[r * ldy + o1] = tree16(facc[0][r]);
-    y[r * ldy + o2] = tree16(facc[1][r]);
+}
+
+// The int4 GEMV and calls of 2-4 activation rows on weight rows o[0..NW),
+// for NR activation rows: qgemm_tile<4, NR>'s operations for each output, in
+// its order (the same floats), written for the whole superblocks (all 16
+// blocks and all bytes in the row) so that the compiler keeps everything in
+// registers. The previous loop (qgemm4_two_rows_span, which still takes a
+// partial last superblock) kept its float accumulators on the stack (a load
+// and a masked store per row and superblock), its row pointers in vector
+// registers and WScales::get's branches in the loop; here the accumulators
+// are variables, one activation row's superblock is loaded once for all NW
+// weight rows, the mask is all lanes (mask3_fmadd with every lane set is
+// fmadd), and SK says how the 16 weight scales are read: 0 through
+// WScales::get (any group), 1 / 2 as group-32 floats / bf16 (widened
+// exactly) at the superblock's first block, which is what WScales::get
+// returns for a whole superblock (m == 1, ngroups - b0 = nb >= 16).
+// slice-int4 decode 1.05-1.37x (docs/kernels.md, "The small int GEMMs in
+// registers").
+template <int SK, int NW, int NR>
+void qgemv4_rows(const QWeight& w, const WScales& wsc, const int64_t (&o)[NW], const QActs& a, float* y, int64_t ldy) {
+  static_assert(NW % 2 == 0, "rows go to the general loop's tail in pairs");
+  constexpr int64_t kSuperBytes = kQSuper / 2;
+  const int64_t nsuper = a.bstride / 16;
+  int64_t nfull = w.row_bytes / kSuperBytes;  // (no std::min here: this file instantiates no library template)
+  if (a.nblocks / 16 < nfull) nfull = a.nblocks / 16;
+  if (nsuper < nfull) nfull = nsuper;
+  const uint8_t* wr[NW];
+  ScaleRow sr[NW];
+  __m512 f[NW][NR];
+  for (int i = 0; i < NW; ++i) {
+    wr[i] = w.q + o[i] * w.row_bytes;
+    sr[i] = scale_row(w, o[i]);
+    for (int r = 0; r < NR; ++r) f[i][r] = _mm512_setzero_ps();
   }
+  const __m512i m4 = _mm512_set1_epi8(0x0f), x8 = _mm512_set1_epi8(0x08);
+  const int64_t gm = w.group / kQBlock, pf_groups = gm > 0 ? kPrefetchBytes * 2 / w.group : 0;  // as qgemm_tile
+  for (int64_t sb = 0; sb < nfull; ++sb) {
+    const int64_t b0 = sb * 16, nb = a.nblocks - b0, off = sb * kSuperBytes;
+    // One activation row: its superblock loaded once for all NW weight rows.
+    __m512i xe1[4], xo1[4];
+    if constexpr (NR == 1) {
+      const uint8_t* xq = a.q + sb * kQSuper;
+      for (int k = 0; k < 4; ++k) {
+        xe1[k] = _mm512_loadu_si512(xq + 128 * k);
+        xo1[k] = _mm512_loadu_si512(xq + 128 * k + 64);
+      }
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NW; ++i) {
+      const uint8_t* wrow = wr[i];
+      const ScaleRow& ws = sr[i];
+      const char* pf = reinterpret_cast<const char*>(wrow + off + kPrefetchBytes);
+      for (int k = 0; k < 4; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+      if (pf_groups > 0) _mm_prefetch(static_cast<const char*>(ws.addr(b0 / gm + pf_groups)), _MM_HINT_T0);
+      __m512 wsv;
+      if constexpr (SK == 1)
+        wsv = _mm512_loadu_ps(ws.f + b0);
+      else if constexpr (SK == 2)
+        wsv = _mm512_castsi512_ps(
+            _mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws.h + b0))), 16));
+      else
+        wsv = wsc.get(ws, w.ngroups, b0, nb);
+      __m512i lo[4], hi[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m512i wv = _mm512_loadu_si512(wrow + off + 64 * k);
+        lo[k] = _mm512_ternarylogic_epi32(wv, m4, x8, 0x6a);  // as qgemm_tile
+        hi[k] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(wv, 4), m4, x8, 0x6a);
+      }
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; ++r) {
+        const uint8_t* xq = a.q + r * a.qstride + sb * kQSuper;
+        __m512i part[4];
+        for (int k = 0; k < 4; ++k) {
+          const __m512i xe = NR == 1 ? xe1[k] : _mm512_loadu_si512(xq + 128 * k);
+          const __m512i xo = NR == 1 ? xo1[k] : _mm512_loadu_si512(xq + 128 * k + 64);
+          if constexpr (kVnni) {
+            part[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], xe), hi[k], xo);
+          } else {
+            const __m512i p = _mm512_add_epi16(_mm512_maddubs_epi16(lo[k], xe), _mm512_maddubs_epi16(hi[k], xo));
+            part[k] = _mm512_madd_epi16(p, _mm512_set1_epi16(1));
+          }
+        }
+        const __m512i isum = _mm512_sub_epi32(merge(merge(part[0], part[1]), merge(part[2], part[3])),
+                                              _mm512_loadu_si512(a.sum8 + r * a.bstride + b0));
+        const __m512 d = _mm512_mul_ps(wsv, _mm512_loadu_ps(a.scale + r * a.bstride + b0));
+        f[i][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), d, f[i][r]);
+      }
+    }
+  }
+  for (int i = 0; i < NW; i += 2) {
+    if (nfull < nsuper) {
+      __m512 facc[2][NR];
+      for (int r = 0; r < NR; ++r) {
+        facc[0][r] = f[i][r];
+        facc[1][r] = f[i + 1][r];
+      }
+      qgemm4_two_rows_span<NR>(w, wsc, o[i], o[i + 1], a, nfull, nsuper, facc);
+      for (int r = 0; r < NR; ++r) {
+        f[i][r] = facc[0][r];
+        f[i + 1][r] = facc[1][r];
+      }
+    }
+    for (int r = 0; r < NR; ++r) {
+      y[r * ldy + o[i]] = tree16(f[i][r]);
+      y[r * ldy + o[i + 1]] = tree16(f[i + 1][r]);
+    }
+  }
+}
+
+// The int4 GEMV and calls of up to 4 activation rows over weight rows [0,
+// rows): rows o and h + o together (h = rows / 2), two sequential weight
+// streams per core, the odd last row alone. Four rows at a time (four
+// streams) measured no faster for the GEMV (docs/kernels.md).
+template <int SK, int NR>
+void qgemm4_small(const QWeight& w, const WScales& wsc, const QActs& a, float* y, int64_t ldy) {
+  const int64_t h = w.rows / 2;
+  for (int64_t o = 0; o < h; ++o) {
+    const int64_t rows[2] = {o, h + o};
+    qgemv4_rows<SK, 2, NR>(w, wsc, rows, a, y, ldy);
+  }
+  if (w.rows % 2) qgemm_tile<4, NR>(w, wsc, w.rows - 1, a, 0, y, ldy);
 }
 
 #if STRATA_VNNI
@@ -554,14 +669,52 @@ void qgemm4_two_rows(const QWeight& w, const WScales& wsc, int64_t o1, int64_t o
 // o1 and o2 in turn, superblock by superblock, each prefetching 2 KiB ahead
 // in its own row (the one-stream GEMV measured slower with the prefetch;
 // two streams need it: without, half the speed). The same floats.
+// SK: how a whole superblock's weight scales are read, as in qgemv4_rows
+// (0: WScales::get; 1 / 2: group-32 floats / bf16 at the first block), for
+// the superblocks whose 16 blocks and bytes are all in the row; the rest
+// take the masked loads below. With SK and the loop over the two rows
+// unrolled, the accumulators stay in registers (they went through the stack).
+template <int SK>
 void qgemv8_two_rows(const QWeight& w, const WScales& wsc, int64_t o1, int64_t o2, const QActs& a, float* y) {
   const uint8_t* const wrows[2] = {w.q + o1 * w.row_bytes, w.q + o2 * w.row_bytes};
   const ScaleRow ws[2] = {scale_row(w, o1), scale_row(w, o2)};
   const int64_t nsuper = a.bstride / 16;
+  int64_t nfull = w.row_bytes / kQSuper;
+  if (a.nblocks / 16 < nfull) nfull = a.nblocks / 16;
+  if (nsuper < nfull) nfull = nsuper;
   const int64_t gm = w.group / kQBlock, pf_groups = gm > 0 ? kPrefetchBytes / w.group : 0;
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 facc[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
-  for (int64_t sb = 0; sb < nsuper; ++sb) {
+  for (int64_t sb = 0; sb < nfull; ++sb) {
+    const int64_t b0 = sb * 16, nb = a.nblocks - b0, off = sb * kQSuper;
+    const uint8_t* xq = a.q + sb * kQSuper;
+    const __m512 sx = _mm512_loadu_ps(a.scale + b0);
+    const __m512i sum128 = _mm512_slli_epi32(_mm512_loadu_si512(a.sum8 + b0), 4);  // 128 * sum(x)
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i) {
+      const uint8_t* wrow = wrows[i];
+      const char* pf = reinterpret_cast<const char*>(wrow + off + kPrefetchBytes);
+      for (int k = 0; k < 8; ++k) _mm_prefetch(pf + 64 * k, _MM_HINT_T0);
+      if (pf_groups > 0) _mm_prefetch(static_cast<const char*>(ws[i].addr(b0 / gm + pf_groups)), _MM_HINT_T0);
+      __m512 wsv;
+      if constexpr (SK == 1)
+        wsv = _mm512_loadu_ps(ws[i].f + b0);
+      else if constexpr (SK == 2)
+        wsv = _mm512_castsi512_ps(_mm512_slli_epi32(
+            _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(ws[i].h + b0))), 16));
+      else
+        wsv = wsc.get(ws[i], w.ngroups, b0, nb);
+      __m512i part[8];
+      for (int k = 0; k < 8; ++k)
+        part[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(_mm512_loadu_si512(wrow + off + 64 * k), flip),
+                                      _mm512_loadu_si512(xq + 64 * k));
+      const __m512i isum = _mm512_sub_epi32(merge(merge(merge(part[0], part[1]), merge(part[2], part[3])),
+                                                  merge(merge(part[4], part[5]), merge(part[6], part[7]))),
+                                            sum128);
+      facc[i] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wsv, sx), facc[i]);
+    }
+  }
+  for (int64_t sb = nfull; sb < nsuper; ++sb) {
     const int64_t b0 = sb * 16, nb = a.nblocks - b0, off = sb * kQSuper;
     const __mmask16 bm = lanes16(nb);
     const bool full = off + kQSuper <= w.row_bytes;
@@ -596,10 +749,10 @@ void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   const WScales wsc = make_wscales(w);
   if constexpr (BITS == 4) {
     if (a.nrows >= 1 && a.nrows <= 4 && w.rows >= 2) {  // rows o and h + o together
-      const int64_t h = w.rows / 2;
       const auto run = [&](auto nr) {
-        for (int64_t o = 0; o < h; ++o) qgemm4_two_rows<nr.n>(w, wsc, o, h + o, a, y, ldy);
-        if (w.rows % 2) qgemm_tile<4, nr.n>(w, wsc, w.rows - 1, a, 0, y, ldy);
+        if (wsc.m == 1 && w.sb) qgemm4_small<2, nr.n>(w, wsc, a, y, ldy);
+        else if (wsc.m == 1) qgemm4_small<1, nr.n>(w, wsc, a, y, ldy);
+        else qgemm4_small<0, nr.n>(w, wsc, a, y, ldy);
       };
       switch (a.nrows) {
         case 1: run(Extent<1>{}); return;
@@ -613,7 +766,13 @@ void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   if constexpr (BITS == 8) {
     if (a.nrows == 1 && w.rows >= 2) {  // the int8 GEMV: rows o and h + o together
       const int64_t h = w.rows / 2;
-      for (int64_t o = 0; o < h; ++o) qgemv8_two_rows(w, wsc, o, h + o, a, y);
+      if (wsc.m == 1 && w.sb) {
+        for (int64_t o = 0; o < h; ++o) qgemv8_two_rows<2>(w, wsc, o, h + o, a, y);
+      } else if (wsc.m == 1) {
+        for (int64_t o = 0; o < h; ++o) qgemv8_two_rows<1>(w, wsc, o, h + o, a, y);
+      } else {
+        for (int64_t o = 0; o < h; ++o) qgemv8_two_rows<0>(w, wsc, o, h + o, a, y);
+      }
       if (w.rows % 2) qgemm_tile<8, 1>(w, wsc, w.rows - 1, a, 0, y, ldy);
       return;
     }

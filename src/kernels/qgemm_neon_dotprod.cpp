@@ -21,8 +21,7 @@ namespace {
 }  // namespace
 
 const KernelTable& kernel_table_neon_dotprod() {
-  static const KernelTable t{KernelPath::NeonDotprod, k_dot_f32, k_gemm_f32,       k_gemm_bf16,
-                             k_gemm_q8,               k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
+  static const KernelTable t = neon_table(KernelPath::NeonDotprod);
   return t;
 }
 

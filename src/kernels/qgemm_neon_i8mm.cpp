@@ -22,8 +22,7 @@ namespace {
 }  // namespace
 
 const KernelTable& kernel_table_neon_i8mm() {
-  static const KernelTable t{KernelPath::NeonI8mm, k_dot_f32, k_gemm_f32,       k_gemm_bf16,
-                             k_gemm_q8,            k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
+  static const KernelTable t = neon_table(KernelPath::NeonI8mm);
   return t;
 }
 

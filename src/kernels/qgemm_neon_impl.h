@@ -54,28 +54,38 @@ float k_dot_f32(const float* a, const float* b, int64_t n) {
   return tree16(acc[0], acc[1], acc[2], acc[3]);
 }
 
-// ---- f32 / bf16 weights: tiles of NW weight rows x NR activation rows ----
+// ---- f32 / bf16 / f16 weights: tiles of NW weight rows x NR activation rows ----
 
-template <bool BF16>
-inline void load_w16(const void* w, int64_t i, float32x4_t* out) {
-  if constexpr (BF16) {
-    const uint16_t* p = static_cast<const uint16_t*>(w) + i;
+// What a weight row holds: floats, bf16 (widened by a shift) or IEEE halves
+// (an f16 key cache: widened by FCVTL, exact, f16_to_f32_ref's values).
+enum WElem { kF32, kBF16, kF16 };
+template <int E>
+using WElemT = std::conditional_t<E == kF32, float, uint16_t>;
+
+template <int E>
+inline void load_w16(const WElemT<E>* p, float32x4_t* out) {
+  if constexpr (E == kBF16) {
     const uint16x8_t h0 = vld1q_u16(p), h1 = vld1q_u16(p + 8);
     out[0] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h0), 16));
     out[1] = vreinterpretq_f32_u32(vshll_high_n_u16(h0, 16));
     out[2] = vreinterpretq_f32_u32(vshll_n_u16(vget_low_u16(h1), 16));
     out[3] = vreinterpretq_f32_u32(vshll_high_n_u16(h1, 16));
+  } else if constexpr (E == kF16) {
+    const float16x8_t h0 = vreinterpretq_f16_u16(vld1q_u16(p)), h1 = vreinterpretq_f16_u16(vld1q_u16(p + 8));
+    out[0] = vcvt_f32_f16(vget_low_f16(h0));
+    out[1] = vcvt_high_f32_f16(h0);
+    out[2] = vcvt_f32_f16(vget_low_f16(h1));
+    out[3] = vcvt_high_f32_f16(h1);
   } else {
-    const float* p = static_cast<const float*>(w) + i;
     for (int k = 0; k < 4; ++k) out[k] = vld1q_f32(p + 4 * k);
   }
 }
 
-template <bool BF16, int NW, int NR>
-void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t ldy) {
-  using T = std::conditional_t<BF16, uint16_t, float>;
-  const T* wr[NW];
-  for (int o = 0; o < NW; ++o) wr[o] = static_cast<const T*>(w) + o * cols;
+// Weight rows wr[0..NW) (anywhere: a matrix's consecutive rows, or the keys
+// of a key set) against NR activation rows `cols` apart.
+template <int E, int NW, int NR>
+void fgemm_tile(const WElemT<E>* const* wr, int64_t cols, const float* x, float* y, int64_t ldy) {
+  using T = WElemT<E>;
   float32x4_t acc[NW][NR][4];
   for (int o = 0; o < NW; ++o)
     for (int r = 0; r < NR; ++r)
@@ -83,7 +93,7 @@ void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t l
   int64_t i = 0;
   for (; i + 16 <= cols; i += 16) {
     float32x4_t wv[NW][4];
-    for (int o = 0; o < NW; ++o) load_w16<BF16>(wr[o], i, wv[o]);
+    for (int o = 0; o < NW; ++o) load_w16<E>(wr[o] + i, wv[o]);
     for (int r = 0; r < NR; ++r) {
       float32x4_t xv[4];
       for (int k = 0; k < 4; ++k) xv[k] = vld1q_f32(x + r * cols + i + 4 * k);
@@ -101,7 +111,7 @@ void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t l
     for (int o = 0; o < NW; ++o) {
       std::memset(tw, 0, sizeof tw);
       std::memcpy(tw, wr[o] + i, static_cast<size_t>(rem) * sizeof(T));
-      load_w16<BF16>(tw, 0, wv[o]);
+      load_w16<E>(tw, wv[o]);
     }
     for (int r = 0; r < NR; ++r) {
       std::memset(tx, 0, sizeof tx);
@@ -117,20 +127,121 @@ void fgemm_tile(const void* w, int64_t cols, const float* x, float* y, int64_t l
     for (int o = 0; o < NW; ++o) y[r * ldy + o] = tree16(acc[o][r][0], acc[o][r][1], acc[o][r][2], acc[o][r][3]);
 }
 
-template <bool BF16>
-void fgemm(const void* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
-  using T = std::conditional_t<BF16, uint16_t, float>;
-  const T* wt = static_cast<const T*>(w);
+// y[r * ldy + j] = dot16(row(j), x row r) for j < nw, r < nrows: a matrix's
+// rows (row(j) = w + j * cols) or a key set's (PickedRows::row).
+template <int E, class RowOf>
+void fgemm(const RowOf& row, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
   gemm_tiles<2, 2>(nw, nrows, row_block(cols * 4), [&](auto tw, auto tr, int64_t o, int64_t r) {
-    fgemm_tile<BF16, tw.n, tr.n>(wt + o * cols, cols, x + r * cols, y + r * ldy + o, ldy);
+    const WElemT<E>* wr[tw.n];
+    for (int i = 0; i < tw.n; ++i) wr[i] = row(o + i);
+    fgemm_tile<E, tw.n, tr.n>(wr, cols, x + r * cols, y + r * ldy + o, ldy);
   });
 }
 
 void k_gemm_f32(const float* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
-  fgemm<false>(w, nw, cols, x, nrows, y, ldy);
+  fgemm<kF32>([&](int64_t j) { return w + j * cols; }, nw, cols, x, nrows, y, ldy);
 }
 void k_gemm_bf16(const uint16_t* w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
-  fgemm<true>(w, nw, cols, x, nrows, y, ldy);
+  fgemm<kBF16>([&](int64_t j) { return w + j * cols; }, nw, cols, x, nrows, y, ldy);
+}
+
+// ---- attention over a key set (qgemm.h): gemm_*_rows, wsum_*, f16_to_f32 ----
+
+void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  fgemm<kF32>([&](int64_t j) { return w.row(j); }, nw, cols, x, nrows, y, ldy);
+}
+void k_gemm_f16_rows(HRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
+  fgemm<kF16>([&](int64_t j) { return w.row(j); }, nw, cols, x, nrows, y, ldy);
+}
+
+// NH heads x the 16 columns [c, c + 16) (the first cw of them, cw < 16, in a
+// row's last partial chunk: read from zero-padded copies, only those cw
+// written): each output's fma chain over the keys in order, from y's value
+// (acc) or 0, one fused vfmaq_f32 a step: wsum_f32_ref's floats.
+template <int E, int NH>
+void wsum_tile(const float* p, int64_t ldp, PickedRows<WElemT<E>> v, int64_t K, int64_t c, int64_t cw, float* y,
+               int64_t ldy, bool acc) {
+  using T = WElemT<E>;
+  const bool full = cw == 16;
+  float32x4_t a[NH][4];
+  alignas(16) float to[16];
+  for (int h = 0; h < NH; ++h) {
+    const float* yr = y + h * ldy + c;
+    if (!acc) {
+      for (int k = 0; k < 4; ++k) a[h][k] = vdupq_n_f32(0.0f);
+    } else if (full) {
+      for (int k = 0; k < 4; ++k) a[h][k] = vld1q_f32(yr + 4 * k);
+    } else {
+      std::memset(to, 0, sizeof to);
+      std::memcpy(to, yr, static_cast<size_t>(cw) * 4);
+      for (int k = 0; k < 4; ++k) a[h][k] = vld1q_f32(to + 4 * k);
+    }
+  }
+  alignas(16) T tv[16] = {};
+  for (int64_t j = 0; j < K; ++j) {
+    const T* vr = v.row(j) + c;
+    if (!full) {
+      std::memcpy(tv, vr, static_cast<size_t>(cw) * sizeof(T));
+      vr = tv;
+    }
+    float32x4_t vv[4];
+    load_w16<E>(vr, vv);
+    for (int h = 0; h < NH; ++h) {
+      const float32x4_t pj = vdupq_n_f32(p[h * ldp + j]);
+      for (int k = 0; k < 4; ++k) a[h][k] = vfmaq_f32(a[h][k], pj, vv[k]);
+    }
+  }
+  for (int h = 0; h < NH; ++h) {
+    float* yr = y + h * ldy + c;
+    if (full) {
+      for (int k = 0; k < 4; ++k) vst1q_f32(yr + 4 * k, a[h][k]);
+    } else {
+      for (int k = 0; k < 4; ++k) vst1q_f32(to + 4 * k, a[h][k]);
+      std::memcpy(yr, to, static_cast<size_t>(cw) * 4);
+    }
+  }
+}
+
+// Heads 4 at a time (the rest as one smaller tile), each against every
+// 16-column chunk of [c0, c1).
+template <int E>
+void wsum(const float* p, int64_t ldp, int64_t nh, PickedRows<WElemT<E>> v, int64_t K, int64_t c0, int64_t c1,
+          float* y, int64_t ldy, bool acc) {
+  for (int64_t h = 0; h < nh;) {
+    const int64_t n = nh - h < 4 ? nh - h : 4;
+    for (int64_t c = c0; c < c1; c += 16) {
+      const int64_t cw = c1 - c < 16 ? c1 - c : 16;
+      const float* ph = p + h * ldp;
+      float* yh = y + h * ldy;
+      switch (n) {
+        case 1: wsum_tile<E, 1>(ph, ldp, v, K, c, cw, yh, ldy, acc); break;
+        case 2: wsum_tile<E, 2>(ph, ldp, v, K, c, cw, yh, ldy, acc); break;
+        case 3: wsum_tile<E, 3>(ph, ldp, v, K, c, cw, yh, ldy, acc); break;
+        default: wsum_tile<E, 4>(ph, ldp, v, K, c, cw, yh, ldy, acc); break;
+      }
+    }
+    h += n;
+  }
+}
+
+void k_wsum_f32(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                int64_t ldy, bool acc) {
+  wsum<kF32>(p, ldp, nh, v, K, c0, c1, y, ldy, acc);
+}
+void k_wsum_f16(const float* p, int64_t ldp, int64_t nh, HRows v, int64_t K, int64_t c0, int64_t c1, float* y,
+                int64_t ldy, bool acc) {
+  wsum<kF16>(p, ldp, nh, v, K, c0, c1, y, ldy, acc);
+}
+
+// y[i] = the f32 value of half x[i], 8 at a time by FCVTL (exact).
+void k_f16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const float16x8_t h = vreinterpretq_f16_u16(vld1q_u16(x + i));
+    vst1q_f32(y + i, vcvt_f32_f16(vget_low_f16(h)));
+    vst1q_f32(y + i + 4, vcvt_high_f32_f16(h));
+  }
+  if (i < n) f16_to_f32_ref(x + i, y + i, n - i);
 }
 
 // ---- int8 / int4 weights ----
@@ -310,3 +421,17 @@ void qgemm(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
 
 void k_gemm_q8(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<8>(w, a, y, ldy); }
 void k_gemm_q4(const QWeight& w, const QActs& a, float* y, int64_t ldy) { qgemm<4>(w, a, y, ldy); }
+
+// The table of a NEON level: its integer and f32 kernels plus the key-set
+// ones above (the halves widened in registers).
+KernelTable neon_table(KernelPath path) {
+  KernelTable k{path,      k_dot_f32, k_gemm_f32,       k_gemm_bf16,
+                k_gemm_q8, k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
+  k.gemm_f32_rows = k_gemm_f32_rows;
+  k.wsum_f32 = k_wsum_f32;
+  k.gemm_f16_rows = k_gemm_f16_rows;
+  k.wsum_f16 = k_wsum_f16;
+  k.halves_in_registers = true;
+  k.f16_to_f32 = k_f16_to_f32;
+  return k;
+}

@@ -132,6 +132,87 @@ void test_fgemm(const KernelTable& ref, const KernelTable& k, std::mt19937& rng)
         }
 }
 
+// ---- attention over a key set: picked rows of floats or of halves ----
+
+// Finite halves of every exponent (subnormals and 65504 included), any sign.
+std::vector<uint16_t> halves(std::mt19937& rng, int64_t n) {
+  std::vector<uint16_t> v(static_cast<size_t>(n));
+  for (auto& h : v) h = static_cast<uint16_t>((rng() & 0x8000u) | ((rng() % 31u) << 10) | (rng() & 0x3ffu));
+  return v;
+}
+
+// gemm_f32_rows / gemm_f16_rows, wsum_f32 / wsum_f16 and f16_to_f32 against
+// the scalar table: key sets picked by index (repeats allowed) or in order,
+// 0-37 keys, widths across the 16-column chunks, 1-9 query rows / heads
+// (every 4-head tile and leftover), column ranges of a thread's share, sums
+// started from 0 or continued from y (acc), outputs written nowhere else.
+void test_keyset(const KernelTable& ref, const KernelTable& k, std::mt19937& rng) {
+  const std::string name = kernel_path_name(k.path);
+  for (int64_t cols : {1, 4, 15, 16, 17, 64, 100, 576})
+    for (int64_t nkeys : {0, 1, 5, 16, 37})
+      for (int64_t nrows : {1, 3, 4, 5, 9}) {
+        const int64_t npool = nkeys + 7;
+        const auto pool32 = normals(rng, npool * cols);
+        const auto pool16 = halves(rng, npool * cols);
+        std::vector<int32_t> idx(static_cast<size_t>(nkeys));
+        for (auto& i : idx) i = static_cast<int32_t>(rng() % npool);
+        const bool picked = (nkeys + nrows + cols) % 2 == 0;
+        const int32_t* ix = picked ? idx.data() : nullptr;
+        const FRows f{pool32.data(), ix, cols};
+        const HRows h{pool16.data(), ix, cols};
+        const std::string what = name + " cols=" + std::to_string(cols) + " keys=" + std::to_string(nkeys) +
+                                 " rows=" + std::to_string(nrows) + (picked ? " picked" : " in order");
+        // Scores: nrows query rows against every key.
+        const auto x = normals(rng, nrows * cols);
+        const int64_t ldy = nkeys + 2;
+        for (bool half : {false, true}) {
+          std::vector<float> want(static_cast<size_t>(nrows * ldy), 7.0f), got(want);
+          if (half) {
+            ref.gemm_f16_rows(h, nkeys, cols, x.data(), nrows, want.data(), ldy);
+            k.gemm_f16_rows(h, nkeys, cols, x.data(), nrows, got.data(), ldy);
+          } else {
+            ref.gemm_f32_rows(f, nkeys, cols, x.data(), nrows, want.data(), ldy);
+            k.gemm_f32_rows(f, nkeys, cols, x.data(), nrows, got.data(), ldy);
+          }
+          check(diff(want, got).empty(), what + (half ? " gemm_f16_rows" : " gemm_f32_rows") + diff(want, got));
+        }
+        // Weighted sums: nrows heads, over the whole width and a share of it.
+        const int64_t ldp = nkeys + 3, ldo = cols + 5;
+        const auto pr = normals(rng, nrows * ldp);
+        const auto y0 = normals(rng, nrows * ldo);
+        for (bool half : {false, true})
+          for (bool acc : {false, true})
+            for (int64_t c0 : {int64_t{0}, cols / 3}) {
+              const int64_t c1 = c0 == 0 ? cols : cols - cols / 5;
+              std::vector<float> want(y0), got(y0);
+              if (half) {
+                ref.wsum_f16(pr.data(), ldp, nrows, h, nkeys, c0, c1, want.data(), ldo, acc);
+                k.wsum_f16(pr.data(), ldp, nrows, h, nkeys, c0, c1, got.data(), ldo, acc);
+              } else {
+                ref.wsum_f32(pr.data(), ldp, nrows, f, nkeys, c0, c1, want.data(), ldo, acc);
+                k.wsum_f32(pr.data(), ldp, nrows, f, nkeys, c0, c1, got.data(), ldo, acc);
+              }
+              check(diff(want, got).empty(), what + (half ? " wsum_f16" : " wsum_f32") + (acc ? " acc" : "") +
+                                                 " c=[" + std::to_string(c0) + "," + std::to_string(c1) + ")" +
+                                                 diff(want, got));
+            }
+        if (nrows == 1) {  // the conversion itself, every length's tail
+          std::vector<float> want(pool16.size() + 1, 7.0f), got(want);
+          ref.f16_to_f32(pool16.data(), want.data(), static_cast<int64_t>(pool16.size()));
+          k.f16_to_f32(pool16.data(), got.data(), static_cast<int64_t>(pool16.size()));
+          check(diff(want, got).empty(), what + " f16_to_f32" + diff(want, got));
+        }
+      }
+  // Every half's value: the 63488 finite bit patterns (and infinities) widened.
+  std::vector<uint16_t> all;
+  for (uint32_t u = 0; u < 65536; ++u)
+    if (((u >> 10) & 31u) != 31u || (u & 0x3ffu) == 0) all.push_back(static_cast<uint16_t>(u));
+  std::vector<float> want(all.size()), got(all.size());
+  ref.f16_to_f32(all.data(), want.data(), static_cast<int64_t>(all.size()));
+  k.f16_to_f32(all.data(), got.data(), static_cast<int64_t>(all.size()));
+  check(diff(want, got).empty(), name + " f16_to_f32 of every finite half and the infinities" + diff(want, got));
+}
+
 // ---- integer kernels ----
 
 struct IntCase {
@@ -474,6 +555,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(42);
     test_dot(ref, k, rng);
     test_fgemm(ref, k, rng);
+    test_keyset(ref, k, rng);
     test_qgemm(ref, k, rng);
     test_bf16_scales(ref, k, rng);
     test_extremes(k);
