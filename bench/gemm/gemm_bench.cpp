@@ -28,6 +28,12 @@
 //   gemm_f32_rows, every head against each key at once, and wsum_f32);
 //   medians of CPU time, GFMA per CPU-second, and whether the outputs are
 //   equal bit for bit.
+// {"bench":"attention_long_sums",...} (--attention): the weighted sums
+//   (wsum_f32 / wsum_f16) of one query row at long context: 64 heads over
+//   2048 keys picked from 16384 (DSA at 16k), for 4 layers' caches in turn
+//   (f32 128 MiB, f16 64 MiB: from DRAM, as in the engine), one thread;
+//   median CPU time per layer, GFMA per CPU-second, and a checksum of the
+//   outputs (the same floats give the same checksum in any build).
 // {"bench":"indexer_scores",...} (--attention): the DSA indexer's scores for
 //   one query row on the slice's shape (32 heads of 128 dims) over 4096 and
 //   32768 keys of a cache (the 32768 keys are 16 MiB, from DRAM as at 32k
@@ -71,6 +77,7 @@
 #include <vector>
 
 #include "core/aligned.h"
+#include "core/numeric.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
 #include "core/weight.h"
@@ -297,6 +304,65 @@ void attention_bench(int reps) {
           fma / median(t[3]), same ? "true" : "false");
       std::fflush(stdout);
     }
+  }
+}
+
+// --attention, the weighted sums at long context (see the top).
+void long_sums_bench(int reps) {
+  const KernelTable& kt = kernel_table(best_kernel_path());
+  const int64_t H = 64, kvl = 512, N = 16384, K = 2048, layers = 4;
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
+  for (bool halves : {false, true}) {
+    std::vector<AlignedFloats> f(static_cast<size_t>(halves ? 0 : layers));
+    std::vector<std::vector<uint16_t>> h(static_cast<size_t>(halves ? layers : 0));
+    std::vector<std::vector<int32_t>> idx(static_cast<size_t>(layers));
+    std::vector<std::vector<float>> p(static_cast<size_t>(layers));
+    for (int64_t l = 0; l < layers; ++l) {
+      if (halves) {
+        auto& hl = h[static_cast<size_t>(l)];
+        hl.resize(static_cast<size_t>(N * kvl));
+        for (auto& e : hl) e = f32_to_f16_sat(ud(rng));
+      } else {
+        auto& fl = f[static_cast<size_t>(l)];
+        fl.resize(static_cast<size_t>(N * kvl));
+        for (auto& e : fl) e = ud(rng);
+      }
+      auto& il = idx[static_cast<size_t>(l)];
+      il.resize(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i) il[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+      std::shuffle(il.begin(), il.end(), rng);
+      il.resize(static_cast<size_t>(K));
+      std::sort(il.begin(), il.end());
+      auto& pl = p[static_cast<size_t>(l)];
+      pl.resize(static_cast<size_t>(H * K));
+      for (auto& x : pl) x = ud(rng) / static_cast<float>(K);
+    }
+    AlignedFloats y(static_cast<size_t>(layers * H * kvl));
+    std::vector<double> t;
+    for (int rep = 0; rep < reps + 1; ++rep) {
+      const double c0 = cpu_now(CLOCK_THREAD_CPUTIME_ID);
+      for (int64_t l = 0; l < layers; ++l) {
+        const size_t li = static_cast<size_t>(l);
+        float* yl = y.data() + l * H * kvl;
+        if (halves)
+          kt.wsum_f16(p[li].data(), K, H, HRows{h[li].data(), idx[li].data(), kvl}, K, 0, kvl, yl, kvl, false);
+        else
+          kt.wsum_f32(p[li].data(), K, H, FRows{f[li].data(), idx[li].data(), kvl}, K, 0, kvl, yl, kvl, false);
+      }
+      if (rep > 0) t.push_back((cpu_now(CLOCK_THREAD_CPUTIME_ID) - c0) / static_cast<double>(layers));
+    }
+    std::sort(t.begin(), t.end());
+    double sum = 0.0;
+    for (float v : y) sum += static_cast<double>(v);
+    const double fma = static_cast<double>(H) * static_cast<double>(K) * static_cast<double>(kvl) / 1e9;
+    std::printf(
+        "{\"bench\":\"attention_long_sums\",\"path\":\"%s\",\"kv\":\"%s\",\"heads\":%lld,\"kv_lora_rank\":%lld,"
+        "\"keys\":%lld,\"of\":%lld,\"layers\":%lld,\"sums_ms\":%.3f,\"sums_gfma_cpu\":%.1f,\"checksum\":%.9g}\n",
+        kernel_path_name(kt.path), halves ? "f16" : "f32", static_cast<long long>(H), static_cast<long long>(kvl),
+        static_cast<long long>(K), static_cast<long long>(N), static_cast<long long>(layers), t[t.size() / 2] * 1e3,
+        fma / t[t.size() / 2], sum);
+    std::fflush(stdout);
   }
 }
 
@@ -709,7 +775,7 @@ int run(int argc, char** argv) {
   }
   std::printf("{\"bench\":\"load\",\"when\":\"start\",\"loadavg\":\"%s\"}\n", loadavg().c_str());
   if (attention || gemv || gemv_layout) {
-    if (attention) attention_bench(reps), indexer_bench(reps);
+    if (attention) attention_bench(reps), long_sums_bench(reps), indexer_bench(reps);
     if (gemv) gemv_bench(reps);
 #if defined(__x86_64__)
     if (gemv_layout) gemv_layout_bench(reps);

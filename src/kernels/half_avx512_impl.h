@@ -26,5 +26,5 @@ static void k_gemm_f16_rows(HRows w, int64_t nw, int64_t cols, const float* x, i
 // halves and widened in the register.
 static void k_wsum_f16(const float* p, int64_t ldp, int64_t nh, HRows v, int64_t K, int64_t c0, int64_t c1, float* y,
                        int64_t ldy, bool acc) {
-  wsum_rows(p, ldp, nh, v, K, c0, c1, y, ldy, acc);
+  wsum_blocks(p, ldp, nh, v, K, c0, c1, y, ldy, acc);
 }

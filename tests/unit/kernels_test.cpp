@@ -947,6 +947,50 @@ TEST(KernelKeySet, HalvesReadAsTheirF32ValuesOnEveryPath) {
   EXPECT_EQ(cases, (7 * 8 + 5) * 2 * 3);
 }
 
+TEST(KernelKeySet, WeightedSumsOverMoreKeysThanABlockEqualTheReferences) {
+  // The key counts of long-context attention (DSA picks 2048): AVX-512
+  // walks the keys of wsum_f32 / wsum_f16 in blocks of 256 (each block's
+  // tiles continue the stored partials). Against the references (one fma chain per output in key order,
+  // KeySetCase) at counts one below, at and past a block, several blocks
+  // with a partial last one, in order and picked, f32 and halves, from 0
+  // and accumulating.
+  std::mt19937 rng(909);
+  int cases = 0;
+  for (int64_t cols : {33, 512})
+    for (int64_t K : {255, 256, 257, 700})
+      for (bool picked : {false, true})
+        for (int64_t nh : {8, 9}) {
+          const int64_t nkeys = K + 10, ld = cols + 3;
+          const auto keys = random_floats(rng, nkeys * ld);
+          std::vector<uint16_t> h(keys.size());
+          for (size_t i = 0; i < h.size(); ++i) h[i] = f32_to_f16_sat(keys[i]);
+          std::vector<float> hf(h.size());
+          for (size_t i = 0; i < h.size(); ++i) hf[i] = f16_to_f32(h[i]);
+          std::vector<int32_t> idx(static_cast<size_t>(K));
+          for (auto& i : idx) i = static_cast<int32_t>(rng() % nkeys);
+          const int32_t* ip = picked ? idx.data() : nullptr;
+          const FRows v{keys.data(), ip, ld};
+          const HRows vh{h.data(), ip, ld};
+          const KeySetCase kc(rng, v, K, cols, nh, cols + 5), kh(rng, FRows{hf.data(), ip, ld}, K, cols, nh, cols + 5);
+          for (KernelPath path : supported_paths()) {
+            const KernelTable& kt = kernel_table(path);
+            const std::string what = std::string(" picked ") + (picked ? "yes " : "no ") + kernel_path_name(path);
+            kc.check([&](const float* x, float* s, int64_t lds) { kt.gemm_f32_rows(v, K, cols, x, nh, s, lds); },
+                     [&](const float* p, float* y, bool acc) {
+                       kt.wsum_f32(p, kc.ldp, nh, v, K, kc.c0, kc.c1, y, kc.ldy, acc);
+                     },
+                     what);
+            kh.check([&](const float* x, float* s, int64_t lds) { kt.gemm_f16_rows(vh, K, cols, x, nh, s, lds); },
+                     [&](const float* p, float* y, bool acc) {
+                       kt.wsum_f16(p, kh.ldp, nh, vh, K, kh.c0, kh.c1, y, kh.ldy, acc);
+                     },
+                     " halves," + what);
+          }
+          ++cases;
+        }
+  EXPECT_EQ(cases, 2 * 4 * 2 * 2);
+}
+
 // ---- deq_axpy / deq_gemm: int8/int4 rows dequantized in registers ----
 
 namespace {
