@@ -162,57 +162,71 @@ constexpr int key_lane(int g, int i) {
   return LG == 2 ? g + 8 * i : g + 8 * (i & 1) + 4 * (i >> 1);
 }
 
-// Heads x[0 .. NH) (`cols` apart) against the 16 keys of t (transpose16's
-// layout, `cols` rows): y[h * ldy + j] = dot16(key j, head h), j < 16. The
-// lane partials of one group at a time, NH x LG accumulators in registers;
-// each key vector loaded is used by NH fmas.
-template <int NH, int LG>
-void keys16_heads(const float* t, int64_t cols, const float* x, float* y, int64_t ldy) {
+// Heads x[0 .. NH) (`cols` apart) against the 16 KT keys of KT transposed
+// blocks (transpose16's layout, `cols` rows each, block k at t + k * tstride):
+// y[h * ldy + 16 k + j] = dot16(key j of block k, head h), j < 16. The lane
+// partials of one group at a time, NH x LG x KT accumulators in registers;
+// each key vector loaded is used by NH fmas, each head value broadcast by KT.
+template <int NH, int LG, int KT = 1>
+void keys16_heads(const float* t, int64_t tstride, int64_t cols, const float* x, float* y, int64_t ldy) {
   constexpr int G = 16 / LG;
   const int64_t nc = cols / 16, rem = cols % 16;
-  __m512 sums[NH][G];  // per head: lane g of the 8-sum (LG 2) or of the 4-sum (LG 4)
+  __m512 sums[NH][KT][G];  // per head and block: lane g of the 8-sum (LG 2) or of the 4-sum (LG 4)
 #pragma GCC unroll 8
   for (int g = 0; g < G; ++g) {
-    __m512 acc[NH][LG];
+    __m512 acc[NH][LG][KT];
 #pragma GCC unroll 8
     for (int h = 0; h < NH; ++h)
 #pragma GCC unroll 4
-      for (int i = 0; i < LG; ++i) acc[h][i] = _mm512_setzero_ps();
+      for (int i = 0; i < LG; ++i)
+#pragma GCC unroll 2
+        for (int k = 0; k < KT; ++k) acc[h][i][k] = _mm512_setzero_ps();
+    const auto step = [&](int64_t col, int i) {
+      __m512 tv[KT];
+#pragma GCC unroll 2
+      for (int k = 0; k < KT; ++k) {
+        tv[k] = _mm512_load_ps(t + k * tstride + col * 16);
+        __asm__("" : "+v"(tv[k]));  // one load, NH uses (not folded into each fma)
+      }
+#pragma GCC unroll 8
+      for (int h = 0; h < NH; ++h) {
+        __m512 xb = _mm512_set1_ps(x[h * cols + col]);
+        if constexpr (KT > 1) __asm__("" : "+v"(xb));  // one broadcast, KT uses
+#pragma GCC unroll 2
+        for (int k = 0; k < KT; ++k) acc[h][i][k] = _mm512_fmadd_ps(tv[k], xb, acc[h][i][k]);
+      }
+    };
     for (int64_t c = 0; c < nc; ++c) {
 #pragma GCC unroll 4
-      for (int i = 0; i < LG; ++i) {
-        const int64_t col = 16 * c + key_lane<LG>(g, i);
-        __m512 tv = _mm512_load_ps(t + col * 16);
-        __asm__("" : "+v"(tv));  // one load, NH uses (not folded into each fma)
-#pragma GCC unroll 8
-        for (int h = 0; h < NH; ++h) acc[h][i] = _mm512_fmadd_ps(tv, _mm512_set1_ps(x[h * cols + col]), acc[h][i]);
-      }
+      for (int i = 0; i < LG; ++i) step(16 * c + key_lane<LG>(g, i), i);
     }
 #pragma GCC unroll 4
-    for (int i = 0; i < LG; ++i) {  // the last partial column block: lanes below rem
-      const int64_t col = 16 * nc + key_lane<LG>(g, i);
-      if (key_lane<LG>(g, i) < rem) {
-        const __m512 tv = _mm512_load_ps(t + col * 16);
-#pragma GCC unroll 8
-        for (int h = 0; h < NH; ++h) acc[h][i] = _mm512_fmadd_ps(tv, _mm512_set1_ps(x[h * cols + col]), acc[h][i]);
-      }
-    }
+    for (int i = 0; i < LG; ++i)  // the last partial column block: lanes below rem
+      if (key_lane<LG>(g, i) < rem) step(16 * nc + key_lane<LG>(g, i), i);
 #pragma GCC unroll 8
     for (int h = 0; h < NH; ++h)
-      sums[h][g] = LG == 2 ? _mm512_add_ps(acc[h][0], acc[h][1])
-                           : _mm512_add_ps(_mm512_add_ps(acc[h][0], acc[h][1]), _mm512_add_ps(acc[h][2], acc[h][3]));
+#pragma GCC unroll 2
+      for (int k = 0; k < KT; ++k)
+        sums[h][k][g] = LG == 2 ? _mm512_add_ps(acc[h][0][k], acc[h][1][k])
+                                : _mm512_add_ps(_mm512_add_ps(acc[h][0][k], acc[h][1][k]),
+                                                _mm512_add_ps(acc[h][2][k], acc[h][3][k]));
   }
 #pragma GCC unroll 8
-  for (int h = 0; h < NH; ++h) {
-    __m512 a4[4];
-    for (int i = 0; i < 4; ++i) a4[i] = LG == 2 ? _mm512_add_ps(sums[h][i], sums[h][i + 4]) : sums[h][i];
-    const __m512 a2_0 = _mm512_add_ps(a4[0], a4[2]), a2_1 = _mm512_add_ps(a4[1], a4[3]);
-    _mm512_storeu_ps(y + h * ldy, _mm512_add_ps(a2_0, a2_1));
-  }
+  for (int h = 0; h < NH; ++h)
+#pragma GCC unroll 2
+    for (int k = 0; k < KT; ++k) {
+      __m512 a4[4];
+      for (int i = 0; i < 4; ++i) a4[i] = LG == 2 ? _mm512_add_ps(sums[h][k][i], sums[h][k][i + 4]) : sums[h][k][i];
+      const __m512 a2_0 = _mm512_add_ps(a4[0], a4[2]), a2_1 = _mm512_add_ps(a4[1], a4[3]);
+      _mm512_storeu_ps(y + h * ldy + 16 * k, _mm512_add_ps(a2_0, a2_1));
+    }
 }
 
 // The widest transposed block kept on the stack (32 KiB); wider rows take
-// fgemm_tile.
+// fgemm_tile. Rows up to half of it go two blocks at a time (keys16_heads
+// with KT 2 and 4-head tiles: each head value broadcast once for 32 keys,
+// 6 loads per 8 fmas instead of 9 per 8; docs/kernels.md, "Indexer keys
+// two blocks at a time").
 constexpr int64_t kKeyColsMax = 512;
 
 // The whole blocks of 16 keys of gemm_f32_rows (qgemm.h), transposed, for
@@ -224,31 +238,49 @@ int64_t gemm_rows_keys16(Rows w, int64_t nw, int64_t cols, const float* x, int64
   int64_t j0 = 0;
   if (cols > kKeyColsMax) return 0;
   alignas(64) float t[kKeyColsMax * 16];
-  for (; j0 + 16 <= nw; j0 += 16) {
-    const T* rows[16];
-    for (int j = 0; j < 16; ++j) rows[j] = w.row(j0 + j);
-    for (int64_t c = 0; c < cols; c += 16) transpose16(rows, c, lanes16(cols - c), t + c * 16);
+  const int64_t tstride = cols * 16;
+  const bool pairs = cols <= kKeyColsMax / 2;
+  while (j0 + 16 <= nw) {
+    const int kt = pairs && j0 + 32 <= nw ? 2 : 1;
+    for (int k = 0; k < kt; ++k) {
+      const T* rows[16];
+      for (int j = 0; j < 16; ++j) rows[j] = w.row(j0 + 16 * k + j);
+      for (int64_t c = 0; c < cols; c += 16) transpose16(rows, c, lanes16(cols - c), t + k * tstride + c * 16);
+    }
     int64_t h = 0;
-    // The next block's 16 key rows fetched into L2 while this block's
-    // heads compute, a share before each 8-head tile: the keys of a long
-    // context come from DRAM, and the transposes' strided reads alone
-    // left the indexer's 32k-key scores waiting on memory (docs/kernels.md).
-    const bool more = j0 + 32 <= nw;
-    const int64_t ntiles = (nrows + 7) / 8;
+    // The next step's key rows (up to 16 kt) fetched while this step's
+    // heads compute, a share before each head tile: the keys of a long
+    // context come from DRAM, and the transposes' strided reads alone left
+    // the indexer's 32k-key scores waiting on memory (docs/kernels.md).
+    // Narrow rows (the pairs: the indexer's 128 floats, the 64-wide roped
+    // keys) into L1, at most 16 KiB for 32 keys; wide ones into L2.
+    const int64_t nxt = j0 + 16 * kt, nfetch = std::min<int64_t>(16 * kt, (nw - nxt) / 16 * 16);
+    const int64_t ntiles = kt == 2 ? (nrows + 3) / 4 : (nrows + 7) / 8;
     int64_t tile = 0;
     const auto fetch = [&] {
-      const int64_t a = 16 * tile / ntiles, b = 16 * (tile + 1) / ntiles;
+      const int64_t a = nfetch * tile / ntiles, b = nfetch * (tile + 1) / ntiles;
       ++tile;
-      if (!more) return;
       for (int64_t j = a; j < b; ++j) {
-        const char* pr = reinterpret_cast<const char*>(w.row(j0 + 16 + j));
-        for (int64_t o = 0; o < cols * static_cast<int64_t>(sizeof(T)); o += 64) _mm_prefetch(pr + o, _MM_HINT_T1);
+        const char* pr = reinterpret_cast<const char*>(w.row(nxt + j));
+        for (int64_t o = 0; o < cols * static_cast<int64_t>(sizeof(T)); o += 64) {
+          if (pairs)
+            _mm_prefetch(pr + o, _MM_HINT_T0);
+          else
+            _mm_prefetch(pr + o, _MM_HINT_T1);
+        }
       }
     };
-    for (; h + 8 <= nrows; h += 8) fetch(), keys16_heads<8, 2>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
-    if (h < nrows) while (tile < ntiles) fetch();
-    if (h + 4 <= nrows) keys16_heads<4, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy), h += 4;
-    for (; h < nrows; ++h) keys16_heads<1, 4>(t, cols, x + h * cols, y + h * ldy + j0, ldy);
+    if (kt == 2) {
+      for (; h + 4 <= nrows; h += 4) fetch(), keys16_heads<4, 2, 2>(t, tstride, cols, x + h * cols, y + h * ldy + j0, ldy);
+      if (h < nrows) while (tile < ntiles) fetch();
+      for (; h < nrows; ++h) keys16_heads<1, 4, 2>(t, tstride, cols, x + h * cols, y + h * ldy + j0, ldy);
+    } else {
+      for (; h + 8 <= nrows; h += 8) fetch(), keys16_heads<8, 2>(t, tstride, cols, x + h * cols, y + h * ldy + j0, ldy);
+      if (h < nrows) while (tile < ntiles) fetch();
+      if (h + 4 <= nrows) keys16_heads<4, 4>(t, tstride, cols, x + h * cols, y + h * ldy + j0, ldy), h += 4;
+      for (; h < nrows; ++h) keys16_heads<1, 4>(t, tstride, cols, x + h * cols, y + h * ldy + j0, ldy);
+    }
+    j0 += 16 * kt;
   }
   return j0;
 }

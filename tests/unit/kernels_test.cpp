@@ -848,17 +848,19 @@ TEST(KernelKeySet, ScoresAndWeightedSumsEqualTheReferencesOnEveryPath) {
   // descending, far apart), odd widths (the 16- and 32-column tails; 576 is
   // wider than AVX-512's transposed key block), key counts below, at and
   // past whole blocks of 16 (the transposed keys, the rest by the row
-  // tiles), head counts across the 8-head and 4-head tiles, column ranges
+  // tiles; rows up to 256 wide go two blocks at a time: 32 and 37 keys are
+  // one pair, 48 and 55 a pair and a single block), head counts across the
+  // 8-head and 4-head tiles and the pairs' 4-head and 1-head ones, column ranges
   // that start and end anywhere (a thread's share: the columns outside it
   // and the gaps between y rows stay untouched), values near the float
   // range, and K = 0 (the sums are 0).
   std::mt19937 rng(2216);
   int cases = 0;
   for (int64_t cols : {1, 15, 16, 17, 31, 33, 64, 100, 512, 576})
-    for (int64_t K : {0, 1, 3, 4, 7, 32, 37})
+    for (int64_t K : {0, 1, 3, 4, 7, 32, 37, 48, 55})
       for (bool picked : {false, true})
         for (int64_t nh : {1, 3, 8, 9, 15, 17}) {
-          const int64_t nkeys = 50, ld = cols + 3;
+          const int64_t nkeys = 60, ld = cols + 3;
           auto keys = random_floats(rng, nkeys * ld);
           keys[static_cast<size_t>(ld)] = 3.0e30f;
           std::vector<int32_t> idx(static_cast<size_t>(K));
@@ -875,7 +877,7 @@ TEST(KernelKeySet, ScoresAndWeightedSumsEqualTheReferencesOnEveryPath) {
           }
           ++cases;
         }
-  EXPECT_EQ(cases, 10 * 7 * 2 * 6);
+  EXPECT_EQ(cases, 10 * 9 * 2 * 6);
 }
 
 TEST(KernelKeySet, KeysFromAnOffsetEqualTheWholeSetsTail) {
