@@ -1,11 +1,17 @@
-"""Table, docs/benchmarks.md and docs/benchmarks.png from bench/compare/run.py's results.
+"""Table, docs/benchmarks.md's generated head and docs/benchmarks.png from bench/compare/run.py's results.
 
     /usr/bin/python3 bench/compare/report.py /work/benchdata/compare-results.json   # re-render
 """
 import json
 import os
+import re
 import statistics
 import sys
+
+
+# The line ending the generated head of docs/benchmarks.md (benchmarks.md.in): --write-docs replaces the
+# page up to it and keeps what follows.
+HEAD_END = "<!-- end of the generated head:"
 
 
 def med(rs, key):
@@ -89,26 +95,54 @@ def context_table(results):
     return "\n".join(lines)
 
 
+def context_rows(results):
+    """The --context runs as bars: decode tok/s of both engines at each context (prefill is in the table)."""
+    out = []
+    for key, c in results["configs"].items():
+        if "context" not in c:
+            continue
+        s, l = med(c["runs"]["strata"], "decode_tok_s"), med(c["runs"]["llama.cpp"], "decode_tok_s")
+        out.append({"label": f"{c['label'].split(',')[0]}\ncontext {c['context']}", "phase": "decode",
+                    "strata": s, "llama": l, "ratio": s / l if l else float("nan")})
+    return out
+
+
 def plot(results, path):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit("bench/compare/report.py: drawing docs/benchmarks.png needs matplotlib "
+                 "(apt-get install python3-matplotlib; run it with /usr/bin/python3)")
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    rows = rows_of(results)
-    fig, ax = plt.subplots(figsize=(9, 4.2))
-    x = range(len(rows))
+    panels = [(rows_of(results), "resident and memory-capped runs")]
+    if context_rows(results):
+        panels.append((context_rows(results), "decode at a context (after prefilling it)"))
+    widths = [max(len(p[0]), 1) for p in panels]
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.5 + 1.3 * sum(widths), 4.6), squeeze=False,
+                             gridspec_kw={"width_ratios": widths})
     w = 0.38
-    ax.bar([i - w / 2 for i in x], [r["strata"] for r in rows], w, label="strata", color="#2a7ab9")
-    ax.bar([i + w / 2 for i in x], [r["llama"] for r in rows], w, label="llama.cpp (node-llama-cpp 3.21.1)",
-           color="#c9772b")
-    for i, r in zip(x, rows):
-        ax.text(i, max(r["strata"], r["llama"]) * 1.05 + 0.05, f"{r['ratio']:.2f}×", ha="center", fontsize=9)
-    ax.set_xticks(list(x))
-    ax.set_xticklabels([f"{r['label']}\n{r['phase']}" for r in rows], fontsize=7.5)
-    ax.set_yscale("log")
-    ax.set_ylabel("tokens/s (log scale, median)")
+    for ax, (rows, title) in zip(axes[0], panels):
+        x = range(len(rows))
+        ax.bar([i - w / 2 for i in x], [r["strata"] for r in rows], w, label="strata", color="#2a7ab9")
+        ax.bar([i + w / 2 for i in x], [r["llama"] for r in rows], w, label="llama.cpp (node-llama-cpp 3.21.1)",
+               color="#c9772b")
+        for i, r in zip(x, rows):
+            ax.text(i, max(r["strata"], r["llama"]) * 1.08, f"{r['ratio']:.2f}×", ha="center", fontsize=8.5)
+        ax.set_xticks(list(x))
+        ax.set_xticklabels([f"{r['label'].replace(', ', chr(10))}\n{r['phase']}" for r in rows], fontsize=7)
+        top = max(max(r["strata"], r["llama"]) for r in rows)
+        if ax is axes[0][0]:
+            ax.set_yscale("log")
+            ax.set_ylim(top=top * 2)
+        else:  # one phase at a few contexts: a linear axis from 0 reads better
+            ax.set_ylim(0, top * 1.2)
+            ax.set_ylabel("tokens/s (median)")
+        ax.set_title(title, fontsize=8.5)
+    axes[0][0].set_ylabel("tokens/s (log scale, median)")
+    axes[0][0].legend(fontsize=7.5, loc="upper right")
     m = results["machine"]
-    ax.set_title(f"GLM-5.2-shaped slice, {m['cores']} threads, {m['cpu']} — {m['date_utc']}", fontsize=9)
-    ax.legend(fontsize=8)
+    fig.suptitle(f"GLM-5.2-shaped slice, {m['cores']} threads, {m['cpu']} — {m['date_utc']}", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -153,6 +187,7 @@ def write(results, a, root):
         "S8_FRAC": f"{100 * det['frac']:.0f}" if det else "?",
         "S4_BYTES": f"{det4['bytes'] / 1e9:.3f}" if det4 else "?", "S4_GBS": f"{det4['gb_s']:.1f}" if det4 else "?",
         "S4_FRAC": f"{100 * det4['frac']:.0f}" if det4 else "?",
+        "S4_MEM": f"{det4['mem']:.1f}" if det4 else "?",
         "L8_BYTES": f"{gg8.get('per_token', 0) / 1e9:.3f}", "L4_BYTES": f"{gg4.get('per_token', 0) / 1e9:.3f}",
         "S8_PHASES": fmt_phases(det["phases"]) if det else "?",
         "S8_PPHASES": fmt_phases(det["prefill_phases"]) if det else "?",
@@ -200,9 +235,38 @@ def write(results, a, root):
                                   for r in c["runs"]["strata"] if "memory_bandwidth" in r["raw"])
     for k, v in subs.items():
         doc = doc.replace("{{" + k + "}}", v)
-    with open(os.path.join(root, "docs", "benchmarks.md"), "w") as f:
-        f.write(doc)
-    print("wrote docs/benchmarks.md and docs/benchmarks.png")
+    doc = re.sub(r"\{\{[A-Z0-9_]+\}\}", "?", doc)  # a figure from a section not run in this invocation
+    # A page that exists keeps everything after its generated head (the measurements written by hand
+    # since: re-runs, A/B pairs, analyses); only the head is this run's. Temp file, then rename.
+    page = os.path.join(root, "docs", "benchmarks.md")
+    if os.path.exists(page) and HEAD_END in doc:
+        with open(page) as f:
+            old = f.read()
+        if HEAD_END in old:
+            doc = doc[:doc.index(HEAD_END)] + old[old.index(HEAD_END):]
+    write_atomic(page, doc)
+    write_atomic(os.path.join(root, "docs", "benchmarks-results.json"), json.dumps(slim(results), indent=1) + "\n")
+    print("wrote docs/benchmarks.md (its generated head), docs/benchmarks.png and docs/benchmarks-results.json")
+
+
+# Left out of the docs/ copy of the results (DATA/compare-results.json keeps them): each run's captured stderr
+# and the token id lists, most of the file's bytes.
+SLIM_DROP = ("stderr", "generated_ids", "prompt_ids")
+
+
+def slim(x):
+    if isinstance(x, dict):
+        return {k: slim(v) for k, v in x.items() if k not in SLIM_DROP}
+    if isinstance(x, list):
+        return [slim(v) for v in x]
+    return x
+
+
+def write_atomic(path, text):
+    tmp = path + ".partial"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
 
 
 if __name__ == "__main__":

@@ -35,8 +35,10 @@ Runs, alternately and after one warm-up invocation of each, `strata bench` and l
             (build/strata_io_bench in the same child), resident decode of each container (this invocation) and
             the bound 1 / max(bytes read per token / throughput, 1 / resident tok/s); results in --results
             (default DATA/compare-disk-results.json).
-Prints a table of medians and strata/llama.cpp ratios; --write-docs writes docs/benchmarks.md and
-docs/benchmarks.png. Every raw result goes to DATA/compare-results.json.
+Prints a table of medians and strata/llama.cpp ratios; --write-docs writes docs/benchmarks.png,
+docs/benchmarks-results.json and the generated head of docs/benchmarks.md (bench/compare/benchmarks.md.in
+up to its end-of-head line; an existing page keeps everything after that line). Every raw result goes to
+DATA/compare-results.json.
 """
 import argparse
 import datetime

@@ -7,17 +7,9 @@ import subprocess
 import sys
 import tempfile
 
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-sys.path.insert(0, os.path.join(ROOT, "bench", "compare"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import ROOT, check, finish  # noqa: E402
 import disk_class as DC  # noqa: E402
-
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print(f"FAIL: {what}")
 
 
 def refuses(fn, needle):
@@ -107,7 +99,4 @@ elif shutil.which("setpriv"):
 else:
     print("note: root and no setpriv: the script-level not-root refusal is checked only through check_privileges")
 
-if failures:
-    print(f"{len(failures)} check(s) failed")
-    sys.exit(1)
-print("disk_class: all checks passed")
+finish("disk_class")
