@@ -383,8 +383,8 @@ def main():
     for n in [int(x) for x in a.context.split(",") if x]:
         if n + a.context_gen_tokens > slice_cfg["max_position_embeddings"]:
             sys.exit(f"--context {n} + --context-gen-tokens {a.context_gen_tokens} exceeds the slice's "
-                     f"max_position_embeddings {slice_cfg['max_position_embeddings']}: make the slice with "
-                     "--set max_position_embeddings=202752 (docs/benchmarks.md, Long context)")
+                     f"max_position_embeddings {slice_cfg['max_position_embeddings']}: remake the slice with bench/make_data "
+                     "(whose slice allows GLM-5's 202752 since 2026-12-07; docs/benchmarks.md, Long context)")
     ids = fixed_ids(a.prompt_tokens, vocab, 1)
     cids = ids[: a.capped_prompt_tokens]
     info = machine_info()

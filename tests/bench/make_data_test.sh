@@ -4,7 +4,7 @@
 # bench/compare's reader and holds the model's tensors); a second run skips
 # everything; an interrupted step (a leftover .partial, the final entry
 # missing) is redone; a deleted source is not remade while its outputs exist;
-# --only makes an entry's input first.
+# --only makes an entry's input first; the GLM-5.2 slice is made long-context ready.
 # Usage: make_data_test.sh STRATA_BINARY
 set -euo pipefail
 strata=$1
@@ -52,4 +52,7 @@ if "$here/bench/make_data" --family tiny --strata /bin/false --dir "$tmp/f" 2>"$
   echo "a failing convert exited 0"; exit 1
 fi
 [ -d "$tmp/f/tiny-bf16" ] && [ ! -e "$tmp/f/tiny-int8" ]
+# The GLM-5.2 slice allows bench/compare's long contexts (16384, 32768) as it is made: GLM-5's limit.
+"$here/bench/make_data" --only slice-bf16 --dry-run --dir "$tmp/g" 2>"$tmp/dry.err"
+grep -q -- '--set max_position_embeddings=202752' "$tmp/dry.err" || { cat "$tmp/dry.err"; exit 1; }
 echo "make_data_test: ok"
