@@ -35,11 +35,15 @@
 //   median CPU time per layer, GFMA per CPU-second, and a checksum of the
 //   outputs (the same floats give the same checksum in any build).
 // {"bench":"indexer_scores",...} (--attention): the DSA indexer's scores for
-//   one query row on the slice's shape (32 heads of 128 dims) over 4096 and
-//   32768 keys of a cache (the 32768 keys are 16 MiB, from DRAM as at 32k
-//   context), in blocks of 256 keys as the engine calls it: a dot_f32 per
-//   head and key ("old") against gemm_f32_rows; one thread, medians of CPU
-//   time, GFMA per CPU-second, and whether the scores are equal bit for bit.
+//   one query row on the slice's shape (32 heads of 128 dims) over 4096 keys
+//   of a cache and over 32768 keys of each of three layers' caches in turn
+//   (48 MiB, from DRAM as at 32k context; times per layer), in blocks of 256
+//   keys as the engine calls it: a dot_f32 per
+//   head and key ("old") against gemm_f32_rows ("new", keys in rows, each
+//   block of 16 transposed) and gemm_f32_lanes ("lanes": the keys stored in
+//   lanes, as the engine's indexer key cache holds them); one thread, medians
+//   of CPU time, GFMA per CPU-second, and whether the three are equal bit for
+//   bit.
 // {"bench":"gemv",...} (--gemv): decode's matmul (one activation row) of
 //   int8 and int4 (group 32) weights from DRAM: 16 expert-shaped matrices
 //   [2048, 6144] (int8 226 MB, int4 126 MB with their f32 scales: several
@@ -373,27 +377,51 @@ void indexer_bench(int reps) {
   std::mt19937 rng(9);
   std::uniform_real_distribution<float> ud(-1.0f, 1.0f);
   for (int64_t K : {4096, 32768}) {
-    AlignedFloats keys(static_cast<size_t>(K * D)), q(static_cast<size_t>(H * D));
-    for (auto& v : keys) v = ud(rng);
+    // At 32768 keys the slice's three indexer layers' caches in turn (48 MiB:
+    // from DRAM, as in the engine at 32k context); at 4096 one.
+    const int64_t layers = K > 4096 ? 3 : 1;
+    std::vector<AlignedFloats> keys(static_cast<size_t>(layers)), lanes(keys.size());
+    AlignedFloats q(static_cast<size_t>(H * D));
+    for (auto& k : keys) {
+      k.resize(static_cast<size_t>(K * D));
+      for (auto& v : k) v = ud(rng);
+    }
     for (auto& v : q) v = ud(rng);
-    std::vector<float> so(static_cast<size_t>(H * K)), sn(so.size());
+    // The same keys stored in lanes, as the engine's indexer key cache holds
+    // them (LaneRows), scored by gemm_f32_lanes.
+    for (size_t l = 0; l < keys.size(); ++l) {
+      lanes[l].resize(keys[l].size());
+      for (int64_t j = 0; j < K; ++j)
+        for (int64_t c = 0; c < D; ++c)
+          lanes[l][static_cast<size_t>(lanes_offset(j, c, D))] = keys[l][static_cast<size_t>(j * D + c)];
+    }
+    std::vector<float> so(static_cast<size_t>(layers * H * K)), sn(so.size()), sl(so.size());
     const auto old_scores = [&] {
-      for (int64_t h = 0; h < H; ++h)
-        for (int64_t j = 0; j < K; ++j)
-          so[static_cast<size_t>(h * K + j)] = kt.dot_f32(q.data() + h * D, keys.data() + j * D, D);
+      for (int64_t l = 0; l < layers; ++l)
+        for (int64_t h = 0; h < H; ++h)
+          for (int64_t j = 0; j < K; ++j)
+            so[static_cast<size_t>((l * H + h) * K + j)] =
+                kt.dot_f32(q.data() + h * D, keys[static_cast<size_t>(l)].data() + j * D, D);
     };
     const auto new_scores = [&] {
-      for (int64_t b = 0; b < K; b += kBlock)
-        kt.gemm_f32_rows(FRows{keys.data() + b * D, nullptr, D}, std::min(kBlock, K - b), D, q.data(), H,
-                         sn.data() + b, K);
+      for (int64_t l = 0; l < layers; ++l)
+        for (int64_t b = 0; b < K; b += kBlock)
+          kt.gemm_f32_rows(FRows{keys[static_cast<size_t>(l)].data() + b * D, nullptr, D}, std::min(kBlock, K - b),
+                           D, q.data(), H, sn.data() + l * H * K + b, K);
     };
-    std::vector<double> t[2];
-    const std::function<void()> fns[2] = {old_scores, new_scores};
+    const auto lane_scores = [&] {
+      for (int64_t l = 0; l < layers; ++l)
+        for (int64_t b = 0; b < K; b += kBlock)
+          kt.gemm_f32_lanes(lanes[static_cast<size_t>(l)].data() + b * D, std::min(kBlock, K - b), D, q.data(), H,
+                            sl.data() + l * H * K + b, K);
+    };
+    std::vector<double> t[3];
+    const std::function<void()> fns[3] = {old_scores, new_scores, lane_scores};
     for (int rep = 0; rep < reps + 1; ++rep)
-      for (int f = 0; f < 2; ++f) {
+      for (int f = 0; f < 3; ++f) {
         const double c0 = cpu_now(CLOCK_THREAD_CPUTIME_ID);
         fns[f]();
-        if (rep > 0) t[f].push_back(cpu_now(CLOCK_THREAD_CPUTIME_ID) - c0);
+        if (rep > 0) t[f].push_back((cpu_now(CLOCK_THREAD_CPUTIME_ID) - c0) / static_cast<double>(layers));
       }
     auto median = [](std::vector<double> x) {
       std::sort(x.begin(), x.end());
@@ -402,9 +430,11 @@ void indexer_bench(int reps) {
     const double fma = static_cast<double>(H) * static_cast<double>(K) * static_cast<double>(D) / 1e9;
     std::printf(
         "{\"bench\":\"indexer_scores\",\"path\":\"%s\",\"heads\":%lld,\"head_dim\":%lld,\"keys\":%lld,"
-        "\"scores_old_ms\":%.3f,\"scores_new_ms\":%.3f,\"scores_gfma_cpu\":[%.1f,%.1f],\"identical\":%s}\n",
+        "\"layers\":%lld,\"scores_old_ms\":%.3f,\"scores_new_ms\":%.3f,\"scores_lanes_ms\":%.3f,"
+        "\"scores_gfma_cpu\":[%.1f,%.1f,%.1f],\"identical\":%s}\n",
         kernel_path_name(kt.path), static_cast<long long>(H), static_cast<long long>(D), static_cast<long long>(K),
-        median(t[0]) * 1e3, median(t[1]) * 1e3, fma / median(t[0]), fma / median(t[1]), so == sn ? "true" : "false");
+        static_cast<long long>(layers), median(t[0]) * 1e3, median(t[1]) * 1e3, median(t[2]) * 1e3,
+        fma / median(t[0]), fma / median(t[1]), fma / median(t[2]), so == sn && so == sl ? "true" : "false");
     std::fflush(stdout);
   }
 }

@@ -211,17 +211,19 @@ KvPerToken kv_per_token(const Session& s, int64_t layers) {
   k.layers = layers;
   const auto cap = static_cast<uint64_t>(s.capacity());
   auto per = [&](const auto& v) { return v.size() * sizeof(v[0]) / cap; };
+  // The indexer key's row (its cache holds whole blocks of 16 positions).
+  auto per_index = [](const LaneRows& v) { return static_cast<uint64_t>(v.width()) * sizeof(float); };
   for (int64_t l = 0; l < layers; ++l) {
     const LayerCache& c = s.layer(l);
     const uint64_t lat = per(c.latent) + per(c.latent16), rope = per(c.rope_key) + per(c.rope_key16);
     k.latent += lat;
     k.rope_key += rope;
-    k.index_key += per(c.index_key);
+    k.index_key += per_index(c.index_key);
     k.gqa += per(c.k) + per(c.v) + per(c.k16) + per(c.v16);
     k.index_layers += c.index_key.empty() ? 0 : 1;
     k.layer_latent = std::max<uint64_t>(k.layer_latent, lat);
     k.layer_rope_key = std::max<uint64_t>(k.layer_rope_key, rope);
-    k.layer_index_key = std::max<uint64_t>(k.layer_index_key, per(c.index_key));
+    k.layer_index_key = std::max<uint64_t>(k.layer_index_key, per_index(c.index_key));
   }
   return k;
 }

@@ -125,6 +125,20 @@ using HRows = PickedRows<uint16_t>;
 // x row r) for j < nw, r < nrows (x rows `cols` apart): the scores of every
 // head (x rows) against every key of a set.
 void gemm_f32_rows_ref(FRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy);
+// Rows stored in lanes (the DSA indexer's key cache, model/session.h's
+// LaneRows): blocks of 16 consecutive rows, each block column-major, row j's
+// column c at lanes_offset(j, c, cols). It is the layout the AVX-512
+// gemm_f32_rows transposes each block of 16 keys into before scoring it, kept
+// in storage so that the indexer, which scores every key of the context each
+// token, reads its keys as they are (docs/kernels.md, "Indexer keys stored in
+// lanes"). A block-aligned row j0 starts at j0 * cols, as in row-major order.
+inline int64_t lanes_offset(int64_t j, int64_t c, int64_t cols) { return (j / 16) * 16 * cols + c * 16 + j % 16; }
+// gemm_f32_lanes: gemm_f32_rows over nw rows stored in lanes from t (row 0
+// of t's first block): y[r * ldy + j] = dot16(row j, x row r) for j < nw,
+// r < nrows; writes nothing past column nw. The same floats as
+// gemm_f32_rows over the rows in row-major order.
+void gemm_f32_lanes_ref(const float* t, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
+                        int64_t ldy);
 // wsum_f32: y[h * ldy + c] = the sum over j < K, in order, of
 // p[h * ldp + j] * v.row(j)[c], each step one fma starting from 0 (acc:
 // from y's value, so a sum over keys taken in chunks, each call continuing
@@ -188,6 +202,28 @@ void wsum_f16_via(const float* p, int64_t ldp, int64_t nh, HRows v, int64_t K, i
   }
 }
 
+// The paths without a kernel of their own for rows in lanes: up to 16 rows
+// at a time put back in row-major order into a stack buffer and handed to the
+// path's gemm_f32_rows (Rows): each score one dot16, the same floats.
+template <auto Rows>
+void gemm_f32_lanes_via(const float* t, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
+                        int64_t ldy) {
+  alignas(64) float buf[kHalfBlockFloats];
+  std::vector<float> wide;  // 16 rows wider than the buffer (no model has them)
+  float* b = buf;
+  if (16 * cols > kHalfBlockFloats) {
+    wide.resize(static_cast<size_t>(16 * cols));
+    b = wide.data();
+  }
+  for (int64_t j0 = 0; j0 < nw; j0 += 16) {
+    const int64_t jn = std::min<int64_t>(16, nw - j0);
+    const float* blk = t + j0 * cols;
+    for (int64_t j = 0; j < jn; ++j)
+      for (int64_t c = 0; c < cols; ++c) b[j * cols + c] = blk[c * 16 + j];
+    Rows(FRows{b, nullptr, cols}, jn, cols, x, nrows, y + j0, ldy);
+  }
+}
+
 struct KernelTable {
   KernelPath path;
   // dot16(a, b) over n elements.
@@ -228,6 +264,8 @@ struct KernelTable {
                    int64_t ldy, bool acc) = wsum_f32_ref;
   void (*gemm_f16_rows)(HRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
                         int64_t ldy) = gemm_f16_rows_ref;
+  void (*gemm_f32_lanes)(const float* t, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
+                         int64_t ldy) = gemm_f32_lanes_ref;
   void (*wsum_f16)(const float* p, int64_t ldp, int64_t nh, HRows v, int64_t K, int64_t c0, int64_t c1, float* y,
                    int64_t ldy, bool acc) = wsum_f16_ref;
   // gemm_f16_rows and wsum_f16 widen the halves in registers (AVX-512's

@@ -258,6 +258,7 @@ const KernelTable& kernel_table_avx2() {
     KernelTable k{KernelPath::Avx2, k_dot_f32, k_gemm_f32,       k_gemm_bf16,
                   k_gemm_q8,        k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
     k.gemm_f32_rows = k_gemm_f32_rows;
+    k.gemm_f32_lanes = gemm_f32_lanes_via<k_gemm_f32_rows>;
     k.gemm_f16_rows = gemm_f16_rows_via<k_gemm_f32_rows, f16_to_f32_ref>;
     if (cpu_features().f16c) {
       k.f16_to_f32 = k_f16_to_f32_f16c;

@@ -302,6 +302,40 @@ void k_gemm_f32_rows(FRows w, int64_t nw, int64_t cols, const float* x, int64_t 
   if (j0 < nw) gemm_rows_tiles(w.from(j0), nw - j0, cols, x, nrows, y + j0, ldy);
 }
 
+// gemm_f32_lanes (qgemm.h): rows already stored as transposed blocks, so
+// keys16_heads reads them in place, two blocks at a time where two remain
+// (gemm_rows_keys16's tiles without its transposes, whose shuffles and
+// strided row reads took ~half the indexer's time at 32k keys: docs/kernels.md).
+// A last partial block is scored whole into a stack row per head, its lanes
+// past nw dropped. The same dot16s as gemm_f32_rows.
+void k_gemm_f32_lanes(const float* t, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
+                      int64_t ldy) {
+  const int64_t tstride = cols * 16;
+  int64_t j0 = 0;
+  for (; j0 + 32 <= nw; j0 += 32) {
+    const float* tb = t + j0 * cols;
+    int64_t h = 0;
+    for (; h + 4 <= nrows; h += 4) keys16_heads<4, 2, 2>(tb, tstride, cols, x + h * cols, y + h * ldy + j0, ldy);
+    for (; h < nrows; ++h) keys16_heads<1, 4, 2>(tb, tstride, cols, x + h * cols, y + h * ldy + j0, ldy);
+  }
+  if (j0 + 16 <= nw) {
+    const float* tb = t + j0 * cols;
+    int64_t h = 0;
+    for (; h + 8 <= nrows; h += 8) keys16_heads<8, 2>(tb, tstride, cols, x + h * cols, y + h * ldy + j0, ldy);
+    if (h + 4 <= nrows) keys16_heads<4, 4>(tb, tstride, cols, x + h * cols, y + h * ldy + j0, ldy), h += 4;
+    for (; h < nrows; ++h) keys16_heads<1, 4>(tb, tstride, cols, x + h * cols, y + h * ldy + j0, ldy);
+    j0 += 16;
+  }
+  if (j0 < nw) {
+    const float* tb = t + j0 * cols;
+    alignas(64) float row[16];
+    for (int64_t h = 0; h < nrows; ++h) {
+      keys16_heads<1, 4>(tb, tstride, cols, x + h * cols, row, 16);
+      for (int64_t j = 0; j < nw - j0; ++j) y[h * ldy + j0 + j] = row[j];
+    }
+  }
+}
+
 // wsum_f32 (qgemm.h) over heads [h0, h0 + NH) and columns [c, c + 16 NV):
 // NH x NV accumulators, each one fma per key in key order, from 0 or (ACC)
 // from y. FULL: all 16 NV columns; else m: the lanes of the last vector that

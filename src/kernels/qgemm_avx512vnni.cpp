@@ -31,6 +31,7 @@ const KernelTable& kernel_table_avx512vnni() {
     k.deq_axpy = k_deq_axpy;
     k.deq_gemm = k_deq_gemm;
     k.gemm_f32_rows = k_gemm_f32_rows;
+    k.gemm_f32_lanes = k_gemm_f32_lanes;
     k.wsum_f32 = k_wsum_f32;
     k.f16_to_f32 = k_f16_to_f32;
     k.gemm_f16_rows = k_gemm_f16_rows;

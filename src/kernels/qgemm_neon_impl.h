@@ -428,6 +428,7 @@ KernelTable neon_table(KernelPath path) {
   KernelTable k{path,      k_dot_f32, k_gemm_f32,       k_gemm_bf16,
                 k_gemm_q8, k_gemm_q4, ActLayout::Plain, ActLayout::SplitNibble};
   k.gemm_f32_rows = k_gemm_f32_rows;
+  k.gemm_f32_lanes = gemm_f32_lanes_via<k_gemm_f32_rows>;
   k.wsum_f32 = k_wsum_f32;
   k.gemm_f16_rows = k_gemm_f16_rows;
   k.wsum_f16 = k_wsum_f16;

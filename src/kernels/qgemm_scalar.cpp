@@ -130,6 +130,11 @@ void wsum_f32_ref(const float* p, int64_t ldp, int64_t nh, FRows v, int64_t K, i
   }
 }
 
+void gemm_f32_lanes_ref(const float* t, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y,
+                        int64_t ldy) {
+  gemm_f32_lanes_via<gemm_f32_rows_ref>(t, nw, cols, x, nrows, y, ldy);
+}
+
 void gemm_f16_rows_ref(HRows w, int64_t nw, int64_t cols, const float* x, int64_t nrows, float* y, int64_t ldy) {
   gemm_f16_rows_via<gemm_f32_rows_ref, f16_to_f32_ref>(w, nw, cols, x, nrows, y, ldy);
 }

@@ -77,6 +77,7 @@ struct Workspace {
   std::vector<float> idx_q;  // [n, index_n_heads * index_head_dim]
   std::vector<float> idx_w;  // [n, index_n_heads]
   std::vector<float> idx_k;  // [n, index_head_dim]
+  std::vector<float> idx_kn;  // [n, index_head_dim]: normed, roped (the cache's rows)
   std::vector<std::vector<int32_t>> selection;  // per row: its top-k keys, ascending
   std::vector<uint8_t> select_all;              // per row: 1 = every causal key (no selection)
   int64_t most_keys = 0;                        // the most keys a row attends (DSA: index_topk; 0: its capacity)

@@ -18,8 +18,8 @@ constexpr float kIndexerNormEps = 1e-6f;
 // Keys per block of indexer scores (a block's per-head dots stay in L1/L2).
 constexpr int64_t kIndexKeyBlock = 256;
 // Rows of one sequence scored together against each key block (prefill,
-// speculative verification): each block of keys is read and transposed once
-// for all of them instead of once per row.
+// speculative verification): each block of keys is read once for all of
+// them instead of once per row.
 constexpr int64_t kIndexGroupRows = 8;
 }  // namespace
 
@@ -45,6 +45,7 @@ void ModelRunner::indexer(int64_t L, std::span<const Row> rows) {
   float* iq = grow(ws_.idx_q, static_cast<size_t>(n * Hi * Di));
   float* ik = grow(ws_.idx_k, static_cast<size_t>(n * Di));
   float* iwt = grow(ws_.idx_w, static_cast<size_t>(n * Hi));
+  float* kn = grow(ws_.idx_kn, static_cast<size_t>(n * Di));  // the keys as written to the cache
   mm(iw.wq_b, ws_.q_lat.data(), n, iq);
   const MatmulTask kw[] = {{&iw.wk, xn, n, ik}, {&iw.weights_proj, xn, n, iwt}};  // one quantization of xn
   matmul_batch(compute_, kw, ws_.mmb);
@@ -52,12 +53,13 @@ void ModelRunner::indexer(int64_t L, std::span<const Row> rows) {
   for (int64_t r = 0; r < n; ++r) {
     const float* cs = rc + r * rd / 2;
     const float* sn = rsn + r * rd / 2;
-    float* key = rows[r].seq->layer(L).index_key.data() + rows[r].pos * Di;
+    float* key = kn + r * Di;
     layernorm(ik + r * Di, iw.k_norm_weight.data(), iw.k_norm_bias.data(), Di, kIndexerNormEps, key);
     // The indexer's rope dims come first; adjacent pairs (glm_moe_dsa) or
     // split halves (deepseek_v32), with MLA's cos / sin (YaRN included).
     const auto rope = c.index_rope_half ? rope_half : rope_interleaved;
     rope(key, cs, sn, rd);
+    rows[r].seq->layer(L).index_key.set_row(rows[r].pos, key);
     for (int64_t h = 0; h < Hi; ++h) rope(iq + (r * Hi + h) * Di, cs, sn, rd);
     for (int64_t h = 0; h < Hi; ++h) iwt[r * Hi + h] *= wscale;
   }
@@ -90,9 +92,9 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
   const auto score = [&](int64_t r, int64_t t0, int64_t t1, float* s, Workspace::Part& ps) {
     const float* keys = rows[r].seq->layer(L).index_key.data();
     float* d = grow(ps.idot, static_cast<size_t>(Hi * kIndexKeyBlock));
-    for (int64_t b0 = t0; b0 < t1; b0 += kIndexKeyBlock) {
+    for (int64_t b0 = t0; b0 < t1; b0 += kIndexKeyBlock) {  // t0: a multiple of 16 (the keys' blocks)
       const int64_t nb = std::min(kIndexKeyBlock, t1 - b0);
-      compute_.kernels().gemm_f32_rows(FRows{keys + b0 * Di, nullptr, Di}, nb, Di, iq + r * Hi * Di, Hi, d, nb);
+      compute_.kernels().gemm_f32_lanes(keys + b0 * Di, nb, Di, iq + r * Hi * Di, Hi, d, nb);
       float* sb = s + b0;
       for (int64_t j = 0; j < nb; ++j) sb[j] = 0.0f;
       for (int64_t h = 0; h < Hi; ++h) {
@@ -114,7 +116,7 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
     float* d = grow(ps.idot, static_cast<size_t>(kIndexGroupRows * Hi * kIndexKeyBlock));
     for (int64_t b0 = 0; b0 < t1; b0 += kIndexKeyBlock) {
       const int64_t nb = std::min(kIndexKeyBlock, t1 - b0);
-      compute_.kernels().gemm_f32_rows(FRows{keys + b0 * Di, nullptr, Di}, nb, Di, iq + r0 * Hi * Di, m * Hi, d, nb);
+      compute_.kernels().gemm_f32_lanes(keys + b0 * Di, nb, Di, iq + r0 * Hi * Di, m * Hi, d, nb);
       for (int64_t i = 0; i < m; ++i) {
         const int64_t r = r0 + i, nr = std::min(nb, rows[r].pos + 1 - b0);
         if (nr <= 0) continue;
@@ -176,7 +178,9 @@ void ModelRunner::select_keys(int64_t L, std::span<const Row> rows, const Forwar
     int32_t* ord = opts.dense_attention ? nullptr : grow_keys(p0.order, static_cast<size_t>(nkeys), cap);
     ws_.select_all[static_cast<size_t>(r)] = keeps_all(r) ? 1 : 0;
     if (keeps_all(r)) continue;
-    pool_.parallel_parts(nkeys, [&](int part, int64_t t0, int64_t t1) {
+    // Pieces of whole blocks of 16 keys (the cache's lanes), balanced at run
+    // time: every key's score is the same floats in any piece.
+    pool_.parallel_parts_balanced(nkeys, 16, [&](int part, int64_t t0, int64_t t1) {
       score(r, t0, t1, s, ws_.parts[static_cast<size_t>(part)]);
     });
     select_top_keys(s, nkeys, c.index_topk, ord, ws_.selection[static_cast<size_t>(r)]);

@@ -26,7 +26,7 @@ Session::Session(const ModelConfig& c, int64_t capacity, bool with_mtp, KvType k
       lc.k.assign(static_cast<size_t>(capacity * w[3]), 0.0f);
       lc.v.assign(static_cast<size_t>(capacity * w[4]), 0.0f);
     }
-    lc.index_key.assign(static_cast<size_t>(capacity * w[2]), 0.0f);
+    if (w[2] > 0) lc.index_key.assign(capacity, w[2]);
   }
   if (has_mtp()) hidden.assign(static_cast<size_t>(capacity * c.hidden_size), 0.0f);
 }
@@ -48,8 +48,14 @@ size_t Session::layer_bytes_per_position(const ModelConfig& c, int64_t l, KvType
 size_t Session::bytes_for(const ModelConfig& c, int64_t capacity, bool with_mtp, KvType kv) {
   const int64_t layers = c.num_hidden_layers + (with_mtp ? c.num_nextn_predict_layers : 0);
   size_t per_pos = with_mtp && c.num_nextn_predict_layers > 0 ? static_cast<size_t>(c.hidden_size) * sizeof(float) : 0;
-  for (int64_t l = 0; l < layers; ++l) per_pos += layer_bytes_per_position(c, l, kv);
-  return per_pos * static_cast<size_t>(capacity);
+  size_t index_widths = 0;  // the indexer keys' floats per position, all layers
+  for (int64_t l = 0; l < layers; ++l) {
+    per_pos += layer_bytes_per_position(c, l, kv);
+    index_widths += static_cast<size_t>(c.cache_widths(l)[2]);
+  }
+  // The indexer keys are held in whole blocks of 16 positions (LaneRows).
+  const size_t pad = static_cast<size_t>((capacity + 15) / 16 * 16 - capacity);
+  return per_pos * static_cast<size_t>(capacity) + index_widths * sizeof(float) * pad;
 }
 
 }  // namespace strata

@@ -8,7 +8,8 @@
 // IEEE halves, GQA the keys and the values (f32_to_f16_sat: round to nearest
 // even, saturating), half the bytes per context token; attention reads them
 // back as the f32 values of those halves. The indexer key stays f32 (the DSA
-// selection reads it every token over the whole context). The default F32
+// selection reads it every token over the whole context), stored in lanes
+// (LaneRows). The default F32
 // stores the floats the forward computed, bit for bit.
 #pragma once
 #include <cstdint>
@@ -16,6 +17,7 @@
 
 #include "core/aligned.h"
 #include "core/config.h"
+#include "kernels/qgemm.h"
 
 namespace strata {
 
@@ -25,6 +27,42 @@ const char* kv_type_name(KvType t);
 // A vector of IEEE halves starting on a 64-byte boundary.
 using AlignedHalves = std::vector<uint16_t, AlignedAllocator<uint16_t>>;
 
+// A cache of rows stored in lanes (kernels/qgemm.h, lanes_offset): blocks of
+// 16 consecutive positions, a column's 16 values adjacent. The DSA indexer's
+// key cache: the indexer scores every key of the context each token, and
+// its kernel (KernelTable::gemm_f32_lanes) reads the keys in this layout as
+// they are instead of transposing each block of 16 first. Room for the
+// positions rounded up to 16; the rows past the last written one hold zeros
+// or keys a truncation forgot (never read as keys).
+class LaneRows {
+ public:
+  void assign(int64_t rows, int64_t width) {
+    rows_ = rows;
+    width_ = width;
+    v_.assign(static_cast<size_t>((rows + 15) / 16 * 16 * width), 0.0f);
+  }
+  bool empty() const { return v_.empty(); }
+  int64_t rows() const { return rows_; }
+  int64_t width() const { return width_; }
+  // Floats held, the padding to whole blocks of 16 rows included.
+  size_t size() const { return v_.size(); }
+  // Row 0's block: the rows from a block-aligned row j0 start at j0 * width().
+  const float* data() const { return v_.data(); }
+  void set_row(int64_t j, const float* x) {
+    float* b = v_.data() + lanes_offset(j, 0, width_);
+    for (int64_t c = 0; c < width_; ++c) b[c * 16] = x[c];
+  }
+  void get_row(int64_t j, float* x) const {
+    const float* b = v_.data() + lanes_offset(j, 0, width_);
+    for (int64_t c = 0; c < width_; ++c) x[c] = b[c * 16];
+  }
+  bool operator==(const LaneRows& o) const { return rows_ == o.rows_ && width_ == o.width_ && v_ == o.v_; }
+
+ private:
+  AlignedFloats v_;
+  int64_t rows_ = 0, width_ = 0;
+};
+
 // Each on a cache line (core/aligned.h): rows a multiple of 16 floats wide
 // are then read by whole-line vector loads.
 struct LayerCache {
@@ -32,7 +70,7 @@ struct LayerCache {
   AlignedFloats rope_key;   // [capacity, qk_rope_head_dim] (KvType::F32; empty with F16)
   AlignedHalves latent16;   // KvType::F16: the latent as halves, [capacity, kv_lora_rank]
   AlignedHalves rope_key16; // KvType::F16: the roped key as halves, [capacity, qk_rope_head_dim]
-  AlignedFloats index_key;  // [capacity, index_head_dim], full-indexer layers only
+  LaneRows index_key;       // [capacity, index_head_dim] in lanes, full-indexer layers only
   AlignedFloats k, v;       // GQA: [capacity, num_key_value_heads * head_dim] each (KvType::F32)
   AlignedHalves k16, v16;   // GQA, KvType::F16: the keys and values as halves, shaped as k, v
 };

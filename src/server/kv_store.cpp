@@ -219,7 +219,7 @@ auto part_of(LC& lc, size_t i, bool f16) {
     auto* h = i == 0 ? &lc.latent16 : i == 1 ? &lc.rope_key16 : i == 3 ? &lc.k16 : &lc.v16;
     return std::pair<B, size_t>{reinterpret_cast<B>(h->data()), 2};
   }
-  auto* v = i == 0 ? &lc.latent : i == 1 ? &lc.rope_key : i == 2 ? &lc.index_key : i == 3 ? &lc.k : &lc.v;
+  auto* v = i == 0 ? &lc.latent : i == 1 ? &lc.rope_key : i == 3 ? &lc.k : &lc.v;  // 2: the indexer key (lanes)
   return std::pair<B, size_t>{reinterpret_cast<B>(v->data()), 4};
 }
 }  // namespace
@@ -235,11 +235,19 @@ void KvStore::pack(const Session& s, int64_t pos, int32_t token, uint8_t* rec) c
   std::memcpy(rec, &token, 4);
   uint8_t* out = rec + kRecHead;
   const bool f16 = kv_ == KvType::F16;
+  std::vector<float> lane_row;  // an indexer key row in order
   for (size_t l = 0; l < layer_widths_.size(); ++l) {
     const LayerCache& lc = s.layer(static_cast<int64_t>(l));
     for (size_t i = 0; i < 5; ++i) {
       const int64_t w = layer_widths_[l][i];
       if (w <= 0) continue;
+      if (i == 2) {  // stored in lanes (LaneRows): the record holds the row in order
+        lane_row.resize(static_cast<size_t>(w));
+        float* row = lane_row.data();
+        lc.index_key.get_row(pos, row);
+        out = std::copy_n(reinterpret_cast<const uint8_t*>(row), static_cast<size_t>(w) * 4, out);
+        continue;
+      }
       const auto [p, es] = part_of(lc, i, f16);
       out = std::copy_n(p + static_cast<size_t>(pos * w) * es, static_cast<size_t>(w) * es, out);
     }
@@ -266,6 +274,7 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
     return 0;
   }
   const size_t per_chunk = std::max<size_t>(1, (4u << 20) / record_bytes_);
+  std::vector<float> lane_row;  // an indexer key row in order
   size_t done = 0;
   while (done < n) {
     const size_t k = std::min(per_chunk, n - done);
@@ -288,6 +297,14 @@ size_t KvStore::load(int64_t id, size_t n, Session& s, std::vector<int32_t>& tok
         for (size_t i = 0; i < 5; ++i) {
           const int64_t w = layer_widths_[l][i];
           if (w <= 0) continue;
+          if (i == 2) {
+            lane_row.resize(static_cast<size_t>(w));
+            float* row = lane_row.data();
+            std::memcpy(row, in, static_cast<size_t>(w) * 4);
+            lc.index_key.set_row(pos, row);
+            in += static_cast<size_t>(w) * 4;
+            continue;
+          }
           const auto [p, es] = part_of(lc, i, kv_ == KvType::F16);
           std::copy_n(in, static_cast<size_t>(w) * es, p + static_cast<size_t>(pos * w) * es);
           in += static_cast<size_t>(w) * es;

@@ -62,7 +62,10 @@ kb = c["kv_bytes_per_token"]
 assert kb == {"latent": L * per_layer["latent"], "rope_key": L * per_layer["rope_key"],
               "index_key": L * per_layer["index_key"], "gqa_kv": 0, "total": total}, kb
 assert c["kv_bytes_at_context"] == total * N, c
-assert c["kv_session_bytes"] == total * (N + G), c  # the session holds context + decoded tokens
+# The session holds context + decoded tokens, its indexer keys in whole blocks of 16 positions.
+held = N + G
+pad = (held + 15) // 16 * 16 - held
+assert c["kv_session_bytes"] == total * held + L * per_layer["index_key"] * pad, c
 # llama.cpp: f16 K row of kv_lora_rank + qk_rope_head_dim, no V, f16 indexer key row.
 llama = L * 2 * (cfg["kv_lora_rank"] + cfg["qk_rope_head_dim"] + cfg["index_head_dim"])
 assert c["llama_cpp_kv_bytes_per_token"] == llama and c["llama_cpp_kv_bytes_at_context"] == llama * N, c

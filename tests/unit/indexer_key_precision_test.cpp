@@ -114,7 +114,13 @@ struct KeyRounding : IndexerObserver {
   std::map<std::pair<int64_t, int32_t>, std::vector<int32_t>> selections;
   KeyRounding(KeyFormat f, int64_t d) : format(f), head_dim(d) {}
   void keys_written(int64_t layer, std::span<const Row> rows) override {
-    for (const Row& r : rows) round_key(format, r.seq->layer(layer).index_key.data() + r.pos * head_dim, head_dim);
+    std::vector<float> key(static_cast<size_t>(head_dim));
+    for (const Row& r : rows) {  // the cache holds keys in lanes: out, rounded, back
+      LaneRows& keys = r.seq->layer(layer).index_key;
+      keys.get_row(r.pos, key.data());
+      round_key(format, key.data(), head_dim);
+      keys.set_row(r.pos, key.data());
+    }
   }
   void selected(int64_t layer, std::span<const Row> rows, const std::vector<std::vector<int32_t>>& sel,
                 const uint8_t* all) override {

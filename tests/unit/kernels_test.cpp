@@ -19,6 +19,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/matmul.h"
 #include "core/numeric.h"
+#include "core/aligned.h"
 #include "kernels/qgemm.h"
 #include "model/forward.h"
 #include "model/model.h"
@@ -900,6 +901,43 @@ TEST(KernelKeySet, KeysFromAnOffsetEqualTheWholeSetsTail) {
       EXPECT_TRUE(all_same(whole, part)) << "picked " << picked << " " << kernel_path_name(path);
     }
   }
+}
+
+TEST(KernelKeySet, RowsInLanesScoreAsRowMajorRowsOnEveryPath) {
+  // gemm_f32_lanes (rows stored as blocks of 16 with a column's 16 values
+  // adjacent: the indexer's key cache) against the reference gemm_f32_rows
+  // over the same rows in row-major order, on every path: key counts below,
+  // at and past one block and a pair of blocks (16, 32, 48 and a partial
+  // last block), odd widths (the 16-column tails), head counts across the
+  // 8-, 4- and 1-head tiles, from a block-aligned row past the first, with
+  // the lanes past the last row holding huge values (stale keys a
+  // truncation left: never in a score). Nothing past column nw is written.
+  std::mt19937 rng(20261207);
+  int cases = 0;
+  for (int64_t cols : {1, 15, 16, 17, 64, 128, 130})
+    for (int64_t nw : {1, 5, 16, 17, 31, 32, 33, 48, 50, 64, 71})
+      for (int64_t nh : {1, 3, 4, 8, 9, 32, 37}) {
+        const int64_t j0 = 16 * static_cast<int64_t>(rng() % 3), rows = j0 + nw;
+        const int64_t blocks = (rows + 15) / 16;
+        const auto row_major = random_floats(rng, rows * cols);
+        AlignedFloats lanes(static_cast<size_t>(blocks * 16 * cols), 3.0e30f);
+        for (int64_t j = 0; j < rows; ++j)
+          for (int64_t c = 0; c < cols; ++c)
+            lanes[static_cast<size_t>(lanes_offset(j, c, cols))] = row_major[static_cast<size_t>(j * cols + c)];
+        const auto x = random_floats(rng, nh * cols);
+        const int64_t ldy = nw + 3;
+        std::vector<float> want(static_cast<size_t>(nh * ldy), -7.0f);
+        gemm_f32_rows_ref(FRows{row_major.data() + j0 * cols, nullptr, cols}, nw, cols, x.data(), nh, want.data(),
+                          ldy);
+        for (KernelPath path : supported_paths()) {
+          std::vector<float> got(want.size(), -7.0f);
+          kernel_table(path).gemm_f32_lanes(lanes.data() + j0 * cols, nw, cols, x.data(), nh, got.data(), ldy);
+          EXPECT_TRUE(all_same(want, got)) << "cols " << cols << " nw " << nw << " heads " << nh << " from " << j0
+                                           << " " << kernel_path_name(path);
+        }
+        ++cases;
+      }
+  EXPECT_EQ(cases, 7 * 11 * 7);
 }
 
 TEST(KernelKeySet, HalvesReadAsTheirF32ValuesOnEveryPath) {

@@ -48,13 +48,22 @@ std::unique_ptr<Session> filled(int64_t n, uint32_t seed) {
   auto s = std::make_unique<Session>(config(), 64, false);
   for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
     LayerCache& lc = s->layer(l);
-    for (auto* v : {&lc.latent, &lc.rope_key, &lc.index_key}) {
+    for (auto* v : {&lc.latent, &lc.rope_key}) {
       if (v->empty()) continue;
       const int64_t per = static_cast<int64_t>(v->size()) / s->capacity();
       for (int64_t p = 0; p < n; ++p) {
         std::mt19937 g(seed * 7919u + static_cast<uint32_t>(p * 131 + l));
         std::normal_distribution<float> d;
         for (int64_t i = 0; i < per; ++i) (*v)[static_cast<size_t>(p * per + i)] = d(g);
+      }
+    }
+    if (!lc.index_key.empty()) {  // stored in lanes: a row at a time
+      std::vector<float> row(static_cast<size_t>(lc.index_key.width()));
+      for (int64_t p = 0; p < n; ++p) {
+        std::mt19937 g(seed * 7919u + static_cast<uint32_t>(p * 131 + l) + 17u);
+        std::normal_distribution<float> d;
+        for (float& x : row) x = d(g);
+        lc.index_key.set_row(p, row.data());
       }
     }
   }
@@ -72,7 +81,16 @@ bool same_prefix(const Session& a, const Session& b, int64_t n) {
       const size_t per = u.size() / static_cast<size_t>(a.capacity());
       return std::memcmp(u.data(), v.data(), per * static_cast<size_t>(n) * sizeof(float)) == 0;
     };
-    if (!eq(x.latent, y.latent) || !eq(x.rope_key, y.rope_key) || !eq(x.index_key, y.index_key)) return false;
+    if (!eq(x.latent, y.latent) || !eq(x.rope_key, y.rope_key)) return false;
+    if (x.index_key.size() != y.index_key.size()) return false;
+    if (!x.index_key.empty()) {
+      std::vector<float> u(static_cast<size_t>(x.index_key.width())), v(u.size());
+      for (int64_t p = 0; p < n; ++p) {
+        x.index_key.get_row(p, u.data());
+        y.index_key.get_row(p, v.data());
+        if (std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) != 0) return false;
+      }
+    }
   }
   return true;
 }
@@ -492,9 +510,15 @@ std::unique_ptr<Session> spliced(const Session& a, const Session& b, int64_t k, 
   for (int64_t l = 0; l < config().num_hidden_layers; ++l) {
     LayerCache& o = s->layer(l);
     const LayerCache &x = a.layer(l), &y = b.layer(l);
+    if (!o.index_key.empty()) {  // stored in lanes: a row at a time
+      std::vector<float> row(static_cast<size_t>(o.index_key.width()));
+      for (int64_t p = 0; p < s->capacity(); ++p) {
+        (p < k ? x : y).index_key.get_row(p, row.data());
+        o.index_key.set_row(p, row.data());
+      }
+    }
     for (auto [dst, sa, sb] : {std::tuple{&o.latent, &x.latent, &y.latent},
-                               std::tuple{&o.rope_key, &x.rope_key, &y.rope_key},
-                               std::tuple{&o.index_key, &x.index_key, &y.index_key}}) {
+                               std::tuple{&o.rope_key, &x.rope_key, &y.rope_key}}) {
       if (dst->empty()) continue;
       const size_t per = dst->size() / static_cast<size_t>(s->capacity());
       std::copy_n(sa->begin(), per * static_cast<size_t>(k), dst->begin());

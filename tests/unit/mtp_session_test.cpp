@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "model/session.h"
 #include "runtime/engine.h"
 #include "runtime/generation.h"
 #include "runtime/text_model.h"
@@ -143,7 +144,9 @@ TEST(MtpSession, ReusesWhatASessionWithoutMtpReuses) {
 // state and the hidden states too.
 TEST(MtpSession, BytesForIsWhatASessionHolds) {
   const Fixture f;
-  for (bool mtp : {false, true}) EXPECT_EQ(Session(f.c(), 96, mtp).bytes(), Session::bytes_for(f.c(), 96, mtp)) << mtp;
+  for (bool mtp : {false, true})
+    for (int64_t cap : {96, 37, 1})  // 37, 1: the indexer keys' last block of 16 only partly used
+      EXPECT_EQ(Session(f.c(), cap, mtp).bytes(), Session::bytes_for(f.c(), cap, mtp)) << mtp << " " << cap;
   EXPECT_GT(Session::bytes_for(f.c(), 96, true), Session::bytes_for(f.c(), 96, false));
   std::printf("[ bytes ] per position: %zu without MTP state, %zu with (MTP layer + hidden state)\n",
               Session::bytes_for(f.c(), 1, false), Session::bytes_for(f.c(), 1, true));
@@ -172,6 +175,32 @@ TEST(MtpSession, ResumedFromKvDirReusesEveryPosition) {
         const std::vector<int32_t> want = answer(*off, *fresh, b, p);
         EXPECT_EQ(answer(*e, resumed, b, p), want) << name << " temperature " << p.sampling.temperature;
         EXPECT_EQ(resumed.reused(), static_cast<int64_t>(held.size())) << name << ": positions resumed";
+      }
+    }
+}
+
+// The indexer key cache (LaneRows): rows stored in lanes read back as
+// written, at every position of partly used blocks, each row in the layout
+// gemm_f32_lanes reads (lanes_offset), and room for whole blocks of 16.
+TEST(LaneRows, RowsReadBackAsWrittenInTheKernelsLayout) {
+  for (int64_t width : {1, 16, 33, 128})
+    for (int64_t rows : {1, 15, 16, 17, 40}) {
+      LaneRows k;
+      k.assign(rows, width);
+      EXPECT_EQ(k.size(), static_cast<size_t>((rows + 15) / 16 * 16 * width));
+      EXPECT_EQ(k.rows(), rows);
+      EXPECT_EQ(k.width(), width);
+      std::vector<float> row(static_cast<size_t>(width)), back(row.size());
+      for (int64_t j = 0; j < rows; ++j) {
+        for (int64_t c = 0; c < width; ++c) row[static_cast<size_t>(c)] = static_cast<float>(j * 1000 + c);
+        k.set_row(j, row.data());
+      }
+      for (int64_t j = 0; j < rows; ++j) {
+        k.get_row(j, back.data());
+        for (int64_t c = 0; c < width; ++c) {
+          ASSERT_EQ(back[static_cast<size_t>(c)], static_cast<float>(j * 1000 + c)) << width << " " << rows << " " << j;
+          ASSERT_EQ(k.data()[lanes_offset(j, c, width)], static_cast<float>(j * 1000 + c));
+        }
       }
     }
 }
