@@ -2,7 +2,11 @@
 // of the k highest of n indexer scores, in ascending position order. The
 // order is strict and total -- higher score first, the lower position on an
 // exactly equal score -- so the selected set is the first k of a full sort by
-// that order; a partial selection (nth_element) finds it in O(n).
+// that order; a partial selection (nth_element) finds it in O(n). A long row
+// keeping at most a quarter of its keys is first tried from the candidates
+// above a threshold a sample of its scores places (the same set, no sort;
+// the full partition where the sample misleads it). No order is defined
+// among NaN scores: either way the k positions are valid and ascending.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -3,7 +3,9 @@
 // random scores where ties are forced (scores drawn from a few values, runs of
 // equal scores, all equal, +0.0 against -0.0), where only the last bits
 // differ, with infinities, denormals and huge values, all negative, and on
-// plain random ones; every 10th row up to 40000 keys long.
+// plain random ones; every 10th row up to 40000 keys long. Long rows keeping
+// few keys take the candidates path (model/indexer.cpp): tested separately
+// with rows built against its sample.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -81,6 +83,60 @@ TEST(KeySelection, EqualsFullSortWithForcedTies) {
   }
   EXPECT_EQ(cases, 1200);
   EXPECT_GT(tied_at_boundary, 400) << "the trials must exercise ties at the selection boundary";
+}
+
+TEST(KeySelection, LongRowsEqualFullSortWhicheverPathDecides) {
+  // Rows of 4096-40000 scores keeping at most a quarter (a long context
+  // against index_topk): selected from candidates above a threshold placed
+  // by a sample of the scores, or, where the sample misleads it, by the full
+  // partition. Both must give the full sort's set: the same kinds of scores
+  // as above (ties at the cut, +0.0 against -0.0, neighbours in the last
+  // bits), and rows built against the sample -- the sampled positions
+  // (evenly spaced) scoring lowest (the threshold lets almost everything
+  // through) or highest (it lets through fewer than k) -- and rows where
+  // exactly k, k - 1 or k + 1 scores beat a run of ties.
+  std::mt19937 rng(20261207);
+  std::vector<int32_t> scratch, got;
+  int cases = 0;
+  for (int trial = 0; trial < 240; ++trial) {
+    const int64_t n = 4096 + static_cast<int64_t>(rng() % 36000);
+    const int64_t k = 1 + static_cast<int64_t>(rng() % static_cast<uint32_t>(n / 4));
+    std::vector<float> s(static_cast<size_t>(n));
+    const int kind = trial % 8;
+    const auto sampled = [&](int64_t i) {  // one of the evenly spaced positions a sample of 1024 reads
+      const int64_t q = i * 1024 / n;
+      return q * n / 1024 == i || (q + 1) * n / 1024 == i;
+    };
+    for (int64_t i = 0; i < n; ++i) {
+      switch (kind) {
+        case 0: s[i] = static_cast<float>(rng() % 5) * 0.25f; break;                      // few values
+        case 1: s[i] = static_cast<float>(rng() % 3 == 0 ? 0.0f : -0.0f) + (rng() % 50 == 0 ? 1.0f : 0.0f); break;
+        case 2: {  // neighbours in the last bits
+          s[i] = 0.75f;
+          for (uint32_t steps = rng() % 200; steps > 0; --steps) s[i] = std::nextafter(s[i], 2.0f);
+          break;
+        }
+        case 3: s[i] = sampled(i) ? -1.0f - static_cast<float>(rng() % 100) : static_cast<float>(rng() % 1000); break;
+        case 4: s[i] = sampled(i) ? 1e6f + static_cast<float>(rng() % 100) : static_cast<float>(rng() % 1000); break;
+        case 5:
+        case 6: {  // a long run of ties at 0.5 (a few scores above it: below)
+          s[i] = 0.5f;
+          break;
+        }
+        default: s[i] = std::normal_distribution<float>(0.0f, 1.0f)(rng); break;
+      }
+    }
+    if (kind == 5 || kind == 6) {  // exactly k - 1, k or k + 1 scores above the ties
+      const int64_t above = std::min<int64_t>(n, k - 1 + static_cast<int64_t>(rng() % 3));
+      for (int64_t a = 0; a < above; ++a) s[rng() % static_cast<uint32_t>(n)] = 2.0f + static_cast<float>(a);
+    }
+    scratch.assign(static_cast<size_t>(n), -1);
+    got.clear();
+    select_top_keys(s.data(), n, k, scratch.data(), got);
+    ASSERT_EQ(got, by_full_sort(s, k)) << "trial " << trial << " n " << n << " k " << k << " kind " << kind;
+    ++cases;
+  }
+  EXPECT_EQ(cases, 240);
 }
 
 TEST(KeySelection, ReservedOutputDoesNotReallocate) {
