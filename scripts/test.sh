@@ -10,17 +10,24 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 failed=()
+timings=()
 # phase NAME COMMAND...: runs one phase and records its failure. A command
 # tested by `||` runs without errexit (bash ignores set -e there), so each
 # phase's steps are chained with && and the first failing step ends it.
+# Each phase's wall time is printed after it and in the summary (CI's budget is
+# ~40 minutes on 2 cores: the summary shows where it goes).
 phase() {
-  local name=$1 rc=0
+  local name=$1 rc=0 t0=$SECONDS
   shift
   echo "== $name"
   "$@" || rc=$?
+  local took=$((SECONDS - t0))
+  timings+=("$(printf '%5d s  %s' "$took" "$name")")
   if [ "$rc" -ne 0 ]; then
-    echo "== $name: FAILED (exit status $rc)"
+    echo "== $name: FAILED (exit status $rc, $took s)"
     failed+=("$name (exit status $rc)")
+  else
+    echo "== $name: passed in $took s"
   fi
 }
 
@@ -84,6 +91,8 @@ phase "ASan/UBSan build" asan_build
 phase "ASan/UBSan tests (every gtest, the HTTP server's included; chat_attach, chat_template_jinja, bench_json)" asan_tests
 phase "Fuzz targets (clang + libFuzzer + ASan/UBSan, 12 s each: bench/fuzz/run.py)" fuzz_smoke
 
+echo "== wall time per phase ($SECONDS s in all):"
+printf '   %s\n' "${timings[@]}"
 if [ ${#failed[@]} -gt 0 ]; then
   echo "== FAILED: ${#failed[@]} phase(s):"
   printf '   %s\n' "${failed[@]}"

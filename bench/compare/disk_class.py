@@ -2,11 +2,13 @@
 
 A disk class is a read bandwidth (GB/s) emulated with a cgroup-v1 blkio throttle
 (`blkio.throttle.read_bps_device`) on the block device holding the data. Classes at or below
-`--ram-disk-above` run on the real disk holding --data; faster ones run on a RAM-backed loop device
-(an ext4 image in /dev/shm) holding a copy of the files one row needs, throttled the same way: the
-VM's own disk reads only ~1.6-2.3 GB/s with a cold host cache (shared/docs/benchmark-anchors.md).
+`--ram-disk-above` run on the real disk holding --data; faster ones run there too when that disk read at
+least DISK_MARGIN x the class unthrottled in the row's probe (choose_device), and otherwise on a
+RAM-backed loop device (an ext4 image in /dev/shm) holding a copy of the files one row needs, throttled
+the same way: the VM's own disk reads only ~1.6-2.3 GB/s with a cold host cache
+(shared/docs/benchmark-anchors.md), and the loop device's copies take a core of the guest's.
 
-The pure parts (parse_classes, bound, check_privileges) are tested by tests/bench/disk_class_test.py.
+The pure parts (parse_classes, bound, choose_device, check_privileges) are tested by tests/bench/disk_class_test.py.
 """
 import json
 import os
@@ -53,6 +55,29 @@ def bound(bytes_per_token, throughput_bps, resident_tok_s):
     b = 1.0 / max(disk_s, compute_s)
     return {"disk_s_per_token": disk_s, "compute_s_per_token": compute_s, "bound_tok_s": b,
             "target_tok_s": 0.9 * b, "limited_by": "disk" if disk_s >= compute_s else "compute"}
+
+
+# A class above --ram-disk-above still runs on the disk holding the data when that disk, unthrottled, read
+# at least this many times the class in the row's own probe (the host's cache answering): there the reads
+# arrive by the hypervisor's copy, as a real drive's arrive by DMA, while a loop device's copies take one of
+# the guest's cores (0.5-0.65 of a core at 7 GB/s: docs/benchmarks.md, "Disk classes").
+DISK_MARGIN = 1.2
+
+
+def choose_device(cls, ram_disk_above, disk_unthrottled_gbps, prefer_disk=True, margin=DISK_MARGIN):
+    """Where a class runs: ("disk", why) or ("ram", why). Classes up to ram_disk_above run on the disk; faster
+    ones on the disk only when prefer_disk and its unthrottled probe (None: not measured) read >= margin x cls."""
+    if cls <= ram_disk_above:
+        return "disk", f"{cls:g} GB/s is at most --ram-disk-above ({ram_disk_above:g})"
+    if not prefer_disk:
+        return "ram", f"{cls:g} GB/s is above --ram-disk-above ({ram_disk_above:g}); --no-prefer-disk"
+    if disk_unthrottled_gbps is None:
+        return "ram", f"{cls:g} GB/s is above --ram-disk-above ({ram_disk_above:g}); the disk was not probed"
+    if disk_unthrottled_gbps >= margin * cls:
+        return "disk", (f"the disk read {disk_unthrottled_gbps:.2f} GB/s unthrottled, at least {margin:g} x "
+                        f"{cls:g}")
+    return "ram", (f"the disk read {disk_unthrottled_gbps:.2f} GB/s unthrottled, under {margin:g} x {cls:g}: "
+                   f"a RAM-backed loop device")
 
 
 def fraction_of_bound(tok_s, bnd):

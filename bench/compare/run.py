@@ -347,7 +347,11 @@ def main():
                     "classes above --ram-disk-above (see above); runs only these rows, results in --results "
                     "(default DATA/compare-disk-results.json); needs root")
     ap.add_argument("--ram-disk-above", type=float, default=2.0,
-                    help="--disk-class: classes above this many GB/s run from a RAM-backed loop device")
+                    help="--disk-class: classes above this many GB/s run from a RAM-backed loop device, unless the "
+                    "disk holding the data reads at least 1.2x the class unthrottled (then on that disk: its reads "
+                    "take no guest core, the loop device's copies do)")
+    ap.add_argument("--no-prefer-disk", action="store_true",
+                    help="--disk-class: classes above --ram-disk-above always run from the RAM-backed loop device")
     ap.add_argument("--disk-models", default="int4,int8", help="--disk-class: the strata containers of each class "
                     "(each alternates with llama.cpp Q8_0 mmap)")
     ap.add_argument("--io-depth", type=int, default=16,
@@ -584,29 +588,41 @@ def write_json(results, path):
 
 
 def disk_class_row(a, ci, cls, m, cont, gguf, cg, ram, cids, io_bench):
-    on_ram = cls > a.ram_disk_above
     rd = blk = None
+    nice = ["nice", "-n", str(a.nice)] if a.nice else []
+
+    def probe_of(gguf_path):
+        return nice + DC.probe_argv(io_bench, gguf_path, DC.expert_blob_bytes(cont), a.io_depth, 1 << 20)
+
+    def run_probe(argv, procs):
+        p = subprocess.run(DC.enter_cgroups_argv(procs, argv) if procs else argv, capture_output=True,
+                           text=True, timeout=600)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} exited {p.returncode}:\n{p.stderr[-2000:]}")
+        return DC.parse_probe(p.stdout)
+
     try:
-        if on_ram:
+        # Above --ram-disk-above, the disk holding the data is probed unthrottled first: where it reads well
+        # above the class (the host's cache answering), the row runs there (DC.choose_device).
+        disk_free = None
+        if cls > a.ram_disk_above and not a.no_prefer_disk:
+            disk_free = run_probe(probe_of(gguf), [])
+        device, why = DC.choose_device(cls, a.ram_disk_above, disk_free[0] if disk_free else None,
+                                       prefer_disk=not a.no_prefer_disk)
+        log(f"[disk {cls:g}] {m}: runs on the {'disk holding the data' if device == 'disk' else 'RAM-backed loop device'}"
+            f" ({why})")
+        if device == "ram":
             rd = DC.RamDisk([cont, gguf], f"{ci}-{m}", log)
             cont, gguf, devs, where = rd.copies[cont], rd.copies[gguf], [rd.dev], f"RAM-backed {rd.loop}"
         else:
             devs = sorted({DC.device_of(cont), DC.device_of(gguf)})
             where = "disk " + ",".join(devs)
         blk = DC.BlkioCgroup(devs, cls * 1e9, f"{ci}-{m}")
-        nice = ["nice", "-n", str(a.nice)] if a.nice else []
-        probe = nice + DC.probe_argv(io_bench, gguf, DC.expert_blob_bytes(cont), a.io_depth, 1 << 20)
-
-        def run_probe(procs):
-            p = subprocess.run(DC.enter_cgroups_argv(procs, probe) if procs else probe, capture_output=True,
-                               text=True, timeout=600)
-            if p.returncode != 0:
-                raise RuntimeError(f"{' '.join(probe)} exited {p.returncode}:\n{p.stderr[-2000:]}")
-            return DC.parse_probe(p.stdout)
+        probe = probe_of(gguf)
 
         # The device unthrottled (outside the blkio child), then throttled: what the class gets is the latter.
-        free_gbps, free_rounds = run_probe([])
-        gbps, rounds = run_probe([blk.procs])
+        free_gbps, free_rounds = disk_free if (device == "disk" and disk_free) else run_probe(probe, [])
+        gbps, rounds = run_probe(probe, [blk.procs])
         log(f"[disk {cls:g}] {where}: probe (O_DIRECT random {m} experts, 1 MiB chunks, {a.io_depth} in flight): "
             f"unthrottled {free_gbps:.2f} GB/s (rounds {', '.join(f'{x:.2f}' for x in free_rounds)}); throttled to "
             f"{cls:g} GB/s: {gbps:.2f} GB/s (rounds {', '.join(f'{x:.2f}' for x in rounds)})")
@@ -630,7 +646,8 @@ def disk_class_row(a, ci, cls, m, cont, gguf, cg, ram, cids, io_bench):
             lambda: counted(lambda: llama_run(a, gguf, cids, a.disk_gen_tokens, wrap,
                                               warmup_tokens=a.capped_warmup_tokens)),
             before=lambda: drop_cache([cont, gguf]))
-        return {"class_gb_s": cls, "model": m, "where": where, "devices": devs, "probe_gb_s": gbps,
+        return {"class_gb_s": cls, "model": m, "where": where, "device_choice": why, "devices": devs,
+                "disk_unthrottled_gb_s": disk_free[0] if disk_free else None, "probe_gb_s": gbps,
                 "probe_rounds": rounds, "unthrottled_gb_s": free_gbps, "unthrottled_rounds": free_rounds,
                 "probe_argv": probe, "runs": res}
     finally:

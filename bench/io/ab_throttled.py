@@ -108,6 +108,9 @@ def main():
                 print(json.dumps({"pair": p + 1, "side": side, "tok_s": round(j["tok_s"], 3),
                                   "disk_gb_per_token": round(j["disk_bytes_per_token"] / 1e9, 4),
                                   "hit_rate": round(j["expert_hit_rate"], 4),
+                                  "expert_wait_ms_per_token": round(j["ms_per_token"].get("expert_wait", 0.0), 2),
+                                  # CPU seconds per wall second besides strata's (a loop device's copies)
+                                  "cores_other": round(j.get("cores_busy", {}).get("other", -1.0), 2),
                                   "load": os.getloadavg()[0]}), flush=True)
             ratios.append(res["A"]["tok_s"] / res["B"]["tok_s"])
     finally:

@@ -21,6 +21,19 @@ def refuses(fn, needle):
     check(False, f"expected a refusal mentioning {needle!r}")
 
 
+# Where a class runs: the disk up to --ram-disk-above; above it, the disk only when its unthrottled probe
+# read at least DISK_MARGIN x the class (and --no-prefer-disk was not given), else the RAM-backed device.
+check(DC.choose_device(1.5, 2.0, 0.5)[0] == "disk", "a slow class runs on the disk whatever it read")
+check(DC.choose_device(2.0, 2.0, None)[0] == "disk", "a class at --ram-disk-above runs on the disk")
+check(DC.choose_device(3.5, 2.0, 4.8)[0] == "disk", "3.5 GB/s on a disk reading 4.8 unthrottled")
+check(DC.choose_device(3.5, 2.0, 4.1)[0] == "ram", "3.5 GB/s on a disk reading 4.1 (< 1.2 x 3.5)")
+check(DC.choose_device(3.5, 2.0, 1.2 * 3.5)[0] == "disk", "exactly the margin is enough")
+check(DC.choose_device(7, 2.0, 4.8)[0] == "ram", "7 GB/s on a disk reading 4.8")
+check(DC.choose_device(7, 2.0, None)[0] == "ram", "not probed: the RAM-backed device")
+check(DC.choose_device(3.5, 2.0, 9.0, prefer_disk=False)[0] == "ram", "--no-prefer-disk")
+why = DC.choose_device(7, 2.0, 4.8)[1]
+check("4.80" in why and "1.2" in why, f"the reason names the probe and the margin: {why!r}")
+
 # Parsing.
 check(DC.parse_classes("1.5,3.5,7") == [1.5, 3.5, 7.0], "parse 1.5,3.5,7")
 check(DC.parse_classes(" 7 ") == [7.0], "parse one class with spaces")
