@@ -10,14 +10,14 @@
 
 namespace strata::cli {
 
-namespace {
-
-constexpr std::string_view kBlockQuote = "\"\"\"";
-
-void out(std::string_view s) {
+void write_stdout(std::string_view s) {
   std::fwrite(s.data(), 1, s.size(), stdout);
   std::fflush(stdout);
 }
+
+namespace {
+
+constexpr std::string_view kBlockQuote = "\"\"\"";
 
 // ":set KEY VALUE" -> key, value (either may be empty).
 void split_set(const std::string& line, std::string& key, std::string& val) {
@@ -66,7 +66,7 @@ void run_chat_loop(ChatMode& mode, ChatSignals& sig) {
       input->remember(line);
     }
     if (r == LineInput::Result::Eof) {
-      if (tty_in) out("\n");
+      if (tty_in) write_stdout("\n");
       break;
     }
     if (r == LineInput::Result::Interrupted) {
@@ -76,7 +76,7 @@ void run_chat_loop(ChatMode& mode, ChatSignals& sig) {
       if (armed || quick) break;
       armed = true;
       sig.last_ns = t;
-      out("\n(Ctrl-C again or :q to quit)\n");
+      write_stdout("\n(Ctrl-C again or :q to quit)\n");
       continue;
     }
     armed = false;
@@ -84,7 +84,7 @@ void run_chat_loop(ChatMode& mode, ChatSignals& sig) {
     if (line.empty()) continue;
     if (line == ":reset") {
       mode.reset();
-      out("(history and context cleared)\n");
+      write_stdout("(history and context cleared)\n");
       continue;
     }
     if (line.rfind(":set", 0) == 0 && (line.size() == 4 || line[4] == ' ')) {
@@ -92,22 +92,22 @@ void run_chat_loop(ChatMode& mode, ChatSignals& sig) {
       split_set(line, key, val);
       if (key.empty() && val.empty()) {
         if (const auto shown = mode.show_settings())
-          out(*shown);
+          write_stdout(*shown);
         else
-          out(line == ":set" ? mode.commands() : mode.set_usage());
+          write_stdout(line == ":set" ? mode.commands() : mode.set_usage());
         continue;
       }
       const std::optional<std::string> shown = val.empty() ? std::nullopt : mode.set(key, val);
-      out(shown ? *shown : mode.set_usage());
+      write_stdout(shown ? *shown : mode.set_usage());
       continue;
     }
     if (line == ":more") {
-      if (!mode.more()) out(mode.commands());
+      if (!mode.more()) write_stdout(mode.commands());
       continue;
     }
     if (line[0] == ':' && line.size() > 1 && std::isalpha(static_cast<unsigned char>(line[1])) &&
         line.find(' ') == std::string::npos) {
-      out(mode.commands());
+      write_stdout(mode.commands());
       continue;
     }
     mode.turn(line);

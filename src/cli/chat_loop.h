@@ -7,8 +7,12 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <string_view>
 
 namespace strata::cli {
+
+// Writes `s` to stdout and flushes (an answer streams as it is generated).
+void write_stdout(std::string_view s);
 
 // What the loop and a mode share about Ctrl-C: the SIGINT count already
 // handled, when the last one came, and whether the mode asked to quit (two

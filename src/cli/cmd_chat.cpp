@@ -37,11 +37,6 @@ namespace strata::cli {
 
 namespace {
 
-void out(std::string_view s) {
-  std::fwrite(s.data(), 1, s.size(), stdout);
-  std::fflush(stdout);
-}
-
 // Why connecting to http://HOST[:PORT] failed (httplib says only
 // "Connection"): one plain connect() to the same address, named for a person.
 std::string connect_failure(const std::string& base) {
@@ -177,7 +172,7 @@ class LocalChat final : public ChatMode {
 
   bool more() override {
     if (history_.size() == base_ || history_.back().role != "assistant" || !seq_.can_continue()) {
-      out("(no answer to continue)\n");
+      write_stdout("(no answer to continue)\n");
       return true;
     }
     GenerationParams gp = params();
@@ -271,7 +266,7 @@ class LocalChat final : public ChatMode {
     }
     const double dec_s = static_cast<double>(st.end_ns - t_decode) / 1e9;
     const double ttft = st.first_token_ns ? static_cast<double>(st.first_token_ns - st.start_ns) / 1e9 : 0.0;
-    out("\n");
+    write_stdout("\n");
     std::fprintf(stderr, "[%lld tokens, %.1f tok/s, first token %.3f s, prompt %lld new + %lld cached, %s%s%s]\n",
                  static_cast<long long>(st.generated), dec_s > 0 ? static_cast<double>(st.generated) / dec_s : 0.0,
                  ttft, static_cast<long long>(st.prefilled), static_cast<long long>(st.reused), hit.c_str(),
@@ -444,7 +439,7 @@ class AttachedChat final : public ChatMode {
     const bool interrupted = sigint_count() != sig_.seen;
     sig_.seen = sigint_count();
     view.finish();
-    out("\n");
+    write_stdout("\n");
     if (status != 200 && status != 0) {
       std::string msg = error_body.empty() ? hres.body : error_body;
       try {

@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -17,6 +16,7 @@
 
 #include "core/aligned.h"
 #include "core/config.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/io.h"
 #include "core/json.h"
@@ -24,12 +24,6 @@
 namespace strata {
 
 namespace {
-
-uint64_t now_ns() {
-  return static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch()).count());
-}
-
 
 std::string gb(uint64_t b) {
   return b >= 1000000000ull ? fmt::format("{:.2f} GB", static_cast<double>(b) / 1e9)

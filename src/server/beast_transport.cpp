@@ -70,10 +70,10 @@ std::string serialize(const HttpResponse& r, bool keep_alive, bool head) {
 
 class BeastTransport;
 
-class Session : public std::enable_shared_from_this<Session> {
+class Connection : public std::enable_shared_from_this<Connection> {
  public:
-  Session(BeastTransport& t, tcp::socket socket);
-  ~Session();
+  Connection(BeastTransport& t, tcp::socket socket);
+  ~Connection();
   void start() { read_request(); }
   void close() {
     beast::error_code ec;
@@ -152,7 +152,7 @@ class BeastTransport final : public Transport {
     net::post(ioc_, [this] {
       beast::error_code ec;
       acceptor_.close(ec);
-      std::vector<std::shared_ptr<Session>> open;
+      std::vector<std::shared_ptr<Connection>> open;
       {
         std::lock_guard l(mu_);
         for (auto& [p, w] : sessions_)
@@ -165,11 +165,11 @@ class BeastTransport final : public Transport {
     ioc_.stop();
   }
 
-  void add(Session* s, const std::shared_ptr<Session>& sp) {
+  void add(Connection* s, const std::shared_ptr<Connection>& sp) {
     std::lock_guard l(mu_);
     sessions_[s] = sp;
   }
-  void remove(Session* s) {
+  void remove(Connection* s) {
     std::lock_guard l(mu_);
     sessions_.erase(s);
     --connections_;
@@ -183,7 +183,7 @@ class BeastTransport final : public Transport {
   // Before the I/O objects: handlers still pending when they are destroyed
   // end their sessions, which unlist themselves here.
   std::mutex mu_;
-  std::unordered_map<Session*, std::weak_ptr<Session>> sessions_;
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> sessions_;
   std::atomic<int> connections_{0};
 
  public:
@@ -199,7 +199,7 @@ class BeastTransport final : public Transport {
           turn_away(std::move(socket));
         } else {
           ++connections_;
-          auto s = std::make_shared<Session>(*this, std::move(socket));
+          auto s = std::make_shared<Connection>(*this, std::move(socket));
           add(s.get(), s);
           s->start();
         }
@@ -233,18 +233,18 @@ class BeastTransport final : public Transport {
   std::optional<net::executor_work_guard<net::io_context::executor_type>> guard_{net::make_work_guard(ioc_)};
 };
 
-Session::Session(BeastTransport& t, tcp::socket socket)
+Connection::Connection(BeastTransport& t, tcp::socket socket)
     : t_(t), stream_(std::move(socket)), buf_(t.o.max_header_bytes + 16384), deadline_(stream_.get_executor()) {
   beast::error_code ec;
   const auto ep = stream_.socket().remote_endpoint(ec);
   if (!ec) req_.remote_addr = ep.address().to_string();
 }
-Session::~Session() {
+Connection::~Connection() {
   if (began_) t_.h.done(req_, 0);
   t_.remove(this);
 }
 
-void Session::read_request() {
+void Connection::read_request() {
   if (t_.stopping) return close();
   parser_.emplace();
   parser_->header_limit(static_cast<std::uint32_t>(std::min<size_t>(t_.o.max_header_bytes, UINT32_MAX)));
@@ -268,7 +268,7 @@ void Session::read_request() {
                            [self = shared_from_this()](beast::error_code ec, size_t) { self->on_header(ec); });
 }
 
-void Session::on_header(beast::error_code ec) {
+void Connection::on_header(beast::error_code ec) {
   if (ec && timed_out_) ec = beast::error::timeout;
   if (ec) {
     deadline_.cancel();
@@ -324,7 +324,7 @@ void Session::on_header(beast::error_code ec) {
   read_body();
 }
 
-void Session::on_body(beast::error_code ec) {
+void Connection::on_body(beast::error_code ec) {
   if (ec && timed_out_) ec = beast::error::timeout;
   deadline_.cancel();
   if (ec) {
@@ -343,7 +343,7 @@ void Session::on_body(beast::error_code ec) {
   dispatch();
 }
 
-void Session::dispatch() {
+void Connection::dispatch() {
   stream_.expires_never();
   if (req_.method != "POST") {
     HttpResponse r;
@@ -353,7 +353,7 @@ void Session::dispatch() {
   net::post(t_.pool_, [self = shared_from_this()] { self->serve_on_worker(); });
 }
 
-void Session::answer_on_io(const HttpResponse& r) {
+void Connection::answer_on_io(const HttpResponse& r) {
   auto bytes = std::make_shared<std::string>(serialize(r, keep_alive_, head_));
   const int status = r.status;
   stream_.expires_after(secs(t_.o.write_timeout_s));
@@ -364,13 +364,13 @@ void Session::answer_on_io(const HttpResponse& r) {
   });
 }
 
-void Session::after_answer(bool keep) {
+void Connection::after_answer(bool keep) {
   if (!keep || t_.stopping) return close();
   read_request();
 }
 
 // Runs on a handler thread: the I/O thread writes, this one waits for it.
-bool Session::write_from_worker(std::string bytes) {
+bool Connection::write_from_worker(std::string bytes) {
   if (t_.stopping) return false;
   auto done = std::make_shared<std::promise<bool>>();
   auto f = done->get_future();
@@ -383,7 +383,7 @@ bool Session::write_from_worker(std::string bytes) {
   return f.get();
 }
 
-void Session::serve_on_worker() {
+void Connection::serve_on_worker() {
   HttpResponse r;
   t_.h.handle(req_, r);
   bool ok = false;
@@ -407,14 +407,14 @@ void Session::serve_on_worker() {
   net::post(stream_.get_executor(), [self = shared_from_this(), keep = ok && keep_alive_] { self->after_answer(keep); });
 }
 
-void Session::refuse(int status, const std::string& message, const char* code) {
+void Connection::refuse(int status, const std::string& message, const char* code) {
   HttpResponse r;
   r.status = status;
   r.body = error_body(status, message, code);
   refuse(r);
 }
 
-void Session::refuse(const HttpResponse& r) {
+void Connection::refuse(const HttpResponse& r) {
   auto bytes = std::make_shared<std::string>(serialize(r, false, false));
   const int status = r.status;
   stream_.expires_after(secs(t_.o.write_timeout_s));
@@ -429,7 +429,7 @@ void Session::refuse(const HttpResponse& r) {
   });
 }
 
-void Session::linger() {
+void Connection::linger() {
   stream_.async_read_some(net::buffer(sink_), [self = shared_from_this()](beast::error_code ec, size_t n) {
     self->lingered_ += n;
     if (ec || self->lingered_ >= kLingerBytes || self->t_.stopping) return self->close();

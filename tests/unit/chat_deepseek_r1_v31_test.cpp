@@ -15,7 +15,7 @@
 #include "text/chat_template.h"
 #include "text/generation_config.h"
 
-namespace strata {
+namespace strata::chat_deepseek_r1_v31_test {
 namespace {
 
 using test_util::TempDir;
@@ -197,4 +197,4 @@ TEST(ChatDeepSeek31, ServerTakesTheThinkingKwarg) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::chat_deepseek_r1_v31_test

@@ -15,7 +15,7 @@
 #include "test_util.h"
 #include "text/chat_template.h"
 
-namespace strata {
+namespace strata::chat_deepseek_test {
 namespace {
 
 using test_util::TempDir;
@@ -225,4 +225,4 @@ TEST(ChatDeepSeek, ServerTurnsTheAnswerIntoToolCalls) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::chat_deepseek_test

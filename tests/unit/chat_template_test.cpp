@@ -22,7 +22,7 @@
 #include "text/tokenizer.h"
 #include "core/error.h"
 
-namespace strata {
+namespace strata::chat_template_test {
 namespace {
 
 using test_util::TempDir;
@@ -653,4 +653,4 @@ TEST_F(ChatCli, ChatOverPipeKeepsHistoryAndHandlesEof) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::chat_template_test

@@ -12,7 +12,7 @@
 #include "kernels/cpu_features.h"
 #include "test_util.h"
 
-namespace strata {
+namespace strata::cli_errors_test {
 namespace {
 
 using ::testing::AllOf;
@@ -208,4 +208,4 @@ TEST_F(CliErrorsTest, KernelsFlagRefusesAPathTheCpuLacks) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::cli_errors_test

@@ -14,7 +14,7 @@
 #include "test_util.h"
 #include "core/error.h"
 
-namespace strata {
+namespace strata::config_test {
 namespace {
 
 using ::testing::AllOf;
@@ -556,4 +556,4 @@ TEST(ConfigTest, LoadFromDirectoryNamesTheFile) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::config_test

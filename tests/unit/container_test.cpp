@@ -20,7 +20,7 @@
 #include "test_util.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::container_test {
 namespace {
 
 using test_util::error_of;
@@ -569,4 +569,4 @@ TEST_F(DamagedContainer, VerifyReadsInBoundedPieces) {
 #endif
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::container_test

@@ -32,7 +32,7 @@
 #include "core/quant.h"
 #include "test_util.h"
 
-namespace strata {
+namespace strata::convert_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -730,4 +730,4 @@ TEST(ConvertCli, RejectsBadFlags) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::convert_test

@@ -27,7 +27,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 
-namespace strata {
+namespace strata::deepseek_v3_test {
 namespace {
 
 using ::testing::AllOf;
@@ -502,4 +502,4 @@ TEST(Dsv3Config, ExportGgufWritesDeepseek2AndRefusesYarnBetasLlamaCppIgnores) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::deepseek_v3_test

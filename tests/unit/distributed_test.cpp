@@ -16,7 +16,7 @@
 #include "model/model.h"
 #include "test_util.h"
 
-namespace strata {
+namespace strata::distributed_test {
 namespace {
 
 using test_util::TempDir;
@@ -295,4 +295,4 @@ TEST(PeerSeam, StoreServesOnlyItsShare) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::distributed_test

@@ -32,7 +32,7 @@
 #include "test_util.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::expert_store_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -1283,9 +1283,9 @@ TEST_F(ExpertStoreTest, StreamingAcquireServesResidentExpertsFirst) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::expert_store_test
 
-namespace strata {
+namespace strata::expert_store_test {
 namespace {
 
 // A trace of one expert per token (top-1) over the fixture's 3 MoE layers,
@@ -1419,4 +1419,4 @@ TEST(TraceMapping, FoldsTraceLayersWhenTheContainerHasMoreExperts) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::expert_store_test

@@ -25,7 +25,7 @@
 #include "core/io.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::gguf_writer_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -721,4 +721,4 @@ TEST(GgufReader, RefusesAnAlignmentThatIsZeroOrNotAPowerOfTwoOrNotUnsigned) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::gguf_writer_test

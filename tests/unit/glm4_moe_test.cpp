@@ -17,7 +17,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 
-namespace strata {
+namespace strata::glm4_moe_test {
 namespace {
 
 using ::testing::AllOf;
@@ -318,4 +318,4 @@ TEST(Glm4Config, ExportGgufRefusesAnUnsupportedFamilyByName) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::glm4_moe_test

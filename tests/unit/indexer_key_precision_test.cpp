@@ -33,7 +33,7 @@
 #include "model/model.h"
 #include "model/session.h"
 
-namespace strata {
+namespace strata::indexer_key_precision_test {
 namespace {
 
 // Fp8Hadamard: DeepSeek-V3.2's reference rotates the indexer's q and k by a
@@ -283,4 +283,4 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, IndexerKeyPrecisionOn,
                          });
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::indexer_key_precision_test

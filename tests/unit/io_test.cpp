@@ -14,7 +14,7 @@
 
 #include "test_util.h"
 
-namespace strata {
+namespace strata::io_test {
 namespace {
 
 using test_util::error_of;
@@ -166,4 +166,4 @@ TEST(IoAtomic, PlantedTempLinkIsNotFollowed) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::io_test

@@ -13,7 +13,7 @@
 #include "text/chat_template.h"
 #include "text/json_call_constraint.h"
 
-namespace strata {
+namespace strata::json_call_constraint_test {
 namespace {
 
 // Tokens 0..255: the bytes; then the markup strings as added tokens.
@@ -156,4 +156,4 @@ TEST(JsonCallConstraint, RefusesWhatTheMarkupCannotCarry) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::json_call_constraint_test

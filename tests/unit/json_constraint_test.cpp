@@ -24,7 +24,7 @@
 #include "core/error.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::json_constraint_test {
 namespace {
 
 const std::string kTinyTokenizer = std::string(STRATA_SOURCE_DIR) + "/models/glm5-strata-tiny/tokenizer.json";
@@ -617,4 +617,4 @@ TEST(JsonConstraint, ForcedTokenAndProbe) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::json_constraint_test

@@ -25,7 +25,7 @@
 #include "text/json_pattern.h"
 #include "text/json_state.h"
 
-namespace strata {
+namespace strata::json_pattern_test {
 namespace {
 
 // PCRE2 configured to read ECMA-262 patterns the way JSON Schema does:
@@ -484,4 +484,4 @@ TEST(JsonPattern, InObjectsAndAnyOf) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::json_pattern_test

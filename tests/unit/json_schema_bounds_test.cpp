@@ -22,7 +22,7 @@
 #include "text/json_grammar.h"
 #include "text/json_state.h"
 
-namespace strata {
+namespace strata::json_schema_bounds_test {
 namespace {
 
 std::shared_ptr<const JsonGrammar> schema(const std::string& s) {
@@ -369,4 +369,4 @@ TEST(JsonSchemaFormats, EmailWalksMatchAnIndependentCheck) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::json_schema_bounds_test

@@ -12,7 +12,7 @@
 #include "test_util.h"
 #include "core/error.h"
 
-namespace strata {
+namespace strata::json_test {
 namespace {
 
 using ::testing::AllOf;
@@ -159,4 +159,4 @@ TEST(JsonTest, ReadSmallFile) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::json_test

@@ -28,7 +28,7 @@
 #include "core/thread_pool.h"
 #include "kernel_paths.h"
 
-namespace strata {
+namespace strata::kernels_test {
 namespace {
 
 using test_util::bits_of;
@@ -1369,4 +1369,4 @@ TEST(KernelMatmul, QrowsEqualsMatmulOverTheRowsAsAWeight) {
       }
 }
 
-}  // namespace strata
+}  // namespace strata::kernels_test

@@ -17,7 +17,7 @@
 
 #include "model/key_selection.h"
 
-namespace strata {
+namespace strata::key_selection_test {
 namespace {
 
 std::vector<int32_t> by_full_sort(const std::vector<float>& s, int64_t k) {
@@ -151,4 +151,4 @@ TEST(KeySelection, ReservedOutputDoesNotReallocate) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::key_selection_test

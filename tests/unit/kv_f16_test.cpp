@@ -31,7 +31,7 @@
 #include "server/kv_store.h"
 #include "test_util.h"
 
-namespace strata {
+namespace strata::kv_f16_test {
 namespace {
 
 using test_util::bits_of;
@@ -470,4 +470,4 @@ TEST(KvF16, SavedConversationsKeepTheHalves) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::kv_f16_test

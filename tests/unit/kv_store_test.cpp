@@ -27,7 +27,7 @@
 
 #include "test_util.h"
 
-namespace strata {
+namespace strata::kv_store_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -740,4 +740,4 @@ TEST(KvStore, RefusesAPathThatIsNotADirectory) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::kv_store_test

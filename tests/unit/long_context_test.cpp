@@ -30,7 +30,7 @@
 #include "core/io.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::long_context_test {
 namespace {
 
 constexpr const char* kFixture = "glm5-long-bf16";
@@ -370,4 +370,4 @@ TEST_F(LongContext, Int8ContainerGivesTheSameLogitsOnEveryKernelPath) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::long_context_test

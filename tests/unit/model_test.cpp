@@ -15,7 +15,7 @@
 #include "core/io.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::model_test {
 namespace {
 
 // Stated tolerance for logits against the fp32 reference: both compute in
@@ -195,9 +195,9 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FixtureTest,
                          });
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::model_test
 
-namespace strata {
+namespace strata::model_test {
 namespace {
 
 // ModelRunner::touch_scratch grows the workspace's large buffers before the
@@ -267,4 +267,4 @@ TEST(Forward, TouchedScratchIsWhatTheForwardUses) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::model_test

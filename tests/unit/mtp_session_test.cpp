@@ -24,7 +24,7 @@
 #include "server/kv_store.h"
 #include "test_util.h"
 
-namespace strata {
+namespace strata::mtp_session_test {
 namespace {
 
 const std::string kTiny = std::string(STRATA_SOURCE_DIR) + "/models/glm5-strata-tiny";
@@ -206,4 +206,4 @@ TEST(LaneRows, RowsReadBackAsWrittenInTheKernelsLayout) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::mtp_session_test

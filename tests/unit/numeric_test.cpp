@@ -8,7 +8,7 @@
 #include "core/numeric.h"
 #include "core/quant.h"
 
-namespace strata {
+namespace strata::numeric_test {
 namespace {
 
 TEST(Numeric, Fp8E4M3DecodesEveryCode) {
@@ -44,9 +44,9 @@ TEST(Numeric, F16Decodes) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::numeric_test
 
-namespace strata {
+namespace strata::numeric_test {
 namespace {
 
 // dequantize_row is the definition of what an int8/int4 weight means (the
@@ -80,4 +80,4 @@ TEST(Numeric, DequantizeRowIsTheValueByValueFormula) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::numeric_test

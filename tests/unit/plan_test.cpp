@@ -22,7 +22,7 @@
 #include "runtime/trace_replay.h"
 #include "test_util.h"
 
-namespace strata {
+namespace strata::plan_test {
 namespace {
 
 using test_util::error_of;
@@ -624,4 +624,4 @@ TEST(PlanSizes, StoreModelMatchesDiskStore) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::plan_test

@@ -14,7 +14,7 @@
 #include "model/forward.h"
 #include "model/model.h"
 
-namespace strata {
+namespace strata::qwen3_moe_test {
 namespace {
 
 using ::testing::AllOf;
@@ -192,4 +192,4 @@ TEST(Qwen3Config, LayerPatternFollowsSparseStepAndMlpOnlyLayers) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::qwen3_moe_test

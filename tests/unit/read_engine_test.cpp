@@ -15,7 +15,7 @@
 #include "experts/read_engine.h"
 #include "test_util.h"
 
-namespace strata {
+namespace strata::read_engine_test {
 namespace {
 
 // Reads through one engine and waits for every completion, by tag.
@@ -80,4 +80,4 @@ TEST(ReadEngine, RegisteredBuffersReadTheSameBytesAndOnlyInsideThemselves) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::read_engine_test

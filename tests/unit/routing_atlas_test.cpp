@@ -9,7 +9,7 @@
 
 #include "core/error.h"
 
-namespace strata {
+namespace strata::routing_atlas_test {
 namespace {
 
 // Two MoE layers (model layers 1 and 2), 4 experts, top-2. Per token two
@@ -182,4 +182,4 @@ TEST(RoutingAtlas, JsonKeysAndRefusals) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::routing_atlas_test

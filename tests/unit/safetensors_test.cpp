@@ -21,7 +21,7 @@
 #include "test_util.h"
 #include "core/error.h"
 
-namespace strata {
+namespace strata::safetensors_test {
 namespace {
 
 using ::testing::AllOf;
@@ -1001,4 +1001,4 @@ TEST(WeightTest, Fp8ScaleInAnotherShard) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::safetensors_test

@@ -14,7 +14,7 @@
 #include "text/generation_config.h"
 #include "core/error.h"
 
-namespace strata {
+namespace strata::sampler_test {
 namespace {
 
 std::vector<float> logits_of(const std::vector<double>& probs) {
@@ -303,4 +303,4 @@ TEST(SamplerConfig, GenerationConfigFields) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::sampler_test

@@ -37,7 +37,7 @@
 #include "text/generation_config.h"
 #include "text/tokenizer.h"
 
-namespace strata {
+namespace strata::server_hardening_test {
 namespace {
 
 const std::string kModelDir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-bf16";
@@ -330,9 +330,9 @@ TEST(ServerHardening, ApiKeyIsCheckedBeforeTheBody) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::server_hardening_test
 
-namespace strata {
+namespace strata::server_hardening_test {
 namespace {
 
 // The transport's bounds (docs/security.md), on a live server over raw
@@ -599,4 +599,4 @@ TEST(ServerTransport, KeepAliveAndStreaming) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::server_hardening_test

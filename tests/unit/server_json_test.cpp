@@ -22,7 +22,7 @@
 #include "core/json.h"
 #include "tiny_server.h"
 
-namespace strata {
+namespace strata::server_json_test {
 namespace {
 
 using test_util::tiny;
@@ -294,4 +294,4 @@ TEST(ServerJson, BadResponseFormats) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::server_json_test

@@ -33,7 +33,7 @@
 #include "core/io.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::server_test {
 namespace {
 
 const std::string kModelDir = std::string(STRATA_SOURCE_DIR) + "/tests/fixtures/glm5-tiny-bf16";
@@ -929,4 +929,4 @@ TEST(Server, PrefixReuseOffAndKeylessNamespace) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::server_test

@@ -32,7 +32,7 @@
 #include "constraint_fixtures.h"
 #include "tiny_server.h"
 
-namespace strata {
+namespace strata::server_tools_test {
 namespace {
 
 using test_util::tiny;
@@ -593,4 +593,4 @@ TEST(ToolConstraint, MaskEqualsBruteForce) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::server_tools_test

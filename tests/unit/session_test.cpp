@@ -15,7 +15,7 @@
 #include "test_util.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::session_test {
 namespace {
 
 using test_util::error_of;
@@ -156,4 +156,4 @@ TEST_F(SessionTruncate, ToZeroIsAFreshSession) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::session_test

@@ -40,7 +40,7 @@
 #include "text/sampler.h"
 #include "text/tokenizer.h"
 
-namespace strata {
+namespace strata::speculation_test {
 namespace {
 
 const std::string kSrc = STRATA_SOURCE_DIR;
@@ -1252,4 +1252,4 @@ TEST(Speculation, AutoChoosesKByExpectedRateWithExpertBytes) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::speculation_test

@@ -9,7 +9,7 @@
 #include "server/request_log.h"
 #include "server/stats_history.h"
 
-namespace strata::server {
+namespace strata::server::stats_history_test {
 namespace {
 
 // A synthetic server at second k: tokens at a rate that changes every 7 s,
@@ -138,4 +138,4 @@ TEST(RequestLog, KeepsTheLastRequestsNewestFirst) {
 }
 
 }  // namespace
-}  // namespace strata::server
+}  // namespace strata::server::stats_history_test

@@ -10,7 +10,7 @@
 
 #include "core/system_info.h"
 
-namespace strata {
+namespace strata::system_info_test {
 namespace {
 
 // Keeps a core busy for about `ms` milliseconds of wall time.
@@ -65,4 +65,4 @@ TEST(SystemInfo, MemoryReadProbeReportsARateTheCallsTimeAllows) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::system_info_test

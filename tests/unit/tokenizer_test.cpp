@@ -21,7 +21,7 @@
 #include "core/error.h"
 #include "core/json.h"
 
-namespace strata {
+namespace strata::tokenizer_test {
 namespace {
 
 namespace fs = std::filesystem;
@@ -510,4 +510,4 @@ TEST(TokenizerExact, CommandLine) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::tokenizer_test

@@ -26,7 +26,7 @@
 #include "kernels/qgemm.h"
 #include "kernel_paths.h"
 
-namespace strata {
+namespace strata::vexp_test {
 namespace {
 
 using test_util::bits_of;
@@ -194,4 +194,4 @@ TEST(KernelVexp, SoftmaxAndSiluMulAreTheReferenceOnEveryPath) {
 }
 
 }  // namespace
-}  // namespace strata
+}  // namespace strata::vexp_test
