@@ -39,3 +39,17 @@ OMP_WAIT_POLICY=PASSIVE nice -n 19 /usr/bin/python3 tools/train/train.py --out $
     --ckpt_every_s 180 --eval_every_s 100000 >> $RUN-mtp/train.log 2>&1
 /usr/bin/python3 tools/train/export.py --ckpt $RUN-mtp/ckpt.pt --tok tools/train/runs/tok4k/tokenizer.json \
     --out models/$NAME --same-trunk-as $RUN-mtp/base
+# 7. Long-window MTP distillation (the released MTP layer since 2026-12-07): the same MTP-only training,
+#    continued from step 6's layer on windows of 1024 positions (the model's own greedy output 7:3 with
+#    text), the chain to depth 3 in the loss, so drafts stay good past the 256 positions step 6 saw.
+#    The released run was stopped by hand after its step-94 checkpoint (38.5 min): add --max_steps 94.
+/usr/bin/python3 tools/train/self_generate.py --strata build/strata --model models/$NAME --data tools/train/data \
+    --n 136 --ctx 1024 --out tools/train/data/selfgen1024.bin
+mkdir -p $RUN-mtp2
+cp -r models/$NAME $RUN-mtp2/base
+OMP_WAIT_POLICY=PASSIVE /usr/bin/python3 tools/train/train.py --out $RUN-mtp2 --init $RUN-mtp2/base \
+    --tok models/$NAME/tokenizer.json --mtp_only --distill 1 --mtp_weight 0 --dense_frac 0 --ctx2 1024 --b2 1 \
+    --idx_rows 1 --lr 1e-3 --warmup 3 --mtp_depth 3 --selfgen tools/train/data/selfgen1024.bin --selfgen_frac 0.7 \
+    --selfgen_eval 8 --minutes 40 --max_steps 94 --ckpt_every_s 180 --eval_every_s 100000 >> $RUN-mtp2/train.log 2>&1
+/usr/bin/python3 tools/train/export.py --ckpt $RUN-mtp2/ckpt.pt --tok models/$NAME/tokenizer.json \
+    --out models/$NAME --same-trunk-as $RUN-mtp2/base
