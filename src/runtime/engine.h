@@ -65,7 +65,9 @@ class Engine {
   // time is counted as prefill when any prompt row is present (decode
   // forwards also feed the speculation controller's cost table).
   void forward(std::span<const Row> rows, float* logits, float* hidden = nullptr, int64_t prompt_rows = 0);
-  // draft: logits for the first mtp_draft_vocab() ids only (rows of that length).
+  // draft: logits for the first mtp_draft_vocab() ids only (rows of that
+  // length), and the time counted as decode time (TokenCounts::decode_ns: a
+  // generation's draft chains and MTP sync rows; `score --mtp` passes false).
   void forward_mtp(std::span<const Row> rows, const float* hidden, float* logits, float* hidden_out = nullptr,
                    bool draft = false);
   // The ids an MTP draft chooses among: SpecOptions::draft_vocab clamped (0: the vocabulary).

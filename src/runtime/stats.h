@@ -13,10 +13,15 @@
 
 namespace strata {
 
-// Tokens the front ends fed, and the forward time they took.
+// Tokens the front ends fed, and the forward time they took. decode_ns is
+// every forward after the prompt's: the decode forwards (with speculation,
+// the verify forwards over drafted rows) and the MTP layer's forwards that
+// drafted and kept its state in sync, so tokens per second with a draft
+// source pays for the drafts (before 2026-12-07 the MTP forwards were left
+// out and `--spec mtp` looked faster than it was).
 struct TokenCounts {
   uint64_t prompt_tokens = 0, prompt_ns = 0;  // prefill
-  uint64_t decode_tokens = 0, decode_ns = 0;  // one row per generated token
+  uint64_t decode_tokens = 0, decode_ns = 0;  // one row per generated token, plus drafts' MTP forwards
 };
 
 struct EngineStats {

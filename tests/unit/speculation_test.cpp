@@ -737,6 +737,39 @@ TEST(Speculation, DraftVocabularyIsTheHeadsPrefixAndChangesNoOutput) {
   expect_accepted_and_rejected("draft vocab", totals);
 }
 
+// Decode tokens per second pays for the drafts: the MTP layer's forwards of
+// a generation (draft chains, sync rows) count as decode time beside the
+// verify forwards, and `score --mtp`'s forwards (not drafts) do not. Until
+// 2026-12-07 they were left out, and --stats / bench/speculative showed
+// `--spec mtp` faster than the wall clock did.
+TEST(Speculation, DecodeTimeCountsTheMtpForwards) {
+  auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = true}));
+  const ModelConfig& c = model->config;
+  const TextModel tm = open_text_model(kTiny, c, "raw", true);
+  const std::vector<int32_t> prompt = tm.tok.encode("The meaning of the word", true);
+  auto e = open_engine(model, SpecMode::Mtp);
+  const Answer a = generate(*e, prompt, greedy(48), &tm.tok, tm.stop_ids);
+  ASSERT_GT(a.drafted, 0);
+  const EngineStats st = e->stats();
+  ASSERT_GT(st.spec.mtp_ns, 0u);
+  ASSERT_GT(st.spec.decode_ns, 0u);
+  EXPECT_GE(st.tokens.decode_ns, st.spec.decode_ns + st.spec.mtp_ns);
+  const uint64_t before = st.tokens.decode_ns;
+  {  // Not a draft: the time stays out of decode.
+    const int64_t n = static_cast<int64_t>(prompt.size()), D = c.hidden_size;
+    Session s(c, 64, true);
+    std::vector<Row> rows;
+    for (int64_t p = 0; p < n; ++p) rows.push_back({&s, static_cast<int32_t>(p), prompt[static_cast<size_t>(p)], false});
+    std::vector<float> hidden(static_cast<size_t>(n * D));
+    e->forward(rows, nullptr, hidden.data(), n);
+    rows.clear();
+    for (int64_t p = 0; p + 1 < n; ++p) rows.push_back({&s, static_cast<int32_t>(p), prompt[static_cast<size_t>(p + 1)], true});
+    std::vector<float> logits(static_cast<size_t>((n - 1) * c.vocab_size));
+    e->forward_mtp(rows, hidden.data(), logits.data());
+  }
+  EXPECT_EQ(e->stats().tokens.decode_ns, before);
+}
+
 // Seeded sampled output with every mode equals --spec off token for token
 // (the acceptance rule draws exactly what a plain step draws, with the same
 // random numbers), on the bundled trained model (text, several seeds and
