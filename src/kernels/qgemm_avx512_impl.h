@@ -426,6 +426,31 @@ inline __m512i merge(__m512i a, __m512i b) {
   return _mm512_add_epi32(_mm512_permutex2var_epi32(a, ev, b), _mm512_permutex2var_epi32(a, od, b));
 }
 
+// A partial last superblock (a row of fewer columns than a superblock's
+// multiple, e.g. 256 or 128): how many of its NV weight vectors hold any of
+// the row's bytes (`avail` bytes from the superblock's start). The others
+// are padding: their weights load as zero and the activations there are
+// zero (quantize_acts pads rows to whole superblocks with q = 0, and the
+// VNNI int8 path's 128 * sum(x) and the int4 path's 8 * sum(x) corrections
+// count the row's columns only), so every product they add is 0 and the
+// kernels skip them: the integer block sums are the same, exactly.
+inline int live_vectors(int64_t avail, int nv_max) {
+  const int64_t n = avail <= 0 ? 0 : (avail + 63) / 64;
+  return n < nv_max ? static_cast<int>(n) : nv_max;
+}
+
+// merge's tree over 4 / 8 per-vector partial sums, where the parts from
+// `live` on are zero (live_vectors): their merges are zero and are not
+// computed. The same integers as the whole tree.
+inline __m512i merge_parts4(const __m512i (&p)[4], int live) {
+  const __m512i lo = merge(p[0], p[1]);
+  return merge(lo, live > 2 ? merge(p[2], p[3]) : _mm512_setzero_si512());
+}
+inline __m512i merge_parts8(const __m512i (&p)[8], int live) {
+  const __m512i lo = merge(merge(p[0], p[1]), merge(p[2], p[3]));
+  return merge(lo, live > 4 ? merge(merge(p[4], p[5]), merge(p[6], p[7])) : _mm512_setzero_si512());
+}
+
 inline __m512i dot_u8s8(__m512i acc, __m512i u, __m512i s) {
   if constexpr (kVnni) {
     return _mm512_dpbusd_epi32(acc, u, s);
@@ -510,6 +535,7 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
     }
     const __m512 wsv = wsc.get(ws, w.ngroups, b0, nb);
     const bool full = off + 64 * NV <= w.row_bytes;
+    const int nv = full ? NV : live_vectors(w.row_bytes - off, NV);
     __m512i wv[NV];
     for (int k = 0; k < NV; ++k)
       wv[k] = full ? _mm512_loadu_si512(wrow + off + 64 * k)
@@ -541,6 +567,10 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
       const uint8_t* xq = a.q + (r0 + r) * a.qstride + sb * kQSuper;
       __m512i part[NV];
       for (int k = 0; k < NV; ++k) {
+        if (k >= nv) {  // weights past the row, activations zero: adds 0
+          part[k] = _mm512_setzero_si512();
+          continue;
+        }
         if constexpr (BITS == 4) {
           const __m512i xe = _mm512_loadu_si512(xq + 128 * k), xo = _mm512_loadu_si512(xq + 128 * k + 64);
           if constexpr (kVnni) {
@@ -559,11 +589,10 @@ void qgemm_tile(const QWeight& w, const WScales& wsc, int64_t o, const QActs& a,
       }
       __m512i isum;
       if constexpr (BITS == 4) {
-        isum = merge(merge(part[0], part[1]), merge(part[2], part[3]));
+        isum = merge_parts4(part, nv);
         isum = _mm512_sub_epi32(isum, _mm512_loadu_si512(a.sum8 + (r0 + r) * a.bstride + b0));
       } else {
-        isum = merge(merge(merge(part[0], part[1]), merge(part[2], part[3])),
-                     merge(merge(part[4], part[5]), merge(part[6], part[7])));
+        isum = merge_parts8(part, nv);
         if constexpr (kVnni)  // 128 * sum(x) = 16 * sum8
           isum = _mm512_sub_epi32(isum, _mm512_slli_epi32(_mm512_loadu_si512(a.sum8 + (r0 + r) * a.bstride + b0), 4));
       }
@@ -596,6 +625,7 @@ void qgemm4_two_rows_span(const QWeight& w, const WScales& wsc, int64_t o1, int6
     const int64_t b0 = sb * 16, nb = a.nblocks - b0, off = sb * kSuperBytes;
     const __mmask16 bm = lanes16(nb);
     const bool full = off + kSuperBytes <= w.row_bytes;
+    const int nv = full ? 4 : live_vectors(w.row_bytes - off, 4);
     for (int i = 0; i < 2; ++i) {
       const uint8_t* wrow = wrows[i];
       const char* pf = reinterpret_cast<const char*>(wrow + off + kPrefetchBytes);
@@ -613,6 +643,10 @@ void qgemm4_two_rows_span(const QWeight& w, const WScales& wsc, int64_t o1, int6
         const uint8_t* xq = a.q + r * a.qstride + sb * kQSuper;
         __m512i part[4];
         for (int k = 0; k < 4; ++k) {
+          if (k >= nv) {  // padding (live_vectors): adds 0
+            part[k] = _mm512_setzero_si512();
+            continue;
+          }
           const __m512i xe = _mm512_loadu_si512(xq + 128 * k), xo = _mm512_loadu_si512(xq + 128 * k + 64);
           if constexpr (kVnni) {
             part[k] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[k], xe), hi[k], xo);
@@ -621,8 +655,7 @@ void qgemm4_two_rows_span(const QWeight& w, const WScales& wsc, int64_t o1, int6
             part[k] = _mm512_madd_epi16(p, _mm512_set1_epi16(1));
           }
         }
-        const __m512i isum = _mm512_sub_epi32(merge(merge(part[0], part[1]), merge(part[2], part[3])),
-                                              _mm512_loadu_si512(a.sum8 + r * a.bstride + b0));
+        const __m512i isum = _mm512_sub_epi32(merge_parts4(part, nv), _mm512_loadu_si512(a.sum8 + r * a.bstride + b0));
         const __m512 d = _mm512_mul_ps(wsv, _mm512_loadu_ps(a.scale + r * a.bstride + b0));
         facc[i][r] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(isum), d, facc[i][r], bm);
       }
@@ -805,6 +838,7 @@ void qgemv8_two_rows(const QWeight& w, const WScales& wsc, int64_t o1, int64_t o
     const int64_t b0 = sb * 16, nb = a.nblocks - b0, off = sb * kQSuper;
     const __mmask16 bm = lanes16(nb);
     const bool full = off + kQSuper <= w.row_bytes;
+    const int nv = full ? 8 : live_vectors(w.row_bytes - off, 8);
     const uint8_t* xq = a.q + sb * kQSuper;
     const __m512 sx = _mm512_loadu_ps(a.scale + b0);
     const __m512i sum128 = _mm512_slli_epi32(_mm512_loadu_si512(a.sum8 + b0), 4);  // 128 * sum(x)
@@ -816,13 +850,15 @@ void qgemv8_two_rows(const QWeight& w, const WScales& wsc, int64_t o1, int64_t o
       const __m512 wsv = wsc.get(ws[i], w.ngroups, b0, nb);
       __m512i part[8];
       for (int k = 0; k < 8; ++k) {
+        if (k >= nv) {  // padding (live_vectors): adds 0
+          part[k] = _mm512_setzero_si512();
+          continue;
+        }
         const __m512i wv = full ? _mm512_loadu_si512(wrow + off + 64 * k)
                                 : _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - off - 64 * k), wrow + off + 64 * k);
         part[k] = _mm512_dpbusd_epi32(_mm512_setzero_si512(), _mm512_xor_si512(wv, flip), _mm512_loadu_si512(xq + 64 * k));
       }
-      const __m512i isum = _mm512_sub_epi32(merge(merge(merge(part[0], part[1]), merge(part[2], part[3])),
-                                                  merge(merge(part[4], part[5]), merge(part[6], part[7]))),
-                                            sum128);
+      const __m512i isum = _mm512_sub_epi32(merge_parts8(part, nv), sum128);
       facc[i] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(wsv, sx), facc[i], bm);
     }
   }

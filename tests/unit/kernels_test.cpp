@@ -209,6 +209,30 @@ TEST(KernelQGemm, IntFormatsMatchScalarOnEveryPath) {
   EXPECT_EQ(cases, 2 * 7 * 13);
 }
 
+// Rows whose last superblock is partial by whole 64-byte weight vectors
+// (the bundled model's 128- and 256-column matrices, Qwen3-30B-A3B's 768,
+// GLM-4.5-Air's 1408): the SIMD kernels skip the vectors that hold only
+// padding (live_vectors), which must leave every output the scalar's. Each
+// width with 1-4 activation rows (the GEMV and the small-call kernels) and
+// odd and even weight row counts (the two-row walks and their odd last row).
+TEST(KernelQGemm, PartialSuperblocksSkipOnlyPadding) {
+  std::mt19937 rng(11);
+  for (int bits : {8, 4})
+    for (int64_t group : {0, 32, 64})
+      for (int64_t cols : {64, 128, 192, 256, 320, 448, 640, 768, 1408})
+        for (int64_t rows : {2, 5, 8})
+          for (int64_t nrows : {1, 2, 3, 4}) {
+            const Weight w = make_int_weight(bits, group, rows, cols, rng);
+            auto x = random_floats(rng, nrows * cols);
+            for (int64_t i = cols - 1; i < nrows * cols; i += cols) x[static_cast<size_t>(i)] *= 50.0f;  // last column
+            const auto want = run_matmul(w, x, nrows, KernelPath::Scalar);
+            for (KernelPath p : supported_paths())
+              EXPECT_TRUE(all_same(want, run_matmul(w, x, nrows, p)))
+                  << "int" << bits << " group " << group << " " << kernel_path_name(p) << " rows=" << rows
+                  << " cols=" << cols << " nrows=" << nrows;
+          }
+}
+
 TEST(KernelQGemm, MultiRowKernelsMatchScalarForEveryTileSize) {
   // Paths with multi-row int8/int4 kernels (their own activation layouts)
   // take them from 2 rows on: 1..17 rows cover every tile size and remainder.
