@@ -121,6 +121,7 @@ int64_t Sequence::begin(std::span<const int32_t> prompt, const GenerationParams&
   // or beyond kMtpCatchUp positions this answer drafts without it. The main
   // model's keys are reused the same either way.
   mtp_on_ = false;
+  mtp_wait_ = false;
   if (session_->has_mtp()) {
     const auto c = static_cast<int64_t>(common);
     mtp_synced_ = std::min(mtp_synced_, std::max<int64_t>(c - 1, 0));
@@ -130,6 +131,7 @@ int64_t Sequence::begin(std::span<const int32_t> prompt, const GenerationParams&
     // server's short requests): it runs without MTP state.
     const bool worth = !spec_ || !spec_->auto_mode() || p_.max_tokens < 0 || p_.max_tokens >= n - mtp_synced_;
     mtp_on_ = spec_ && worth && spec_->start_mtp() && hidden_covers(mtp_synced_, c) && c - mtp_synced_ <= kMtpCatchUp;
+    mtp_wait_ = mtp_on_ && spec_->auto_mode() && !spec_->decode_measured();
     session_->mtp_n_past = std::min(session_->mtp_n_past, mtp_synced_);
   }
   if (common == prompt.size() && tokens_.size() == prompt.size() && logits_valid_ && !pending_) {
@@ -223,7 +225,8 @@ void Sequence::plan() {
   n_ngram_ = static_cast<int>(ngram_lookup(tokens_, std::span<const int32_t>(tail_.data(), static_cast<size_t>(n_forced_ + 1)),
                                            so.ngram_min, so.ngram_max,
                                            std::span<int32_t>(ngram_.data(), static_cast<size_t>(cap - n_forced_))));
-  const bool mtp = mtp_on_ && hidden_covers(std::min(mtp_synced_, P - 1), P);
+  if (mtp_wait_ && spec_->decode_measured()) mtp_wait_ = false;
+  const bool mtp = mtp_on_ && !mtp_wait_ && hidden_covers(std::min(mtp_synced_, P - 1), P);
   const SpecPlan pl = spec_->plan(n_forced_, n_ngram_, static_cast<int>(cap), mtp);
   if (pl.source == DraftSource::Ngram) {
     for (int i = 0; i < pl.count; ++i)
@@ -233,7 +236,7 @@ void Sequence::plan() {
     mtp_depth_ = pl.count;
     mtp_rounds_ = n_forced_ + pl.count;
   }
-  if (mtp_on_ && spec_->auto_mode()) {
+  if (mtp_on_ && !mtp_wait_ && spec_->auto_mode()) {
     // The MTP state costs an MTP row per token (prompt tokens included), and
     // with streamed experts the MTP layer's expert reads: answers stop keeping
     // it once the engine's last Speculator::kMtpIdleDrop plans, over answers,
@@ -263,7 +266,7 @@ int64_t Sequence::add_mtp_rows(std::vector<Row>& rows, std::vector<float>& hidde
   const size_t D = static_cast<size_t>(hidden_size_);
   if (mtp_round_ == 0) {
     if (!prefilling_ && pending_ && !planned_) plan();
-    if (!mtp_on_) return 0;
+    if (!mtp_on_ || mtp_wait_) return 0;
     // Round 0: the positions fed since the last sync whose next token is
     // known, from the main model's hidden states; the last one (the pending
     // token's) also starts the chain.

@@ -215,6 +215,11 @@ class Sequence {
   // main model's final hidden states of the held positions are the session's
   // (Session::hidden).
   bool mtp_on_ = false;
+  // auto: the MTP state is kept but not yet synced until the engine has
+  // measured a decode forward (Speculator::decode_measured), so the first
+  // plan prices the chain before the prompt's sync is paid; the hidden
+  // states are kept meanwhile and the first round syncs every position.
+  bool mtp_wait_ = false;
   int64_t mtp_synced_ = 0;
   std::vector<float> mtp_hidden_;  // [hidden_size]: the chain's last output
   int mtp_round_ = 0, mtp_rounds_ = 0;  // this step's rounds: 0 = sync (+ first draft), then one row each

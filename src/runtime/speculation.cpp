@@ -258,9 +258,16 @@ SpecPlan Speculator::plan(int forced, int ngram, int cap, bool mtp) {
     if (v > best_v) best_v = v, best = {DraftSource::Ngram, l};
   }
   // An upper bound on what MTP state can give, once a decode forward (of
-  // any width) and an MTP forward were measured: every draft accepted, charged its chain and
-  // one MTP forward a step to keep the state in sync (at least that).
-  bool hopeless = mtp && room > 0 && forward_ns(base_) > 0 && mtp_measured();
+  // any width) was measured: every draft accepted, charged its chain and
+  // one MTP forward a step to keep the state in sync (at least that). Until
+  // an MTP forward is measured a chain row is priced at mtp_prior_ (1 / the
+  // main layers: an MTP forward is one decoder layer plus the head, so at
+  // least that share of a decode forward, in time and in streamed expert
+  // bytes), a lower bound: where even it cannot pay, no MTP forward runs.
+  // Before 2026-12-07 the rule waited for a measured MTP forward, and with
+  // streamed experts the first one (the prompt's sync, reading most of the
+  // MTP layer's experts) cost the GLM-5.2 slice 5-10% of a 128-token answer.
+  bool hopeless = mtp && room > 0 && forward_ns(base_) > 0;
   if (hopeless) {
     const double plain_v = best_v, r = rel_mtp();
     for (int m = 1; m <= room && hopeless; ++m)

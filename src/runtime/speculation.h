@@ -174,6 +174,10 @@ class Speculator {
   // the expert bytes it reads.
   double forward_ns(int64_t rows) const;
   double forward_bytes(int64_t rows) const;
+  // Auto: a decode forward at the current batch has been measured, so the
+  // MTP chain can be priced (SpecPlan::mtp_hopeless) before an answer pays
+  // for its MTP state (Sequence: the prompt's sync waits for it).
+  bool decode_measured() const { return forward_ns(base_) > 0; }
   // Auto's expected tokens per unit of time (one-row forwards at the current
   // batch) of a step verifying `forced` forced tokens then `count` drafts of `s`.
   double value(int forced, DraftSource s, int count) const;

@@ -1092,6 +1092,45 @@ TEST(Speculation, AutoDropsMtpStateAtOnceWhereNoChainCanPay) {
   }
 }
 
+// auto prices the MTP chain before its first MTP forward: once a decode
+// forward is measured, a chain row is priced at the prior (1 / the main
+// layers, a lower bound) until an MTP forward is measured, and where even
+// that cannot pay the answer drops its MTP state without one (streamed
+// experts at a slow disk: the first MTP forward, the prompt's sync, read
+// most of the MTP layer's experts and cost the GLM-5.2 slice 5-10% of a
+// 128-token answer). Sequences wait for that measured decode forward before
+// syncing the prompt: an answer's first decode step runs no MTP forward, and
+// a later answer of the same engine drafts with MTP from its first step.
+TEST(Speculation, AutoPricesTheMtpChainBeforeItsFirstForward) {
+  SpecOptions o;
+  o.mode = SpecMode::Auto;
+  {  // Streamed: one-row forwards of 1 ms compute + 40 ms of reads; no MTP forward measured.
+    Speculator s(o, true, 0.25);
+    for (int i = 0; i < 5; ++i) s.record_forward(1, 41000000, 4000000, 40000000);
+    const SpecPlan p = s.plan(0, 0, 4, true);
+    EXPECT_TRUE(p.mtp_hopeless);
+    EXPECT_FALSE(p.source == DraftSource::Mtp && p.count > 0);
+  }
+  {  // Resident: the same without reads: the chain is chosen (and then measured).
+    Speculator s(o, true, 0.25);
+    for (int i = 0; i < 5; ++i) s.record_forward(1, 1000000);
+    const SpecPlan p = s.plan(0, 0, 4, true);
+    EXPECT_FALSE(p.mtp_hopeless);
+    EXPECT_EQ(p.source, DraftSource::Mtp);
+  }
+  auto model = std::shared_ptr<const Model>(load_model(kTiny, LoadOptions{.load_mtp = true}));
+  const TextModel tm = open_text_model(kTiny, model->config, "raw", true);
+  const std::vector<int32_t> prompt = tm.tok.encode("The", true);
+  ASSERT_LE(prompt.size(), 2u);
+  auto e = open_engine(model, SpecMode::Auto);
+  generate(*e, prompt, greedy(2), &tm.tok, tm.stop_ids);  // one decode step
+  EXPECT_EQ(e->stats().spec.mtp_forwards, 0u) << "the first decode step syncs nothing";
+  const Answer a = generate(*e, tm.tok.encode("The meaning of the word", true), greedy(24), &tm.tok, tm.stop_ids);
+  const EngineStats st = e->stats();
+  EXPECT_GT(st.spec.mtp_forwards, 0u);
+  EXPECT_GT(st.spec.source[static_cast<size_t>(DraftSource::Mtp)].drafted, 0u) << a.drafted;
+}
+
 // The cost tables resist one slow forward. (a) A 3-row forward measured
 // once at 6x its true cost (a page fault, a neighbour's burst) is worth at
 // most what 1 and 2 rows predict, so with 95% acceptance the plan still
