@@ -233,7 +233,14 @@ double Speculator::value(int forced, DraftSource s, int count) const {
   double e = 1.0 + forced, p = 1.0;
   for (int i = 0; i < count; ++i) e += (p *= acceptance(s, i));
   double c = rel_main(forced + count);
-  if (s == DraftSource::Mtp && count > 0) c += static_cast<double>(forced + count - 1) * rel_mtp();
+  // An MTP plan pays its chain rows after the first draft and the row that
+  // keeps the MTP state in sync (which gives the first draft): the state is
+  // kept only while plans choose the chain (mtp_plan), so the chain must pay
+  // for it against plans without MTP, which would not keep it. Until
+  // 2026-12-07 the sync row was left out: one-draft chains looked free, kept
+  // being chosen, and the bundled model's `auto` paid ~0.3 of a forward per
+  // token to keep a state whose drafts did not pay for it.
+  if (s == DraftSource::Mtp && count > 0) c += static_cast<double>(forced + count) * rel_mtp();
   return e / c;
 }
 

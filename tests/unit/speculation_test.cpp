@@ -1131,6 +1131,44 @@ TEST(Speculation, AutoPricesTheMtpChainBeforeItsFirstForward) {
   EXPECT_GT(st.spec.source[static_cast<size_t>(DraftSource::Mtp)].drafted, 0u) << a.drafted;
 }
 
+// An MTP plan pays for the row that keeps the MTP state in sync: a
+// one-draft chain whose draft is accepted 65% of the time, a 2-row forward
+// at 1.4x a one-row forward and an MTP row at 0.3x, gives 1.65 tokens for
+// 1.7 forwards (not chosen; the state is then dropped after kMtpIdleDrop
+// plans), where without the sync row it looked like 1.65 for 1.4 and was
+// chosen every step. With 95% acceptance and a cheap MTP row (0.05x) the
+// chain still pays and is chosen.
+TEST(Speculation, AutoMtpPlansPayForTheSyncRow) {
+  SpecOptions o;
+  o.mode = SpecMode::Auto;
+  const auto feed_acceptance = [](Speculator& s, double rate) {
+    const std::array<uint8_t, 1> src{static_cast<uint8_t>(DraftSource::Mtp)};
+    for (int i = 0; i < 200; ++i) {
+      const int acc = (i % 20) < static_cast<int>(rate * 20.0 + 0.5) ? 1 : 0;
+      s.record_step(src, 1, 1, acc, 1 + acc);
+    }
+  };
+  {
+    Speculator s(o, true, 0.1);
+    feed_forwards(s, 0.4, 0.0, 0.0);
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, 300000);
+    feed_acceptance(s, 0.65);
+    const SpecPlan p = s.plan(0, 0, 1, true);
+    EXPECT_FALSE(p.mtp_hopeless);
+    EXPECT_FALSE(p.source == DraftSource::Mtp && p.count > 0) << "1.65 tokens for 1.7 forwards";
+    EXPECT_LT(s.value(0, DraftSource::Mtp, 1), 1.0);
+  }
+  {
+    Speculator s(o, true, 0.1);
+    feed_forwards(s, 0.4, 0.0, 0.0);
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, 50000);
+    feed_acceptance(s, 0.95);
+    const SpecPlan p = s.plan(0, 0, 1, true);
+    EXPECT_EQ(p.source, DraftSource::Mtp);
+    EXPECT_EQ(p.count, 1);
+  }
+}
+
 // The cost tables resist one slow forward. (a) A 3-row forward measured
 // once at 6x its true cost (a page fault, a neighbour's burst) is worth at
 // most what 1 and 2 rows predict, so with 95% acceptance the plan still
