@@ -1062,9 +1062,63 @@ void qgemm8_dword_tile(const QWeight& w, const WScales& wsc, const DwordTranspos
   for (int r = 0; r < NR; ++r) y[(r0 + r) * ldy + o] = tree16(facc[r]);
 }
 
+// Rows of at most 256 bytes (one superblock of at most 8 blocks: the
+// bundled model's 128- and 256-column matrices) fill half of
+// qgemm8_dword_tile's lanes, the other half padding. Here two weight rows
+// share one transposition: row o's 4 vectors take the places of blocks 0-7
+// and row o + 1's those of blocks 8-15, so after DwordTranspose lane j holds
+// block j of row o (j < 8) or block j - 8 of row o + 1, and each activation
+// vector is used with its 8 blocks in both halves (vshufi64x2). Every lane
+// gets qgemm8_dword_tile's integer sum, starting value, scale product and
+// one fma into zero, and each output's tree16 sees its 8 lanes with zeros
+// above, as there: the same floats, for half the transpositions,
+// vpdpbusd and epilogues.
+template <int NR>
+void qgemm8_dword_pair_tile(const QWeight& w, const WScales& wsc, const DwordTranspose& tr, int64_t o, const QActs& a,
+                            int64_t r0, float* y, int64_t ldy) {
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __mmask16 bm = lanes16(a.nblocks);  // <= 8 blocks
+  const __mmask16 bm2 = static_cast<__mmask16>(bm | (bm << 8));
+  __m512i t[8];
+  for (int i = 0; i < 2; ++i) {
+    const uint8_t* wrow = w.q + (o + i) * w.row_bytes;
+    for (int k = 0; k < 4; ++k) t[4 * i + k] = _mm512_maskz_loadu_epi8(lanes64(w.row_bytes - 64 * k), wrow + 64 * k);
+  }
+  tr.run(t);
+  const __m512 ws0 = wsc.get(scale_row(w, o), w.ngroups, 0, a.nblocks);
+  const __m512 ws1 = wsc.get(scale_row(w, o + 1), w.ngroups, 0, a.nblocks);
+  const __m512 wsv = _mm512_shuffle_f32x4(ws0, ws1, 0x44);  // row o's lanes 0-7, then row o + 1's
+  __m512i wsum = _mm512_setzero_si512();
+  for (int k = 0; k < 8; ++k) wsum = _mm512_dpbusd_epi32(wsum, ones, t[k]);
+  const __m512i init = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(wsum, 7));
+  __m512i acc[NR];
+  for (int r = 0; r < NR; ++r) acc[r] = init;
+  for (int k = 0; k < 8; ++k)
+    for (int r = 0; r < NR; ++r) {
+      const __m512i x = _mm512_loadu_si512(a.q + (r0 + r) * a.qstride + 64 * k);
+      acc[r] = _mm512_dpbusd_epi32(acc[r], _mm512_shuffle_i64x2(x, x, 0x44), t[k]);
+    }
+  for (int r = 0; r < NR; ++r) {
+    const __m512 sx = _mm512_loadu_ps(a.scale + (r0 + r) * a.bstride);
+    const __m512 d = _mm512_mul_ps(wsv, _mm512_shuffle_f32x4(sx, sx, 0x44));
+    const __m512 facc = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(acc[r]), d, _mm512_setzero_ps(), bm2);
+    y[(r0 + r) * ldy + o] = tree16(_mm512_maskz_mov_ps(0x00ff, facc));
+    y[(r0 + r) * ldy + o + 1] = tree16(_mm512_maskz_mov_ps(0x00ff, _mm512_shuffle_f32x4(facc, facc, 0xee)));
+  }
+}
+
 void k_gemm_q8_dword(const QWeight& w, const QActs& a, float* y, int64_t ldy) {
   static const DwordTranspose transpose;
   const WScales wsc = make_wscales(w);
+  if (w.row_bytes <= kQSuper / 2 && a.nblocks <= 8) {
+    gemm_tiles<2, 8>(w.rows, a.nrows, row_block(a.qstride, 8), [&](auto tw, auto tr, int64_t o, int64_t r) {
+      if constexpr (tw.n == 2)
+        qgemm8_dword_pair_tile<tr.n>(w, wsc, transpose, o, a, r, y, ldy);
+      else
+        qgemm8_dword_tile<tr.n>(w, wsc, transpose, o, a, r, y, ldy);
+    });
+    return;
+  }
   gemm_tiles<1, 8>(w.rows, a.nrows, row_block(a.qstride, 8), [&](auto, auto tr, int64_t o, int64_t r) {
     qgemm8_dword_tile<tr.n>(w, wsc, transpose, o, a, r, y, ldy);
   });
