@@ -215,13 +215,48 @@ void ModelRunner::forward_mtp(std::span<const Row> rows, const float* hidden, co
   }
   float* h = grow(ws_.h, static_cast<size_t>(n * D));
   mm(lw.eh_proj, cat, n, h);
-  layer(N, rows, opts);
-  const Weight* w = nullptr;
-  if (head_rows > 0 && head_rows < m_.weights.lm_head.rows) {
-    if (draft_head_.rows != head_rows) draft_head_ = m_.weights.lm_head.row_prefix(head_rows);
-    w = &draft_head_;
+  // Rows::keys_only rows (the MTP state's sync rows) write the layer's keys
+  // and stop: their attention, experts and head would be thrown away. The
+  // other rows then run the whole layer over the keys of both (each row's
+  // keys are computed from its own input alone, so the same floats as one
+  // forward over all of them). GQA layers (GLM-4.5) run every row whole.
+  std::span<const Row> out_rows = rows;
+  float* out_hidden = hidden_out;
+  int64_t nk = 0;
+  for (const Row& r : rows) nk += r.keys_only && !r.want_logits;
+  if (nk > 0 && c.attention != AttentionKind::Gqa) {
+    mtp_keys_rows_.clear();
+    mtp_out_rows_.clear();
+    mtp_out_index_.clear();
+    mtp_keys_h_.resize(static_cast<size_t>(nk * D));
+    for (int64_t r = 0; r < n; ++r) {
+      const float* hr = h + r * D;
+      if (rows[r].keys_only && !rows[r].want_logits) {
+        std::copy(hr, hr + D, mtp_keys_h_.begin() + static_cast<std::ptrdiff_t>(mtp_keys_rows_.size()) * D);
+        mtp_keys_rows_.push_back(rows[r]);
+      } else {
+        std::copy(hr, hr + D, h + static_cast<int64_t>(mtp_out_rows_.size()) * D);  // to a lower or the same row
+        mtp_out_rows_.push_back(rows[r]);
+        mtp_out_index_.push_back(r);
+      }
+    }
+    write_keys(N, mtp_keys_rows_, mtp_keys_h_.data());
+    out_rows = mtp_out_rows_;
+    if (hidden_out) out_hidden = grow(mtp_hidden_, mtp_out_rows_.size() * static_cast<size_t>(D));
   }
-  head(rows, lw.shared_head_norm, logits, hidden_out, w);
+  if (!out_rows.empty()) {
+    layer(N, out_rows, opts);
+    const Weight* w = nullptr;
+    if (head_rows > 0 && head_rows < m_.weights.lm_head.rows) {
+      if (draft_head_.rows != head_rows) draft_head_ = m_.weights.lm_head.row_prefix(head_rows);
+      w = &draft_head_;
+    }
+    head(out_rows, lw.shared_head_norm, logits, out_hidden, w);
+    if (hidden_out && out_hidden != hidden_out)
+      for (size_t i = 0; i < mtp_out_index_.size(); ++i)
+        std::copy(out_hidden + static_cast<int64_t>(i) * D, out_hidden + static_cast<int64_t>(i + 1) * D,
+                  hidden_out + mtp_out_index_[i] * D);
+  }
   for (const Row& r : rows) r.seq->mtp_n_past = std::max<int64_t>(r.seq->mtp_n_past, r.pos + 1);
 }
 

@@ -24,6 +24,11 @@ struct Row {
   int32_t pos = 0;
   int32_t token = 0;
   bool want_logits = true;
+  // forward_mtp only: nobody reads this row's output (hidden state or
+  // logits; want_logits must be false), so it may write the layer's keys
+  // and nothing else -- the MTP state's sync rows, whose attention, experts
+  // and head would be thrown away. The keys are the same floats either way.
+  bool keys_only = false;
 };
 
 enum class AttentionForm {
@@ -251,6 +256,20 @@ class ModelRunner {
   void attend_absorbed(int64_t L, std::span<const Row> rows);
   void attend_naive(int64_t L, std::span<const Row> rows);
   void indexer(int64_t L, std::span<const Row> rows);
+  // The indexer's keys alone: wk over ws_.xn's rows, then write_index_keys.
+  void indexer_keys(int64_t L, std::span<const Row> rows);
+  // ws_.idx_k's rows normed and roped (ws_.rope_cos / rope_sin) into
+  // ws_.idx_kn and the rows' index key caches.
+  void write_index_keys(int64_t L, std::span<const Row> rows);
+  // The rows' RoPE angles into ws_.rope_cos / rope_sin.
+  void rope_tables(std::span<const Row> rows);
+  // One row's kv_a output (kv: latent then rope key, normed and roped here
+  // in place for f16 caches) into its session's layer-L key cache.
+  void write_latent_key(int64_t L, const Row& row, float* kv, const float* cs, const float* sn);
+  // Layer L's key cache entries (latent, rope key, indexer key) of rows whose
+  // layer input is h ([rows, hidden]), and nothing else: the same floats as
+  // attention() writes for them (MLA only).
+  void write_keys(int64_t L, std::span<const Row> rows, const float* h);
   void select_keys(int64_t L, std::span<const Row> rows, const ForwardOptions& opts);
   void mm(const Weight& w, const float* x, int64_t n, float* y) { matmul(compute_, w, x, n, y, ws_.mm); }
   // fn(b, e) over [0, n): on the pool when the loop touches enough values
@@ -287,6 +306,11 @@ class ModelRunner {
   void head(std::span<const Row> rows, const std::vector<float>& norm, float* logits, float* hidden_out,
             const Weight* w = nullptr);
   Weight draft_head_;  // the lm_head's first rows: forward_mtp's head_rows
+  // forward_mtp's scratch for Row::keys_only rows: the rows split, the
+  // output rows' indices, the keys-only rows' inputs, the outputs' hidden.
+  std::vector<Row> mtp_keys_rows_, mtp_out_rows_;
+  std::vector<int64_t> mtp_out_index_;
+  std::vector<float> mtp_keys_h_, mtp_hidden_;
   int64_t touched_rows_ = 0;  // touch_scratch's largest n so far
 
   const Model& m_;

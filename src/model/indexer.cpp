@@ -105,23 +105,44 @@ void ModelRunner::indexer(int64_t L, std::span<const Row> rows) {
   float* iq = grow(ws_.idx_q, static_cast<size_t>(n * Hi * Di));
   float* ik = grow(ws_.idx_k, static_cast<size_t>(n * Di));
   float* iwt = grow(ws_.idx_w, static_cast<size_t>(n * Hi));
-  float* kn = grow(ws_.idx_kn, static_cast<size_t>(n * Di));  // the keys as written to the cache
+  grow(ws_.idx_kn, static_cast<size_t>(n * Di));  // the keys as written to the cache
   mm(iw.wq_b, ws_.q_lat.data(), n, iq);
   const MatmulTask kw[] = {{&iw.wk, xn, n, ik}, {&iw.weights_proj, xn, n, iwt}};  // one quantization of xn
   matmul_batch(compute_, kw, ws_.mmb);
+  write_index_keys(L, rows);
   const float wscale = 1.0f / std::sqrt(static_cast<float>(Hi));
+  const auto rope = c.index_rope_half ? rope_half : rope_interleaved;
   for (int64_t r = 0; r < n; ++r) {
     const float* cs = rc + r * rd / 2;
     const float* sn = rsn + r * rd / 2;
-    float* key = kn + r * Di;
-    layernorm(ik + r * Di, iw.k_norm_weight.data(), iw.k_norm_bias.data(), Di, kIndexerNormEps, key);
-    // The indexer's rope dims come first; adjacent pairs (glm_moe_dsa) or
-    // split halves (deepseek_v32), with MLA's cos / sin (YaRN included).
-    const auto rope = c.index_rope_half ? rope_half : rope_interleaved;
-    rope(key, cs, sn, rd);
-    rows[r].seq->layer(L).index_key.set_row(rows[r].pos, key);
     for (int64_t h = 0; h < Hi; ++h) rope(iq + (r * Hi + h) * Di, cs, sn, rd);
     for (int64_t h = 0; h < Hi; ++h) iwt[r * Hi + h] *= wscale;
+  }
+}
+
+void ModelRunner::indexer_keys(int64_t L, std::span<const Row> rows) {
+  const ModelConfig& c = m_.config;
+  const IndexerWeights& iw = m_.weights.layers[static_cast<size_t>(L)].attn.indexer;
+  const int64_t n = static_cast<int64_t>(rows.size()), Di = c.index_head_dim;
+  grow(ws_.idx_kn, static_cast<size_t>(n * Di));
+  mm(iw.wk, ws_.xn.data(), n, grow(ws_.idx_k, static_cast<size_t>(n * Di)));
+  write_index_keys(L, rows);
+}
+
+void ModelRunner::write_index_keys(int64_t L, std::span<const Row> rows) {
+  const ModelConfig& c = m_.config;
+  const IndexerWeights& iw = m_.weights.layers[static_cast<size_t>(L)].attn.indexer;
+  const int64_t n = static_cast<int64_t>(rows.size()), rd = c.qk_rope_head_dim, Di = c.index_head_dim;
+  const float* ik = ws_.idx_k.data();
+  float* kn = ws_.idx_kn.data();  // the keys as written to the cache
+  // The indexer's rope dims come first; adjacent pairs (glm_moe_dsa) or
+  // split halves (deepseek_v32), with MLA's cos / sin (YaRN included).
+  const auto rope = c.index_rope_half ? rope_half : rope_interleaved;
+  for (int64_t r = 0; r < n; ++r) {
+    float* key = kn + r * Di;
+    layernorm(ik + r * Di, iw.k_norm_weight.data(), iw.k_norm_bias.data(), Di, kIndexerNormEps, key);
+    rope(key, ws_.rope_cos.data() + r * rd / 2, ws_.rope_sin.data() + r * rd / 2, rd);
+    rows[r].seq->layer(L).index_key.set_row(rows[r].pos, key);
   }
 }
 

@@ -108,7 +108,9 @@ void Engine::forward_mtp(std::span<const Row> rows, const float* hidden, float* 
   // forward (its first token is out before the layer syncs the prompt's
   // rows), and a draft's cost is part of what a speculative token costs.
   if (draft) counts_.decode_ns += dt;
-  spec_->record_mtp(static_cast<int64_t>(rows.size()), dt);
+  int64_t whole = 0;  // rows that ran the whole layer (not Row::keys_only)
+  for (const Row& r : rows) whole += !r.keys_only || r.want_logits;
+  spec_->record_mtp(static_cast<int64_t>(rows.size()), dt, whole);
 }
 
 EngineStats Engine::stats() const {

@@ -280,9 +280,11 @@ int64_t Sequence::add_mtp_rows(std::vector<Row>& rows, std::vector<float>& hidde
       mtp_rounds_ = 1;
       return 0;
     }
+    // Sync rows only write the MTP layer's keys (Row::keys_only); the
+    // chain's start, below, runs the whole layer.
     for (int64_t p = from; p < to; ++p) {
       const float* h = session_->hidden.data() + static_cast<size_t>(p) * D;
-      rows.push_back({session_.get(), static_cast<int32_t>(p), static_cast<int32_t>(next_token(p)), false});
+      rows.push_back({session_.get(), static_cast<int32_t>(p), static_cast<int32_t>(next_token(p)), false, true});
       hidden.insert(hidden.end(), h, h + D);
     }
     mtp_sync_to_ = to;
@@ -294,6 +296,7 @@ int64_t Sequence::add_mtp_rows(std::vector<Row>& rows, std::vector<float>& hidde
     if (chain && pending_ && to == P) {
       mtp_logits_ = n_forced_ == 0;
       rows.back().want_logits = mtp_logits_;
+      rows.back().keys_only = false;
     } else {
       mtp_depth_ = 0;
       mtp_rounds_ = 1;

@@ -131,12 +131,12 @@ void Speculator::record_forward(int64_t rows, uint64_t ns, uint64_t bytes, uint6
   update(compute_, rows, static_cast<double>(ns) - static_cast<double>(bytes) * read_ns_per_byte());
 }
 
-void Speculator::record_mtp(int64_t rows, uint64_t ns) {
+void Speculator::record_mtp(int64_t rows, uint64_t ns, int64_t whole) {
   ++st_.mtp_forwards;
   st_.mtp_rows += static_cast<uint64_t>(std::max<int64_t>(rows, 0));
   st_.mtp_ns += ns;
-  if (rows < 1 || rows > kMaxRows) return;
-  update(mtp_cost_, rows, static_cast<double>(ns));
+  if (whole < 1 || whole > kMaxRows) return;
+  update(mtp_cost_, whole, static_cast<double>(ns));
 }
 
 double Speculator::cost(const Table& t, int64_t rows, double prior, bool per_row) {

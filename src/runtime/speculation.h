@@ -136,7 +136,11 @@ class Speculator {
   // `rows` rows that took `ns` and read `bytes` of experts in `read_ns` (the
   // store's read counters over the forward), and every MTP forward.
   void record_forward(int64_t rows, uint64_t ns, uint64_t bytes = 0, uint64_t read_ns = 0);
-  void record_mtp(int64_t rows, uint64_t ns);
+  // MTP forwards: `rows` in all, `whole` of them through the whole layer
+  // (the rest, sync rows, only write its keys). Chain rows are priced from
+  // forwards of whole rows alone: a sync-only forward costs a fraction of
+  // one and is not a chain row's price.
+  void record_mtp(int64_t rows, uint64_t ns, int64_t whole);
   // Decode rows a step holds before any drafts (the scheduler: its decoding
   // sequences; 1 otherwise): costs are relative to that.
   void set_batch(int64_t rows) { base_ = rows < 1 ? 1 : rows; }

@@ -140,6 +140,59 @@ TEST(MtpSession, ReusesWhatASessionWithoutMtpReuses) {
   }
 }
 
+// The MTP state's sync rows (Row::keys_only) write the MTP layer's keys
+// and nothing else: the same latents, rope keys and indexer keys as a
+// forward running every row whole, f32 and f16 caches, and the rows that
+// run whole (logits, hidden state) get the same floats beside them. Checked
+// by breaking it: keys-only rows skipping the indexer keys, or written from
+// the wrong row's input, fail here.
+TEST(MtpSession, KeysOnlyRowsWriteTheSameKeysAndTheWholeRowsTheSameOutputs) {
+  const Fixture f;
+  auto e = f.engine(SpecMode::Mtp);
+  const ModelConfig& c = f.c();
+  const int64_t D = c.hidden_size, V = c.vocab_size, N = c.num_hidden_layers;
+  const std::vector<int32_t> toks =
+      f.tm.tok.encode("Abandon, v. t. To give up wholly; to forsake. Zeal, n. Ardor in a cause.", true);
+  const auto n = static_cast<int64_t>(toks.size()) - 1;
+  ASSERT_GT(n, 20);
+  for (KvType kv : {KvType::F32, KvType::F16}) {
+    Session main(c, 256, true, kv);
+    std::vector<Row> rows;
+    for (int64_t p = 0; p < n; ++p) rows.push_back({&main, static_cast<int32_t>(p), toks[p], false});
+    std::vector<float> hidden(static_cast<size_t>(n * D));
+    e->forward(rows, nullptr, hidden.data());
+    // Whole rows: 5, 17 (logits) and the last (logits); the rest keys only.
+    const auto whole = [&](int64_t p) { return p == 5 || p == 17 || p == n - 1; };
+    const auto logits_at = [&](int64_t p) { return p == 17 || p == n - 1; };
+    Session ref(c, 256, true, kv), got(c, 256, true, kv);
+    std::vector<float> lr(static_cast<size_t>(2 * V)), lg(lr.size()), hr(hidden.size()), hg(hidden.size(), -1.0f);
+    for (int pass = 0; pass < 2; ++pass) {
+      Session& s = pass == 0 ? ref : got;
+      rows.clear();
+      for (int64_t p = 0; p < n; ++p)
+        rows.push_back({&s, static_cast<int32_t>(p), toks[p + 1], logits_at(p), pass == 1 && !whole(p)});
+      e->forward_mtp(rows, hidden.data(), pass == 0 ? lr.data() : lg.data(), pass == 0 ? hr.data() : hg.data());
+    }
+    const std::string what = kv == KvType::F16 ? "f16 keys" : "f32 keys";
+    const LayerCache& x = got.layer(N);
+    const LayerCache& y = ref.layer(N);
+    EXPECT_EQ(x.latent, y.latent) << what;
+    EXPECT_EQ(x.rope_key, y.rope_key) << what;
+    EXPECT_EQ(x.latent16, y.latent16) << what;
+    EXPECT_EQ(x.rope_key16, y.rope_key16) << what;
+    ASSERT_FALSE(y.index_key.empty()) << "the bundled model's MTP layer has an indexer";
+    EXPECT_TRUE(x.index_key == y.index_key) << what;
+    EXPECT_EQ(got.mtp_n_past, n) << what;
+    EXPECT_EQ(lg, lr) << what << ": logits of the whole rows";
+    for (int64_t p = 0; p < n; ++p) {
+      if (!whole(p)) continue;
+      EXPECT_TRUE(std::equal(hg.begin() + p * D, hg.begin() + (p + 1) * D, hr.begin() + p * D))
+          << what << ": hidden state of row " << p;
+    }
+  }
+}
+
+
 // The server's session budget counts what a session holds: the MTP layer's
 // state and the hidden states too.
 TEST(MtpSession, BytesForIsWhatASessionHolds) {

@@ -1074,7 +1074,7 @@ TEST(Speculation, AutoDropsMtpStateAtOnceWhereNoChainCanPay) {
   {
     Speculator s(o, true, 0.1);
     feed_forwards(s, 0.1, 4e6, 10.0);  // one row: 1 ms compute + 40 ms of reads
-    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.6 * 41e6));
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.6 * 41e6), 1);
     for (int i = 0; i < 20; ++i) {
       const SpecPlan p = s.plan(0, 0, 4, true);
       ASSERT_TRUE(p.mtp_hopeless) << "plan " << i;
@@ -1084,7 +1084,7 @@ TEST(Speculation, AutoDropsMtpStateAtOnceWhereNoChainCanPay) {
   {
     Speculator s(o, true, 0.1);
     feed_forwards(s, 0.1, 0.0, 0.0);
-    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.2e6));
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.2e6), 1);
     const SpecPlan p = s.plan(0, 0, 4, true);
     EXPECT_FALSE(p.mtp_hopeless);
     EXPECT_EQ(p.source, DraftSource::Mtp);
@@ -1131,6 +1131,30 @@ TEST(Speculation, AutoPricesTheMtpChainBeforeItsFirstForward) {
   EXPECT_GT(st.spec.source[static_cast<size_t>(DraftSource::Mtp)].drafted, 0u) << a.drafted;
 }
 
+// A chain row is priced from MTP forwards of whole rows only: a forward of
+// sync rows that only wrote the MTP layer's keys (Row::keys_only) costs a
+// fraction of one and says nothing about a chain row. 40 rows at 5 ms in
+// all: counted as 40 whole rows they price a chain row at 5x a decode
+// forward and the chain is hopeless; counted as keys only the prior prices
+// it and the chain is chosen. Either way the forward is in the counters.
+TEST(Speculation, AutoPricesTheChainByWholeMtpRowsOnly) {
+  SpecOptions o;
+  o.mode = SpecMode::Auto;
+  o.k = 4;
+  for (int64_t whole : {int64_t{0}, int64_t{40}}) {
+    Speculator s(o, true, 0.1);
+    feed_forwards(s, 0.1, 0.0, 0.0);
+    const std::array<uint8_t, 4> mtp4{2, 2, 2, 2};  // DraftSource::Mtp
+    for (int i = 0; i < 200; ++i) s.record_step(mtp4, 4, 4, i % 10 ? 4 : 3, i % 10 ? 5 : 4);  // ~97% accepted
+    s.record_mtp(40, static_cast<uint64_t>(40 * 5e6), whole);
+    const SpecPlan p = s.plan(0, 0, 4, true);
+    EXPECT_EQ(p.mtp_hopeless, whole > 0) << whole;
+    EXPECT_EQ(p.count > 0 && p.source == DraftSource::Mtp, whole == 0) << whole;
+    EXPECT_EQ(s.stats().mtp_forwards, 1u);
+    EXPECT_EQ(s.stats().mtp_rows, 40u);
+  }
+}
+
 // An MTP plan pays for the row that keeps the MTP state in sync: a
 // one-draft chain whose draft is accepted 65% of the time, a 2-row forward
 // at 1.4x a one-row forward and an MTP row at 0.3x, gives 1.65 tokens for
@@ -1151,7 +1175,7 @@ TEST(Speculation, AutoMtpPlansPayForTheSyncRow) {
   {
     Speculator s(o, true, 0.1);
     feed_forwards(s, 0.4, 0.0, 0.0);
-    for (int i = 0; i < 10; ++i) s.record_mtp(1, 300000);
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, 300000, 1);
     feed_acceptance(s, 0.65);
     const SpecPlan p = s.plan(0, 0, 1, true);
     EXPECT_FALSE(p.mtp_hopeless);
@@ -1161,7 +1185,7 @@ TEST(Speculation, AutoMtpPlansPayForTheSyncRow) {
   {
     Speculator s(o, true, 0.1);
     feed_forwards(s, 0.4, 0.0, 0.0);
-    for (int i = 0; i < 10; ++i) s.record_mtp(1, 50000);
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, 50000, 1);
     feed_acceptance(s, 0.95);
     const SpecPlan p = s.plan(0, 0, 1, true);
     EXPECT_EQ(p.source, DraftSource::Mtp);
@@ -1210,7 +1234,7 @@ TEST(Speculation, AutoCostsResistOneSlowForward) {
   {  // (c)
     Speculator s(o, true, 0.1);
     feed_forwards(s, 0.1, 0.0, 0.0);
-    s.record_mtp(30, static_cast<uint64_t>(30 * 0.2e6));
+    s.record_mtp(30, static_cast<uint64_t>(30 * 0.2e6), 30);
     std::array<uint8_t, 4> mtp;
     mtp.fill(static_cast<uint8_t>(DraftSource::Mtp));
     for (int t = 0; t < 50; ++t) s.record_step(mtp, 4, 4, 4, 5);
@@ -1218,9 +1242,9 @@ TEST(Speculation, AutoCostsResistOneSlowForward) {
     EXPECT_FALSE(p.mtp_hopeless);
     EXPECT_EQ(p.source, DraftSource::Mtp);
     EXPECT_EQ(p.count, 4);
-    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.2e6));  // measured: it counts
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(0.2e6), 1);  // measured: it counts
     EXPECT_EQ(s.plan(0, 0, 4, true).count, 4);
-    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(5e6));  // a chain row 5x a forward
+    for (int i = 0; i < 10; ++i) s.record_mtp(1, static_cast<uint64_t>(5e6), 1);  // a chain row 5x a forward
     EXPECT_TRUE(s.plan(0, 0, 4, true).mtp_hopeless);
   }
 }
@@ -1360,6 +1384,8 @@ TEST(Speculation, AutoChoosesKByExpectedRateWithExpertBytes) {
     EXPECT_EQ(st.chosen[static_cast<size_t>(best)], 1u);
   }
 }
+
+
 
 }  // namespace
 }  // namespace strata::speculation_test
